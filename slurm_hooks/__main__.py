@@ -1,0 +1,25 @@
+"""``python3 -m slurm_hooks``.
+
+``python3 -m slurm_hooks hook <phase>`` is what the prolog, epilog and
+healthcheck shims exec: it must not import click or requests, so it is
+dispatched here before the CLI is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def run() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "hook":
+        from .hooks import main as hook_main
+
+        return hook_main(sys.argv[2:])
+    from .cli import main
+
+    main(prog_name="slurm-hooks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,1 @@
+"""Health checks: one module per check; gather touches probes, judge is pure."""

@@ -1,0 +1,87 @@
+"""The ``slurm-hooks`` command.
+
+Each subcommand lives in its own module under ``slurm_hooks.cli`` and is
+imported only when it runs (``--help`` looks modules up without importing
+them), so ``slurm-hooks xid explain 79`` does not pay for requests or NVML.
+Exit codes: 0 ok, 1 unhealthy or action needed, 2 usage error or could not run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+from ..errors import SlurmHooksError
+
+#: command name -> (module under slurm_hooks.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "lab": ("lab", "Run a real Slurm cluster on this machine (for tests, demos, trials)."),
+}
+
+EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
+
+
+def _module_name(cmd: str) -> str:
+    return f"slurm_hooks.cli.{COMMANDS[cmd][0]}"
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        names.update(c for c in COMMANDS if importlib.util.find_spec(_module_name(c)) is not None)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name not in COMMANDS:
+            return None
+        if importlib.util.find_spec(_module_name(cmd_name)) is None:
+            return None
+        module = importlib.import_module(_module_name(cmd_name))
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx) if name in COMMANDS]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SlurmHooksError as exc:
+            click.echo(f"slurm-hooks: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * verbose
+    level_name = os.environ.get("SLURM_HOOKS_LOG_LEVEL")
+    if level_name:
+        level = getattr(logging, level_name.upper(), level)
+    logging.basicConfig(
+        level=max(level, logging.DEBUG),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
+@click.version_option(package_name="slurm-hooks")
+def main(verbose: int) -> None:
+    """Self-healing for GPU clusters run by Slurm.
+
+    \b
+    Example:
+      slurm-hooks lab up --nodes 4 && slurm-hooks lab status
+    """
+    setup_logging(verbose)

@@ -1,0 +1,199 @@
+"""TOML configuration -> frozen, validated dataclasses.
+
+One file (``/etc/slurm-hooks/config.toml`` or ``$SLURM_HOOKS_CONFIG``) holds
+every section.  Each stage owns the dataclass for its own section and
+registers it in SECTIONS, so that ``load()`` validates the whole file at once
+and an error names the file and the dotted key, not a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import ConfigError
+
+DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
+ENV_CONFIG = "SLURM_HOOKS_CONFIG"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class GeneralConfig:
+    """Settings every stage shares."""
+
+    #: Where the per-node state store, audit log and cursors live.
+    state_dir: str = "/var/lib/slurm-hooks"
+    log_level: str = "INFO"
+    #: Slurm access backend: "cli" (scontrol/sinfo), "rest" (slurmrestd) or "pyslurm".
+    slurm_backend: str = "cli"
+    #: Log decisions without acting on them.
+    observe_only: bool = False
+    #: Seconds any one scontrol/sinfo call may take.
+    slurm_timeout: float = 10.0
+
+
+#: section name -> "module:Class", imported only when the section is read or
+#: validated.  Stages add their own section here.
+SECTIONS: dict[str, str] = {
+    "general": "slurm_hooks.config:GeneralConfig",
+}
+
+
+def _resolve(spec: str) -> type:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
+def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; convert lists to tuples
+    and tables to nested dataclasses.  Raises ConfigError naming ``key``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, path, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"unexpected value {value!r}", path=path, key=key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=key)
+        return from_mapping(tp, value, path=path, prefix=key)  # type: ignore[arg-type]
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"expected a list, got {type(value).__name__}", path=path, key=key)
+        item_tp = args[0] if args else Any
+        return tuple(_coerce(v, item_tp, path, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=key)
+        vt = args[1] if len(args) == 2 else Any
+        return types.MappingProxyType(
+            {str(k): _coerce(v, vt, path, f"{key}.{k}") for k, v in value.items()}
+        )
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"expected true or false, got {value!r}", path=path, key=key)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"expected a number, got {value!r}", path=path, key=key)
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"expected an integer, got {value!r}", path=path, key=key)
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"expected a string, got {value!r}", path=path, key=key)
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        try:
+            return tp(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid value {value!r}: {exc}", path=path, key=key) from exc
+    return value
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, prefix: str) -> T:
+    """Build the frozen dataclass ``cls`` from a TOML table, rejecting
+    unknown keys (a typo must not silently fall back to a default)."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key (known: {', '.join(sorted(fields))})",
+            path=path,
+            key=f"{prefix}.{unknown[0]}" if prefix else unknown[0],
+        )
+    kwargs = {
+        name: _coerce(value, hints[name], path, f"{prefix}.{name}" if prefix else name)
+        for name, value in data.items()
+    }
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc), path=path, key=prefix) from exc
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=path, key=prefix) from exc
+    return obj
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole file, raw, plus typed access per section."""
+
+    path: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def section(self, name: str, cls: type[T] | None = None) -> T:
+        target = cls if cls is not None else _resolve(SECTIONS[name])
+        return from_mapping(target, self.data.get(name, {}), path=self.path, prefix=name)  # type: ignore[arg-type]
+
+    @property
+    def general(self) -> GeneralConfig:
+        return self.section("general", GeneralConfig)
+
+    def validate(self) -> None:
+        """Check every known section and reject unknown ones."""
+        unknown = sorted(set(self.data) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown section (known: {', '.join(sorted(SECTIONS))})",
+                path=self.path,
+                key=unknown[0],
+            )
+        for name in self.data:
+            self.section(name)
+
+
+def parse(text: str, *, path: str | None = None, validate: bool = True) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=path) from exc
+    cfg = Config(path=path, data=data)
+    if validate:
+        cfg.validate()
+    return cfg
+
+
+def load(path: str | os.PathLike[str] | None = None, *, validate: bool = True) -> Config:
+    """Load the config file.  With no path: ``$SLURM_HOOKS_CONFIG``, else the
+    default location; a missing default file means all defaults."""
+    explicit = path is not None or ENV_CONFIG in os.environ
+    p = Path(path if path is not None else os.environ.get(ENV_CONFIG, DEFAULT_CONFIG))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        if explicit:
+            raise ConfigError("file not found", path=str(p)) from exc
+        return Config(path=None, data={})
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", path=str(p)) from exc
+    return parse(text, path=str(p), validate=validate)

@@ -1,0 +1,93 @@
+"""One exception tree for slurm-hooks.
+
+Callers catch the narrowest type they can handle; the CLI is the only place
+that turns these into exit codes (0 ok, 1 unhealthy/action needed, 2 usage or
+could not run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class SlurmHooksError(Exception):
+    """Base of every error we raise on purpose."""
+
+    exit_code = 2
+
+
+class ConfigError(SlurmHooksError):
+    """A configuration file is missing, unreadable or invalid.  The message
+    names the file and the key."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None):
+        where = ":".join(p for p in (path, key) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.key = key
+
+
+class CommandError(SlurmHooksError):
+    """An external command failed or could not be started."""
+
+    def __init__(self, argv: Sequence[str], rc: int | None, stderr: str = "", message: str = ""):
+        self.argv = list(argv)
+        self.rc = rc
+        self.stderr = stderr
+        text = message or f"command {self.argv[0]!r} failed with rc={rc}"
+        if stderr.strip():
+            text += f": {stderr.strip()[:500]}"
+        super().__init__(text)
+
+
+class CommandTimeout(CommandError):
+    """An external command ran past its time limit and was killed."""
+
+    def __init__(self, argv: Sequence[str], timeout: float):
+        super().__init__(argv, None, message=f"command {argv[0]!r} timed out after {timeout:g}s")
+        self.timeout = timeout
+
+
+class SlurmError(SlurmHooksError):
+    """Slurm refused or failed an operation (after retries)."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld (or slurmrestd) could not be reached, even after retries."""
+
+
+class ForeignReasonError(SlurmError):
+    """We were asked to change a node whose reason someone else wrote."""
+
+
+class ReasonFormatError(SlurmHooksError, ValueError):
+    """A string is not a reason in our format."""
+
+
+class NvmlError(SlurmHooksError):
+    """NVML could not be loaded or used."""
+
+
+class KubernetesError(SlurmHooksError):
+    """The Kubernetes API answered with an error we cannot handle here."""
+
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class ConflictError(KubernetesError):
+    """409: the object changed under us (resourceVersion mismatch)."""
+
+
+class StateError(SlurmHooksError):
+    """The local state store is unreadable or could not be written."""
+
+
+class LabError(SlurmHooksError):
+    """The local Slurm lab could not be started, queried or stopped."""
+
+
+class BudgetExceeded(SlurmHooksError):
+    """A hook ran out of its time budget before a step could start."""

@@ -1,0 +1,1 @@
+"""Small Kubernetes API client and the Slurm -> Kubernetes bridge."""

@@ -1,0 +1,180 @@
+"""Value types shared by every stage: probes -> findings -> policy -> actions.
+
+Everything here is a frozen dataclass or an enum so that results can be
+compared in tests, logged as JSON and passed between stages without anyone
+mutating them on the way.  Nothing in this module does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+Value = float | int | str | bool | None
+
+
+class Status(enum.StrEnum):
+    """Outcome of one check.  UNKNOWN means the check could not run: it is
+    never treated as healthy and never as a hardware fault on its own."""
+
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def rank(self) -> int:
+        return _STATUS_RANK[self]
+
+
+_STATUS_RANK = {Status.OK: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.FAIL: 3}
+
+
+class Phase(enum.StrEnum):
+    """When a check runs; each has its own time budget."""
+
+    HEALTHCHECK = "healthcheck"
+    PROLOG = "prolog"
+    EPILOG = "epilog"
+    ACCEPTANCE = "acceptance"
+    WATCH = "watch"
+
+
+class Action(enum.StrEnum):
+    """What a finding recommends, in increasing order of severity.  The policy
+    makes the final call; this is the check's (or the XID catalogue's) advice."""
+
+    NONE = "none"
+    IGNORE = "ignore"
+    RESTART_APP = "restart_app"
+    RESET_GPU = "reset_gpu"
+    DRAIN = "drain"
+    REBOOT = "reboot"
+    REPLACE = "replace"
+
+    @property
+    def rank(self) -> int:
+        return list(Action).index(self)
+
+
+@dataclass(frozen=True)
+class Component:
+    """The part a finding is about.  ``kind`` is one of gpu, nvswitch, nic,
+    mount, memory, node; the other fields are filled where known so that a
+    drain reason and an alert can name the exact GPU."""
+
+    kind: str
+    index: int | None = None
+    uuid: str | None = None
+    pci: str | None = None
+    name: str | None = None
+
+    def short(self) -> str:
+        """Compact form used inside drain reasons, e.g. ``gpu3`` or ``ib:mlx5_0/1``."""
+        if self.kind == "gpu" and self.index is not None:
+            return f"gpu{self.index}"
+        if self.kind == "gpu" and self.pci:
+            return f"pci:{self.pci}"
+        if self.name:
+            return f"{self.kind}:{self.name}"
+        if self.index is not None:
+            return f"{self.kind}{self.index}"
+        return self.kind
+
+
+NODE = Component("node")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The one result type that crosses from checks to policy.
+
+    ``code`` is stable (``XID79``, ``GPU_LOST``, ``ECC_DBE`` ...): alerts,
+    reasons and metrics key on it, so never rename a code once shipped.
+    """
+
+    check: str
+    status: Status
+    code: str
+    message: str
+    component: Component = NODE
+    action: Action = Action.NONE
+    values: Mapping[str, Value] = field(default_factory=dict)
+
+    @property
+    def is_problem(self) -> bool:
+        return self.status in (Status.WARN, Status.FAIL)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = str(self.status)
+        d["action"] = str(self.action)
+        d["values"] = dict(self.values)
+        return d
+
+
+class ReasonOwner(enum.StrEnum):
+    """Who wrote a Slurm node reason.  We only ever clear our own."""
+
+    OURS = "ours"
+    NHC = "nhc"
+    OPERATOR = "operator"
+    SLURM = "slurm"
+    ADMIN = "admin"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A Slurm node as the access layer reports it.
+
+    ``state`` is the base state in lower case (idle, allocated, mixed, down,
+    completing, ...); ``flags`` the upper-case modifiers (DRAIN, NOT_RESPONDING,
+    MAINTENANCE, ...).
+    """
+
+    name: str
+    state: str
+    flags: frozenset[str] = frozenset()
+    reason: str | None = None
+    reason_user: str | None = None
+    reason_time: datetime | None = None
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    gres: str | None = None
+    cpus: int | None = None
+    alloc_cpus: int | None = None
+
+    @property
+    def drained(self) -> bool:
+        """True for DRAINING and DRAINED alike: Slurm schedules nothing new there."""
+        return "DRAIN" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down"
+
+    @property
+    def busy(self) -> bool:
+        return self.state in ("allocated", "mixed", "completing") or "COMPLETING" in self.flags
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A Slurm job as far as remediation needs it."""
+
+    job_id: str
+    user: str | None
+    state: str
+    nodes: str
+    batch_host: str | None = None
+    requeue: bool | None = None
+    comment: str | None = None
+    admin_comment: str | None = None
+    restart_count: int = 0
+    name: str | None = None
+    partition: str | None = None
+    num_nodes: int | None = None

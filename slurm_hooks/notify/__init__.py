@@ -1,0 +1,1 @@
+"""Notification sinks: failures are logged, never raised into remediation."""

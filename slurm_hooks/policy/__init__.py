@@ -1,0 +1,1 @@
+"""Pure policy: findings, node states and history in, decisions out.  No I/O."""

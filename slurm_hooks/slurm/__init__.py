@@ -1,0 +1,1 @@
+"""Slurm access layer: one interface (``base.SlurmClient``), several backends."""

@@ -1,0 +1,70 @@
+"""The Slurm access layer's one interface.
+
+Three backends implement it: ``cli`` (scontrol/sinfo/squeue/scancel, the
+default), ``rest`` (slurmrestd through requests) and ``pyslurm`` (optional,
+only when its version matches the running Slurm).  Everything above this
+layer (actions, bridge, CLI) talks to ``SlurmClient`` and never to a
+subprocess or a socket directly.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..model import JobInfo, NodeState
+
+
+class SignalTarget(enum.StrEnum):
+    """Who receives a signal: the batch script only (``scancel --batch``), or
+    the batch script and every step (``scancel --full``), or the steps only."""
+
+    BATCH = "batch"
+    FULL = "full"
+    STEPS = "steps"
+
+
+@runtime_checkable
+class SlurmClient(Protocol):
+    """Operations remediation needs.  Every method is bounded in time and
+    raises SlurmUnavailable (after retries) or SlurmError, never hangs."""
+
+    def list_nodes(self, names: Sequence[str] | str | None = None) -> list[NodeState]:
+        """Nodes with state, flags, reason, reason user and reason time;
+        ``names`` may be a hostlist string."""
+        ...
+
+    def get_node(self, name: str) -> NodeState: ...
+
+    def drain(self, name: str, reason: str) -> None:
+        """Set DRAIN with ``reason`` (one line, non-empty)."""
+        ...
+
+    def resume(self, name: str) -> None: ...
+
+    def down(self, name: str, reason: str) -> None: ...
+
+    def update_reason(self, name: str, reason: str) -> None:
+        """Change the reason of a node that is already drained or down."""
+        ...
+
+    def jobs_on_node(self, name: str) -> list[JobInfo]:
+        """Running, suspended or completing jobs that use ``name``."""
+        ...
+
+    def list_jobs(self, states: Sequence[str] | None = None) -> list[JobInfo]: ...
+
+    def get_job(self, job_id: str) -> JobInfo: ...
+
+    def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+    def set_job_comment(self, job_id: str, comment: str, *, admin: bool = False) -> None: ...
+
+    def show_config(self) -> dict[str, str]:
+        """``scontrol show config`` as a mapping of key to value."""
+        ...

@@ -1,0 +1,1 @@
+"""XID events from the kernel log: parser, cursor, catalogue, multi-event rules."""
