@@ -46,6 +46,12 @@ class GeneralConfig:
 #: validated.  Stages add their own section here.
 SECTIONS: dict[str, str] = {
     "general": "slurm_hooks.config:GeneralConfig",
+    "metrics": "slurm_hooks.metrics:MetricsConfig",
+    "policy": "slurm_hooks.policy.config:PolicyConfig",
+    "notify": "slurm_hooks.notify.config:NotifyConfig",
+    "bridge": "slurm_hooks.k8s.settings:BridgeConfig",
+    "profiles": "slurm_hooks.profiles:Profiles",
+    "checks": "slurm_hooks.checks.settings:ChecksConfig",
 }
 
 
@@ -64,14 +70,14 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        candidates = [a for a in args if a is not type(None)]
+        if len(candidates) == 1:
+            return _coerce(value, candidates[0], path, key)
+        for arg in candidates:
             try:
                 return _coerce(value, arg, path, key)
-            except ConfigError as exc:
-                errors.append(str(exc))
+            except ConfigError:
+                continue
         raise ConfigError(f"unexpected value {value!r}", path=path, key=key)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
@@ -115,7 +121,13 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
 
 def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, prefix: str) -> T:
     """Build the frozen dataclass ``cls`` from a TOML table, rejecting
-    unknown keys (a typo must not silently fall back to a default)."""
+    unknown keys (a typo must not silently fall back to a default).
+
+    A class keyed by user-chosen names (``[profiles.<name>]``) parses
+    itself through a ``from_section(data, path=, prefix=)`` classmethod."""
+    hook = getattr(cls, "from_section", None)
+    if hook is not None:
+        return hook(data, path=path, prefix=prefix)  # type: ignore[no-any-return]
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)

@@ -91,3 +91,18 @@ class LabError(SlurmHooksError):
 
 class BudgetExceeded(SlurmHooksError):
     """A hook ran out of its time budget before a step could start."""
+
+
+class KernelLogError(SlurmHooksError):
+    """The kernel log (a file, /dev/kmsg or the journal) could not be read."""
+
+
+class CheckNotInstalled(SlurmHooksError):
+    """A registered check's module or class cannot be imported (not written
+    yet, or an optional part not installed).  The runner reports it as
+    UNKNOWN; it never stops the other checks."""
+
+
+class TimelineError(SlurmHooksError, ValueError):
+    """An incident timeline handed to the demo plot is malformed; the message
+    names the entry and the field."""

@@ -22,6 +22,19 @@ from ..errors import SlurmHooksError
 #: command name -> (module under slurm_hooks.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("lab", "Run a real Slurm cluster on this machine (for tests, demos, trials)."),
+    "status": ("status", "Nodes out of service, grouped by owner and fault."),
+    "history": ("history", "Incident timelines from the audit log."),
+    "install": ("install", "Install the hook shims; print the slurm.conf lines."),
+    "config": ("config_cmd", "Validate or show the configuration."),
+    "completion": ("completion", "Shell completion script (bash, zsh, fish)."),
+    "policy": ("policy", "Explain what the remediation policy would decide, and why."),
+    "resume": ("resume", "Resume a node slurm-hooks drained, once it passed acceptance."),
+    "breaker": ("breaker", "Show or re-arm the circuit breaker that caps automatic drains."),
+    "bridge": ("bridge", "Mirror Slurm drains into Kubernetes: cordon, taint, evict, replace."),
+    "burnin": ("burnin", "Parse and judge a gpu_burn output (burn-in results)."),
+    "nccl": ("nccl", "Parse and judge an nccl-tests all_reduce_perf output."),
+    "xid": ("xid", "Scan kernel logs for NVIDIA XID/SXID events; explain an XID."),
+    "check": ("check", "Run a phase's health checks on this node and print the findings."),
 }
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2

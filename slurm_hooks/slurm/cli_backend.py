@@ -1,0 +1,280 @@
+"""The default Slurm backend: scontrol, sinfo, squeue and scancel.
+
+Every call goes through probes.commands.run with an argument list (reasons
+and names are never seen by a shell), a timeout and a PATH (hooks get none).
+A controller that does not answer is retried with exponential backoff and
+then reported as SlurmUnavailable; anything Slurm refuses is a SlurmError
+carrying the command, its exit status and Slurm's own words.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .. import hostlist
+from ..errors import CommandError, CommandTimeout, SlurmError, SlurmUnavailable
+from ..model import JobInfo, NodeState
+from ..probes.commands import CommandResult, run
+from . import parse
+from .base import SignalTarget
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[..., CommandResult]
+
+#: stderr fragments that mean "the controller is not there right now" (or is
+#: too busy), as opposed to "the controller said no".
+TRANSIENT_ERRORS = (
+    "unable to contact slurm controller",
+    "socket timed out on send/recv",
+    "connection refused",
+    "zero bytes were transmitted or received",
+    "communication connection failure",
+    "slurm backup controller in standby mode",
+    "resource temporarily unavailable",
+    "transport endpoint is not connected",
+    "connection reset by peer",
+    "slurmctld not responding",
+)
+
+_SIGNAL_RE = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+\-]*$|^\d{1,2}$")
+_JOB_ID_RE = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
+#: Node states squeue calls "on the node" for remediation purposes.
+ACTIVE_JOB_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED")
+
+
+def _is_transient(stderr: str) -> bool:
+    text = stderr.lower()
+    return any(t in text for t in TRANSIENT_ERRORS)
+
+
+def check_reason(reason: str) -> str:
+    """Slurm refuses an empty reason, and a newline breaks every line-based
+    reader of ``sinfo``/``scontrol`` output: refuse both before asking."""
+    if not reason or not reason.strip():
+        raise SlurmError("a drain/down reason must not be empty")
+    if "\n" in reason or "\r" in reason:
+        raise SlurmError("a reason must be one line (it contains a newline)")
+    return reason
+
+
+def check_job_id(job_id: str | int) -> str:
+    text = str(job_id).strip()
+    if not _JOB_ID_RE.match(text):
+        raise SlurmError(f"invalid job id {job_id!r}")
+    return text
+
+
+def check_signal(signal: str) -> str:
+    text = str(signal).strip().upper()
+    if not _SIGNAL_RE.match(text):
+        raise SlurmError(f"invalid signal {signal!r}")
+    return text
+
+
+class CliClient:
+    """SlurmClient over Slurm's command-line tools.
+
+    ``slurm_conf`` sets SLURM_CONF for every call (hooks started by slurmd
+    get no SLURM_CONF in HealthCheckProgram).  ``node_source`` selects how
+    nodes are read: ``scontrol`` (``scontrol -o show node``, one format on
+    every version) or ``json`` (``sinfo --json`` on 22.05, ``scontrol --json``
+    on 23.02+; robust to any reason text, a little slower).  ``runner`` is the
+    command port; tests pass a fake to exercise the retry logic.
+    """
+
+    def __init__(
+        self,
+        *,
+        slurm_conf: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 5.0,
+        node_source: str = "scontrol",
+        env: Mapping[str, str] | None = None,
+        runner: Runner = run,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if node_source not in ("scontrol", "json"):
+            raise SlurmError(f"unknown node_source {node_source!r} (scontrol or json)")
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.node_source = node_source
+        self._env = dict(env or {})
+        if slurm_conf:
+            self._env["SLURM_CONF"] = str(slurm_conf)
+        self._run = runner
+        self._sleep = sleep
+        self._version: tuple[int, int, int] | None = None
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _call(self, argv: Sequence[str], *, retry: bool = True) -> CommandResult:
+        """Run one Slurm command; retry while the controller is unreachable."""
+        attempts = self.retries + 1 if retry else 1
+        last = ""
+        for attempt in range(attempts):
+            if attempt:
+                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
+                self._sleep(delay)
+            try:
+                res = self._run(argv, timeout=self.timeout, check=False, env=self._env)
+            except CommandTimeout as exc:
+                last = str(exc)
+                continue
+            except CommandError as exc:
+                raise SlurmError(f"cannot run {argv[0]}: {exc}") from exc
+            if res.rc == 0:
+                return res
+            stderr = res.stderr.strip()
+            if _is_transient(stderr):
+                last = stderr
+                continue
+            cmd = " ".join(str(a) for a in argv[:2])
+            raise SlurmError(f"{cmd} failed (rc={res.rc}): {stderr[:500] or res.stdout[:200]}")
+        raise SlurmUnavailable(
+            f"slurm controller unreachable after {attempts} attempt(s) "
+            f"running {argv[0]}: {last[:300]}"
+        )
+
+    def version(self) -> tuple[int, int, int]:
+        """The client tools' Slurm version (cached)."""
+        if self._version is None:
+            out = self._call(["sinfo", "--version"], retry=False).stdout
+            self._version = parse.parse_version(out)
+        return self._version
+
+    def ping(self) -> bool:
+        """True when the primary controller answers ``scontrol ping``."""
+        try:
+            res = self._run(["scontrol", "ping"], timeout=self.timeout, check=False, env=self._env)
+        except CommandError:
+            return False
+        return res.rc == 0 and " is UP" in res.stdout
+
+    # -- nodes --------------------------------------------------------------
+
+    def list_nodes(self, names: Sequence[str] | str | None = None) -> list[NodeState]:
+        wanted: list[str] | None = None
+        if names is not None:
+            wanted = hostlist.expand(names) if isinstance(names, str) else list(names)
+            if not wanted:
+                return []
+        if self.node_source == "json":
+            nodes = self._nodes_json()
+            if wanted is not None:
+                index = {n.name: n for n in nodes}
+                missing = [w for w in wanted if w not in index]
+                if missing:
+                    raise SlurmError(f"unknown node(s): {hostlist.fold(missing)}")
+                nodes = [index[w] for w in wanted]
+            return nodes
+        argv = ["scontrol", "-o", "show", "node"]
+        if wanted is not None:
+            argv.append(hostlist.fold(wanted))
+        return parse.parse_scontrol_nodes(self._call(argv).stdout)
+
+    def _nodes_json(self) -> list[NodeState]:
+        if self.version() >= (23, 2, 0):
+            argv = ["scontrol", "--json", "show", "node"]
+        else:
+            argv = ["sinfo", "--json"]
+        return parse.parse_nodes_json(self._call(argv).stdout)
+
+    def get_node(self, name: str) -> NodeState:
+        nodes = [n for n in self.list_nodes([name]) if n.name == name]
+        if not nodes:
+            raise SlurmError(f"node {name!r} not found")
+        return nodes[0]
+
+    def _update_node(self, name: str, *args: str) -> None:
+        if not name or any(c in name for c in " ,[]="):
+            raise SlurmError(f"invalid node name {name!r}")
+        self._call(["scontrol", "update", f"NodeName={name}", *args])
+
+    def drain(self, name: str, reason: str) -> None:
+        self._update_node(name, "State=DRAIN", f"Reason={check_reason(reason)}")
+
+    def resume(self, name: str) -> None:
+        self._update_node(name, "State=RESUME")
+
+    def down(self, name: str, reason: str) -> None:
+        self._update_node(name, "State=DOWN", f"Reason={check_reason(reason)}")
+
+    def update_reason(self, name: str, reason: str) -> None:
+        self._update_node(name, f"Reason={check_reason(reason)}")
+
+    # -- jobs ---------------------------------------------------------------
+
+    def _squeue(self, *args: str) -> list[JobInfo]:
+        out = self._call(["squeue", "-h", *args, "-o", parse.squeue_format()]).stdout
+        jobs, bad = parse.parse_squeue(out)
+        if bad:
+            log.warning("squeue: skipped %d malformed line(s)", bad)
+        return jobs
+
+    def jobs_on_node(self, name: str) -> list[JobInfo]:
+        return self._squeue("-w", name, "-t", ",".join(ACTIVE_JOB_STATES))
+
+    def list_jobs(self, states: Sequence[str] | None = None) -> list[JobInfo]:
+        args: list[str] = []
+        if states:
+            args += ["-t", ",".join(s.upper() for s in states)]
+        return self._squeue(*args)
+
+    def get_job(self, job_id: str) -> JobInfo:
+        jid = check_job_id(job_id)
+        jobs = parse.parse_scontrol_jobs(self._call(["scontrol", "-o", "show", "job", jid]).stdout)
+        for job in jobs:
+            if job.job_id == jid:
+                return job
+        if jobs:
+            return jobs[0]
+        raise SlurmError(f"job {jid} not found")
+
+    def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
+        jid, sig = check_job_id(job_id), check_signal(signal)
+        argv = ["scancel", f"--signal={sig}"]
+        if target == SignalTarget.BATCH:
+            argv.append("--batch")
+        elif target == SignalTarget.FULL:
+            argv.append("--full")
+        self._call([*argv, jid])
+
+    def requeue(self, job_id: str) -> None:
+        self._call(["scontrol", "requeue", check_job_id(job_id)])
+
+    def cancel(self, job_id: str) -> None:
+        self._call(["scancel", check_job_id(job_id)])
+
+    def set_job_comment(self, job_id: str, comment: str, *, admin: bool = False) -> None:
+        if "\n" in comment:
+            raise SlurmError("a job comment must be one line")
+        key = "AdminComment" if admin else "Comment"
+        self._call(["scontrol", "update", f"JobId={check_job_id(job_id)}", f"{key}={comment}"])
+
+    # -- cluster ------------------------------------------------------------
+
+    def show_config(self) -> dict[str, str]:
+        return parse.parse_show_config(self._call(["scontrol", "show", "config"]).stdout)
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld and every slurmd re-read slurm.conf."""
+        self._call(["scontrol", "reconfigure"])
+
+    def raw(self, *argv: str) -> str:
+        """Run a Slurm command through the same retry/timeout path; for the lab
+        and for diagnostics, not for remediation logic."""
+        return self._call(list(argv)).stdout
+
+    def __repr__(self) -> str:
+        conf: Any = self._env.get("SLURM_CONF")
+        return f"CliClient(slurm_conf={conf!r}, node_source={self.node_source!r})"

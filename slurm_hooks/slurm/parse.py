@@ -1,0 +1,460 @@
+"""Pure parsers for what Slurm's commands print.
+
+Kept apart from the code that runs the commands (gather, then judge) so that
+tests feed them recorded outputs from a real cluster (tests/data/slurm/).
+Nothing here runs a program or opens a socket.
+
+The text formats are line-oriented ``Key=Value`` records whose values may
+contain blanks (``OS=Linux 6.1.0 #1 SMP ...``) and, worse, free text written
+by people (a node's ``Reason``, a job's ``Comment``) that may itself contain
+``Key=Value``-looking words.  We therefore split on keys we know Slurm prints
+and treat anything else inside a free-text field as part of its value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..errors import SlurmError
+from ..model import JobInfo, NodeState
+
+#: Suffix characters ``sinfo``/``scontrol`` append to a base state, and the
+#: flag each one stands for (``DOWN*`` = down and not responding).
+STATE_SUFFIXES: Mapping[str, str] = {
+    "*": "NOT_RESPONDING",
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "$": "MAINTENANCE",
+    "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED",
+    "-": "PLANNED",
+}
+
+#: Base states as Slurm names them (node_state_base_string).  Anything else in
+#: a ``+``-joined state string is a flag.
+BASE_STATES = frozenset(
+    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING"}
+)
+#: ``sinfo -o %T`` shows these compound words as if they were states.
+_COMPOUND = {
+    "DRAINED": ("IDLE", "DRAIN"),
+    "DRAINING": ("ALLOCATED", "DRAIN"),
+    "DRAIN": ("IDLE", "DRAIN"),
+    "ALLOC": ("ALLOCATED", None),
+}
+
+#: Node keys printed by ``scontrol -o show node`` (22.05 .. 24.11).  Used to
+#: tell a real field from ``Foo=bar`` inside free text.
+NODE_KEYS = frozenset(
+    """NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures
+    ActiveFeatures Gres GresDrain GresUsed NodeAddr NodeHostName Port Version OS RealMemory
+    AllocMem FreeMem Sockets Boards State ThreadsPerCore TmpDisk Weight Owner MCS_label
+    Partitions BootTime SlurmdStartTime LastBusyTime ResumeAfterTime CfgTRES AllocTRES
+    CapWatts CurrentWatts AveWatts ExtSensorsJoules ExtSensorsWatts ExtSensorsTemp Reason
+    Comment Extra InstanceId InstanceType NextState Topology CoreSpecCount CPUSpecList
+    MemSpecLimit LastBusyTime Cluster""".split()
+)
+_NODE_FREE_TEXT = frozenset({"Reason", "Comment", "Extra", "OS"})
+
+#: Job keys printed by ``scontrol -o show job`` (22.05 .. 24.11).
+JOB_KEYS = frozenset(
+    """JobId ArrayJobId ArrayTaskId ArrayTaskThrottle HetJobId HetJobOffset HetJobIdSet
+    JobName UserId GroupId MCS_label Priority Nice Account QOS JobState Reason Dependency
+    Requeue Restarts BatchFlag Reboot ExitCode DerivedExitCode RunTime TimeLimit TimeMin
+    SubmitTime EligibleTime AccrueTime StartTime EndTime Deadline SuspendTime
+    SecsPreSuspend LastSchedEval Scheduler Partition AllocNode:Sid ReqNodeList
+    ExcNodeList NodeList BatchHost NumNodes NumCPUs NumTasks CPUs/Task ReqB:S:C:T TRES
+    Socks/Node NtasksPerN:B:S:C CoreSpec MinCPUsNode MinMemoryNode MinMemoryCPU
+    MinTmpDiskNode Features DelayBoot OverSubscribe Contiguous Licenses Network Command
+    WorkDir Comment AdminComment StdErr StdIn StdOut Power MailUser MailType
+    SchedNodeList CpusPerTres MemPerTres TresPerNode TresPerJob TresPerTask
+    NtasksPerTRES Reservation Container ContainerID SegmentSize ResvPorts
+    TresPerSocket CPU_IDs Mem GRES Nodes TresBind TresFreq Switches Wait-for-Switch
+    OverSubscribe KillOInInvalidDependent StepMgrEnabled Extra Prolog Epilog
+    Clusters ClusterFeatures BurstBuffer BurstBufferState SystemComment
+    LicensesAlloc ResvPorts Wckey""".split()
+)
+_JOB_FREE_TEXT = frozenset(
+    {"JobName", "Comment", "AdminComment", "SystemComment", "Command", "WorkDir", "StdErr"}
+    | {"StdIn", "StdOut", "Reason", "Dependency", "Extra", "Features"}
+)
+
+_KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/\-]*)=")
+#: ``Reason=<text> [<user>@<time>]``: user and time of the last change.
+_REASON_TAIL_RE = re.compile(
+    r" \[([^\[\]@\s]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None|N/A)\]"
+)
+_NULL = ("", "(null)", "None", "N/A", "n/a")
+
+#: The ASCII unit separator: no Slurm-generated field (ids, users, states,
+#: hostlists, partitions, counts) can contain it.  The only free text, the job
+#: name, goes last and is split off with maxsplit, so even a name containing
+#: it cannot shift the other columns.
+SQUEUE_SEP = "\x1f"
+#: (squeue -o directive, JobInfo field) in output order; free text last.
+SQUEUE_FIELDS: Sequence[tuple[str, str]] = (
+    ("%i", "job_id"),
+    ("%u", "user"),
+    ("%T", "state"),
+    ("%N", "nodes"),
+    ("%B", "batch_host"),
+    ("%P", "partition"),
+    ("%D", "num_nodes"),
+    ("%j", "name"),
+)
+
+
+def squeue_format() -> str:
+    """The ``squeue -o`` value matching parse_squeue."""
+    return SQUEUE_SEP.join(d for d, _ in SQUEUE_FIELDS)
+
+
+def parse_state(text: str) -> tuple[str, frozenset[str]]:
+    """``DOWN*+DRAIN`` -> ``('down', {'DRAIN', 'NOT_RESPONDING'})``.
+
+    Works for ``scontrol``'s ``State=`` (``IDLE+DRAIN``), ``sinfo -o %T``
+    (``drained``, ``idle*``) and JSON state lists (``['IDLE', 'DRAIN']``).
+    """
+    parts = [p for p in text.strip().upper().split("+") if p]
+    if not parts:
+        return "unknown", frozenset()
+    flags: set[str] = set()
+    cleaned: list[str] = []
+    for part in parts:
+        while part and part[-1] in STATE_SUFFIXES:
+            flags.add(STATE_SUFFIXES[part[-1]])
+            part = part[:-1]
+        if part:
+            cleaned.append(part)
+    base: str | None = None
+    for part in cleaned:
+        if base is None and part in BASE_STATES:
+            base = part
+        elif base is None and part in _COMPOUND:
+            base, flag = _COMPOUND[part]
+            if flag:
+                flags.add(flag)
+        else:
+            flags.add("DRAIN" if part in ("DRAINED", "DRAINING") else part)
+    if base is None:
+        base = "UNKNOWN"
+    # COMPLETING is a flag on top of a base state, except when it is the only word.
+    if base == "COMPLETING" and len(cleaned) == 1:
+        flags.add("COMPLETING")
+    return base.lower(), frozenset(flags)
+
+
+def _split_fields(
+    line: str, known: frozenset[str], free_text: frozenset[str]
+) -> list[tuple[str, str]]:
+    """Split ``K=v K2=v with blanks K3=v`` into pairs.  A ``Word=`` inside a
+    free-text field starts a new field only if Word is a key Slurm prints."""
+    starts = [(m.start(), m.end(), m.group(1)) for m in _KEY_RE.finditer(line)]
+    fields: list[tuple[str, int, int]] = []  # key, value start, value end
+    for start, end, key in starts:
+        if fields:
+            prev_key = fields[-1][0]
+            if key not in known and (prev_key in free_text or prev_key not in known):
+                continue  # part of the previous value
+            fields[-1] = (prev_key, fields[-1][1], start)
+        fields.append((key, end, len(line)))
+    return [(k, line[a:b].rstrip(" ")) for k, a, b in fields]
+
+
+def parse_kv_line(
+    line: str,
+    known: frozenset[str] = NODE_KEYS | JOB_KEYS,
+    free_text: frozenset[str] = _NODE_FREE_TEXT | _JOB_FREE_TEXT,
+) -> dict[str, str]:
+    """One ``Key=Value ...`` record; the first occurrence of a key wins."""
+    out: dict[str, str] = {}
+    for key, value in _split_fields(line, known, free_text):
+        out.setdefault(key, value)
+    return out
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Slurm's ``2024-05-01T10:00:00`` (local time) as an aware datetime."""
+    if not text or text in _NULL or text in ("Unknown", "None"):
+        return None
+    try:
+        return datetime.fromisoformat(text).astimezone()
+    except ValueError:
+        return None
+
+
+def _epoch(value: Any) -> datetime | None:
+    """JSON times: a plain int (v0.0.38) or ``{"set": .., "number": ..}``."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return datetime.fromtimestamp(value).astimezone()
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, Mapping):
+        if not value.get("set", True):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        m = re.match(r"\s*(\d+)", value)
+        return int(m.group(1)) if m else None
+    return None
+
+
+def _none_if_null(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return None if value in _NULL else value
+
+
+_CONTINUATION = " " + " " * 7  # scontrol -o: line_end (a blank) + 7 blanks of indent
+
+
+def _split_reason(line: str) -> tuple[str, str | None, str | None, str | None]:
+    """Take the ``Reason=...`` field out of a node line before the generic
+    split, since the reason is free text that may contain anything.
+    Returns (line without reason, reason, user, time).
+
+    scontrol prints ``Reason=<first line> [user@time]`` and each further line
+    of a multi-line reason after a blank and 7 more blanks; we turn those
+    back into newlines.  The ``[user@time]`` we take is the first one that
+    is followed by the end, such a continuation, or a real field.
+    """
+    idx = line.find(" Reason=")
+    if idx < 0:
+        if not line.startswith("Reason="):
+            return line, None, None, None
+        idx = -1
+    head = line[: max(idx, 0)]
+    rest = line[idx + len(" Reason=") :]
+    for tail in _REASON_TAIL_RE.finditer(rest):
+        after = rest[tail.end() :]
+        if after.startswith(_CONTINUATION):
+            reason = rest[: tail.start()] + after.replace(_CONTINUATION, "\n").rstrip()
+            return head, reason, tail.group(1) or None, tail.group(2) or None
+        key = _KEY_RE.match(after.lstrip(" "))
+        if not after.strip() or (after.startswith(" ") and key and key.group(1) in NODE_KEYS):
+            return (
+                f"{head}{after}",
+                rest[: tail.start()],
+                tail.group(1) or None,
+                tail.group(2) or None,
+            )
+    # no [user@time]: the reason runs to the end of the line
+    return head, rest.rstrip(), None, None
+
+
+def node_from_fields(fields: Mapping[str, str], reason: str | None = None, user=None, when=None):  # type: ignore[no-untyped-def]
+    state, flags = parse_state(fields.get("State", "UNKNOWN"))
+    return NodeState(
+        name=fields["NodeName"],
+        state=state,
+        flags=flags,
+        reason=reason if reason else None,
+        reason_user=_none_if_null(user),
+        reason_time=parse_time(when),
+        partitions=tuple(p for p in (fields.get("Partitions") or "").split(",") if p),
+        features=tuple(
+            f for f in (fields.get("AvailableFeatures") or "").split(",") if f and f != "(null)"
+        ),
+        gres=_none_if_null(fields.get("Gres")),
+        cpus=_int(fields.get("CPUTot")),
+        alloc_cpus=_int(fields.get("CPUAlloc")),
+    )
+
+
+def _records(text: str, first_key: str) -> Iterable[str]:
+    """Lines of ``scontrol -o`` output; a line that does not start a record
+    is the continuation of a free-text field (someone put a newline in a
+    reason) and is glued back with ``\\n``."""
+    current: str | None = None
+    for raw in text.splitlines():
+        if raw.startswith(f"{first_key}="):
+            if current is not None:
+                yield current
+            current = raw
+        elif current is not None:
+            current += "\n" + raw
+    if current is not None:
+        yield current
+
+
+def parse_scontrol_nodes(text: str) -> list[NodeState]:
+    """``scontrol -o show node`` -> NodeState per node."""
+    nodes = []
+    for record in _records(text, "NodeName"):
+        line, reason, user, when = _split_reason(record)
+        fields = parse_kv_line(line, NODE_KEYS, _NODE_FREE_TEXT)
+        if "NodeName" not in fields:
+            continue
+        nodes.append(node_from_fields(fields, reason, user, when))
+    return nodes
+
+
+def _json_load(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmError(f"{what}: invalid JSON: {exc}") from exc
+
+
+def _json_errors(doc: Mapping[str, Any], what: str) -> None:
+    errors = [e for e in doc.get("errors") or [] if isinstance(e, Mapping)]
+    if errors:
+        msg = "; ".join(
+            str(e.get("description") or e.get("error") or e.get("error_number")) for e in errors
+        )
+        raise SlurmError(f"{what}: {msg}")
+
+
+def node_from_json(obj: Mapping[str, Any]) -> NodeState:
+    """One node object: OpenAPI v0.0.38 (``state: 'idle'``, ``state_flags``)
+    or v0.0.39+ (``state: ['IDLE', 'DRAIN']``)."""
+    raw_state = obj.get("state")
+    if isinstance(raw_state, list):
+        state, flags = parse_state("+".join(str(s) for s in raw_state))
+    else:
+        state, flags = parse_state(str(raw_state or "UNKNOWN"))
+    flags = flags | {str(f).upper() for f in obj.get("state_flags") or []}
+    reason = obj.get("reason")
+    user = obj.get("reason_set_by_user")
+    gres = obj.get("gres")
+    features = obj.get("features")
+    if isinstance(features, str):
+        features = [f for f in features.split(",") if f]
+    return NodeState(
+        name=str(obj["name"]),
+        state=state,
+        flags=frozenset(flags),
+        reason=str(reason) if reason else None,
+        reason_user=str(user) if user and reason else None,
+        reason_time=_epoch(obj.get("reason_changed_at")) if reason else None,
+        partitions=tuple(str(p) for p in obj.get("partitions") or ()),
+        features=tuple(str(f) for f in features or ()),
+        gres=str(gres) if gres else None,
+        cpus=_int(obj.get("cpus")),
+        alloc_cpus=_int(obj.get("alloc_cpus")),
+    )
+
+
+def parse_nodes_json(text: str) -> list[NodeState]:
+    """``sinfo --json`` (22.05), ``scontrol --json show node`` (23.02+) or a
+    slurmrestd ``/nodes`` answer: all carry a top-level ``nodes`` list."""
+    doc = _json_load(text, "nodes")
+    return nodes_from_doc(doc)
+
+
+def nodes_from_doc(doc: Any) -> list[NodeState]:
+    if not isinstance(doc, Mapping):
+        raise SlurmError("nodes: JSON is not an object")
+    _json_errors(doc, "nodes")
+    seen: dict[str, NodeState] = {}
+    for obj in doc.get("nodes") or []:
+        if isinstance(obj, Mapping) and obj.get("name"):
+            node = node_from_json(obj)
+            seen.setdefault(node.name, node)
+    return list(seen.values())
+
+
+def _user(value: str | None) -> str | None:
+    """``sltest(1001)`` -> ``sltest``."""
+    value = _none_if_null(value)
+    if value is None:
+        return None
+    return value.split("(", 1)[0] or value
+
+
+def job_from_fields(fields: Mapping[str, str]) -> JobInfo:
+    requeue = fields.get("Requeue")
+    return JobInfo(
+        job_id=fields["JobId"],
+        user=_user(fields.get("UserId")),
+        state=(fields.get("JobState") or "UNKNOWN").upper(),
+        nodes=_none_if_null(fields.get("NodeList")) or "",
+        batch_host=_none_if_null(fields.get("BatchHost")),
+        requeue=None if requeue is None else requeue.strip() == "1",
+        comment=_none_if_null(fields.get("Comment")),
+        admin_comment=_none_if_null(fields.get("AdminComment")),
+        restart_count=_int(fields.get("Restarts")) or 0,
+        name=_none_if_null(fields.get("JobName")),
+        partition=_none_if_null(fields.get("Partition")),
+        num_nodes=_int(fields.get("NumNodes")),
+    )
+
+
+def parse_scontrol_jobs(text: str) -> list[JobInfo]:
+    """``scontrol -o show job [id]`` -> JobInfo per job."""
+    jobs = []
+    for record in _records(text, "JobId"):
+        fields = parse_kv_line(record, JOB_KEYS, _JOB_FREE_TEXT)
+        if "JobId" in fields:
+            jobs.append(job_from_fields(fields))
+    return jobs
+
+
+def parse_squeue(text: str) -> tuple[list[JobInfo], int]:
+    """Output of ``squeue -h -o <squeue_format()>``.  Returns the jobs and the
+    number of malformed lines skipped (a caller logs that count)."""
+    jobs: list[JobInfo] = []
+    bad = 0
+    n = len(SQUEUE_FIELDS)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(SQUEUE_SEP, n - 1)
+        if len(parts) != n:
+            bad += 1
+            continue
+        row = {field: value.strip() for (_, field), value in zip(SQUEUE_FIELDS, parts, strict=True)}
+        row["name"] = parts[-1]  # free text: keep blanks
+        jobs.append(
+            JobInfo(
+                job_id=row["job_id"],
+                user=_none_if_null(row["user"]),
+                state=row["state"].upper(),
+                nodes=_none_if_null(row["nodes"]) or "",
+                batch_host=_none_if_null(row["batch_host"]),
+                partition=_none_if_null(row["partition"]),
+                num_nodes=_int(row["num_nodes"]),
+                name=_none_if_null(row["name"]),
+            )
+        )
+    return jobs, bad
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key      = value`` lines; section headers
+    and blank lines are skipped."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key or " " in key:
+            continue
+        out.setdefault(key, value.strip())
+    return out
+
+
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm-wlm 22.05.8`` / ``slurm 24.11.5`` -> ``(22, 5, 8)``."""
+    m = _VERSION_RE.search(text)
+    if not m:
+        raise SlurmError(f"cannot find a Slurm version in {text.strip()[:80]!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

@@ -1,0 +1,92 @@
+"""Shared fixtures.  One real Slurm lab per test run (session scope).
+
+The lab needs root and Debian's slurm packages.  Without them the lab tests
+are skipped with the reason - unless SLURM_HOOKS_REQUIRE_LAB=1 (CI sets it),
+where a missing lab is a failure, so CI can never go green by skipping.
+
+Other test modules reuse ``lab`` (and ``fresh_lab``, which resets it) and
+may ``lab.reconfigure(extra_conf)`` it with their hooks; ``fresh_lab``
+restores the default configuration before the next test that asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_hooks.errors import LabError
+from slurm_hooks.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
+from slurm_hooks.probes.commands import run
+
+REQUIRE_LAB = os.environ.get("SLURM_HOOKS_REQUIRE_LAB") == "1"
+LAB_NODES = 4
+
+
+def lab_unavailable(reason: str) -> None:
+    if REQUIRE_LAB:
+        pytest.fail(f"SLURM_HOOKS_REQUIRE_LAB=1 but the Slurm lab cannot run: {reason}", False)
+    pytest.skip(f"Slurm lab not available: {reason}")
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    """A running 4-node lab, shared by the whole test run."""
+    problems = missing_prerequisites()
+    if problems:
+        lab_unavailable("; ".join(problems))
+    base = tempfile.mkdtemp(prefix="slurm-hooks-test-lab-")
+    ensure_user(TEST_USER)
+    the_lab = Lab(base, LAB_NODES)
+    try:
+        the_lab.up()
+    except LabError as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"the Slurm lab did not come up: {exc}", False)
+    try:
+        yield the_lab
+    finally:
+        the_lab.down()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_lab(lab: Lab) -> Lab:
+    """The session lab with no jobs, no drains and the default slurm.conf."""
+    lab.reset()
+    return lab
+
+
+@pytest.fixture
+def job_dir(lab: Lab, request: pytest.FixtureRequest) -> Path:
+    """A directory the test user's jobs can write to, one per test."""
+    path = lab.shared_dir / request.node.name.replace("[", "_").replace("]", "_")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    os.chmod(path, 0o1777)
+    return path
+
+
+def submit(lab: Lab, script: Path, *args: str, user: str = TEST_USER) -> str:
+    """sbatch ``script`` as ``user``; returns the job id."""
+    res = run(
+        ["runuser", "-u", user, "--", "sbatch", "--parsable", *args, str(script)],
+        timeout=30,
+        env=lab.env(),
+        cwd=str(script.parent),
+    )
+    return res.stdout.strip().split(";")[0]
+
+
+@pytest.fixture
+def sbatch(lab: Lab):  # type: ignore[no-untyped-def]
+    """``sbatch(script, *args, user='sltest') -> job_id`` on the session lab."""
+
+    def _submit(script: Path, *args: str, user: str = TEST_USER) -> str:
+        return submit(lab, script, *args, user=user)
+
+    return _submit

@@ -1,0 +1,112 @@
+"""slurmrestd backend: against the lab's slurmrestd (OpenAPI v0.0.38 on a
+unix socket), plus transport errors without one."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_hooks.errors import SlurmError, SlurmUnavailable
+from slurm_hooks.slurm import get_client
+from slurm_hooks.slurm.base import SignalTarget, SlurmClient
+from slurm_hooks.slurm.rest_backend import RestClient
+
+pytest.importorskip("requests_unixsocket", reason="requests-unixsocket not installed (rest extra)")
+
+
+def test_unreachable_socket_is_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    c = RestClient(socket=str(tmp_path / "missing.sock"), retries=1, backoff=0.01, timeout=2)
+    with pytest.raises(SlurmUnavailable, match="slurmrestd unreachable"):
+        c.list_nodes()
+    assert c.ping() is False
+
+
+def test_http_token_headers_and_factory() -> None:
+    c = get_client("rest", url="http://slurm.example:6820/", user="alice", token="tok")
+    assert isinstance(c, SlurmClient)
+    assert c.session.headers["X-SLURM-USER-NAME"] == "alice"
+    assert c.session.headers["X-SLURM-USER-TOKEN"] == "tok"
+    assert c._url("nodes") == "http://slurm.example:6820/slurm/v0.0.38/nodes"
+    with pytest.raises(SlurmError, match="exactly one"):
+        RestClient()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda c: c.drain("n1", "x"),
+        lambda c: c.resume("n1"),
+        lambda c: c.down("n1", "x"),
+        lambda c: c.update_reason("n1", "x"),
+        lambda c: c.requeue("1"),
+        lambda c: c.show_config(),
+        lambda c: c.signal_job("1", "USR1", SignalTarget.BATCH),
+        lambda c: c.set_job_comment("1", "x", admin=True),
+    ],
+)
+def test_v0038_gaps_name_the_cli_backend(tmp_path, op) -> None:  # type: ignore[no-untyped-def]
+    c = RestClient(socket=str(tmp_path / "never-used.sock"))
+    with pytest.raises(SlurmError, match="use the cli backend"):
+        op(c)
+
+
+@pytest.fixture
+def rest(fresh_lab) -> RestClient:  # type: ignore[no-untyped-def]
+    return RestClient(socket=fresh_lab.start_rest(), timeout=10, retries=2, backoff=0.1)
+
+
+@pytest.mark.slurm
+def test_rest_nodes_match_cli(fresh_lab, rest) -> None:  # type: ignore[no-untyped-def]
+    cli = fresh_lab.client()
+    reason = "admin: rest check = fine [x]"
+    cli.drain("n2", reason)
+    by_rest = {n.name: n for n in rest.list_nodes()}
+    by_cli = {n.name: n for n in cli.list_nodes()}
+    assert sorted(by_rest) == sorted(by_cli) == fresh_lab.node_names
+    for name, node in by_cli.items():
+        r = by_rest[name]
+        assert (r.state, r.flags, r.reason, r.reason_user, r.reason_time) == (
+            node.state,
+            node.flags,
+            node.reason,
+            node.reason_user,
+            node.reason_time,
+        )
+    assert rest.get_node("n2").reason == reason
+    assert [n.name for n in rest.list_nodes("n[3-4]")] == ["n3", "n4"]
+    with pytest.raises(SlurmError, match="HTTP 500"):
+        rest.get_node("nope")
+    assert rest.ping()
+
+
+@pytest.mark.slurm
+def test_rest_jobs_signal_comment_cancel(fresh_lab, rest, job_dir, sbatch) -> None:  # type: ignore[no-untyped-def]
+    script = job_dir / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "trap 'echo USR1 >> \"$OUT/usr1.$SLURM_JOB_ID\"' USR1\n"
+        'touch "$OUT/ready.$SLURM_JOB_ID"\n'
+        "while true; do sleep 0.2 & wait $!; done\n"
+    )
+    script.chmod(0o755)
+    jid = sbatch(script, "--requeue", f"--export=ALL,OUT={job_dir}", "-o", "/dev/null")
+    job = fresh_lab.wait_job(jid, lambda j: j.state == "RUNNING", timeout=20)
+    got = rest.get_job(jid)
+    assert (got.user, got.state, got.nodes, got.batch_host, got.requeue) == (
+        "sltest",
+        "RUNNING",
+        job.nodes,
+        job.batch_host,
+        True,
+    )
+    assert [j.job_id for j in rest.jobs_on_node(job.batch_host)] == [jid]
+    assert jid in [j.job_id for j in rest.list_jobs()]
+    rest.set_job_comment(jid, "via rest")
+    assert fresh_lab.client().get_job(jid).comment == "via rest"
+    # signal only once the trap is installed (RUNNING comes before that)
+    fresh_lab.wait_for((job_dir / f"ready.{jid}").exists, 10, what="trap installed")
+    rest.signal_job(jid, "USR1", SignalTarget.FULL)
+    fresh_lab.wait_for((job_dir / f"usr1.{jid}").exists, 10, what="USR1 via rest")
+    rest.cancel(jid)
+    fresh_lab.wait_for(lambda: not rest.jobs_on_node(job.batch_host), 30, what="cancel via rest")
+    with pytest.raises(SlurmError, match="Invalid job id|Unable to find"):
+        rest.get_job("999999")
