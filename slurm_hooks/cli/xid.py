@@ -1,0 +1,206 @@
+"""``slurm-hooks xid``: scan kernel logs for XIDs, explain an XID."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from ..errors import ConfigError, KernelLogError, StateError
+from ..model import Status
+
+EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
+
+
+def _when(wall: float | None, mono: float | None) -> str:
+    if wall is not None:
+        return datetime.fromtimestamp(wall, UTC).isoformat(timespec="seconds")
+    if mono is not None:
+        return f"+{mono:.6f}s"
+    return "-"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """NVIDIA XID and NVSwitch SXID events: scan logs, explain codes.
+
+    \b
+    Examples:
+      dmesg | slurm-hooks xid scan -
+      slurm-hooks xid scan /var/log/kern.log --json
+      slurm-hooks xid scan --since-cursor /var/lib/slurm-hooks   # only what is new
+      slurm-hooks xid explain 79
+    """
+
+
+@command.command("scan")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+@click.option(
+    "--since-cursor",
+    "state",
+    type=click.Path(file_okay=False),
+    help="State dir: read only what is new since the last scan with this dir, and save the cursor.",
+)
+@click.option(
+    "--year",
+    type=int,
+    default=None,
+    help="Year for syslog timestamps, which carry none (default: this year).",
+)
+def scan_cmd(file: str | None, as_json: bool, state: str | None, year: int | None) -> None:
+    """Print the XID/SXID events in FILE ('-' for stdin; default: /dev/kmsg or the journal).
+
+    Identical events are folded into one line with a count.  Exit status: 0 no
+    drain-worthy event, 1 drain-worthy events found, 2 error.
+
+    \b
+    Examples:
+      dmesg -T | slurm-hooks xid scan -
+      journalctl -k -o json | slurm-hooks xid scan - --json
+      slurm-hooks xid scan /var/log/syslog --since-cursor /tmp/xid-state
+    """
+    from ..xid.history import load_history, save_history
+    from ..xid.rules import evaluate, update_history
+    from ..xid.scan import scan_path, scan_stream
+    from ..xid.settings import XidSettings
+    from ..xid.source import FileSource, scan_new
+
+    settings = XidSettings()
+    ctx = click.get_current_context()
+    history: list[Any] = []
+    try:
+        if file == "-":
+            if state:
+                raise click.UsageError("--since-cursor needs a file or the kernel log, not stdin")
+            result = scan_stream(sys.stdin.buffer, name="<stdin>", year=year)
+        elif file and not state:
+            result = scan_path(file, year=year)
+        else:
+            if file:
+                source: Any = FileSource(file)
+            else:
+                from ..checks.xid import make_source
+
+                source = make_source(settings)
+            if state:
+                history = load_history(state)
+                result = scan_new(source, state, year=year)
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    result = scan_new(source, tmp, year=year, save=False)
+        now = datetime.now(UTC).timestamp()
+        findings = evaluate(result.aggregates, now=now, history=history, settings=settings)
+        if state and result.aggregates:
+            save_history(state, update_history(history, result.aggregates, now, settings))
+    except (KernelLogError, StateError, ConfigError, OSError) as exc:
+        click.echo(f"slurm-hooks: error: {exc}", err=True)
+        ctx.exit(EXIT_ERROR)
+        return
+
+    verdict = {(f.code, f.component.pci): f for f in findings}
+    for agg in result.aggregates:
+        f = verdict.get((agg.code, agg.pci or agg.raw_pci))
+        if as_json:
+            record = agg.to_dict()
+            record["action"] = str(f.action) if f else None
+            record["status"] = str(f.status) if f else None
+            record["gpu"] = f.component.index if f else None
+            click.echo(json.dumps(record, sort_keys=True))
+        else:
+            who = f"pid={agg.pid if agg.pid is not None else '-'} name={agg.name or '-'}"
+            where = agg.pci or agg.raw_pci or "-"
+            if agg.switch:
+                where = f"{agg.switch}@{where}"
+            tail = f"  => {f.status} {f.action}" if f else ""
+            click.echo(
+                f"{agg.code:<9} {where:<14} {who:<28} count={agg.count:<6} "
+                f"first={_when(agg.first_wall, agg.first_monotonic)}  {agg.message}{tail}"
+            )
+    stats = result.stats
+    if stats.skipped or stats.lost or stats.decode_errors or result.reset:
+        click.echo(
+            f"# {stats.lines} lines, {stats.events} events, skipped {stats.malformed} malformed and "
+            f"{stats.oversized} oversized, {stats.decode_errors} undecodable, {stats.lost} lost"
+            + (f", cursor reset: {result.reset}" if result.reset else ""),
+            err=True,
+        )
+    if not as_json:
+        for f in findings:
+            if f.status is Status.FAIL:
+                click.echo(
+                    f"# {f.status} {f.code} {f.component.short()}: {f.action} - {f.message}",
+                    err=True,
+                )
+    ctx.exit(EXIT_UNHEALTHY if any(f.status is Status.FAIL for f in findings) else EXIT_OK)
+
+
+@command.command("explain")
+@click.argument("number", type=int)
+@click.option("--sxid", is_flag=True, help="NUMBER is an NVSwitch SXid.")
+def explain_cmd(number: int, sxid: bool) -> None:
+    """What XID NUMBER means, and what slurm-hooks does about it.
+
+    \b
+    Examples:
+      slurm-hooks xid explain 79
+      slurm-hooks xid explain 13
+      slurm-hooks xid explain --sxid 12028
+    """
+    from ..xid.catalogue import load_catalogue
+
+    cat = load_catalogue()
+    if sxid:
+        info_s = cat.sxid(number)
+        click.echo(f"SXid {number}: {info_s.name if info_s else 'not in the catalogue'}")
+        if info_s:
+            click.echo(
+                f"  severity:    {info_s.severity} (source: {info_s.source}, confidence: {info_s.confidence})"
+            )
+        for sev, name in sorted(cat.sxid_defaults.items()):
+            b = cat.bucket(name)
+            click.echo(f"  when {sev:<8} -> {b.status} {b.action} ({name})")
+        return
+    info = cat.get(number)
+    bucket = cat.bucket_for(number)
+    if info is None:
+        click.echo(f"XID {number}: not in the catalogue.")
+        click.echo(
+            f"  slurm-hooks: {bucket.status}, action {bucket.action} (reported, not acted on)"
+        )
+        return
+    click.echo(f"XID {info.xid}: {info.name} ({info.mnemonic})")
+    click.echo(f"  {info.description}")
+    click.echo(
+        f"  applies to:          {', '.join(info.applies_to) or 'none of A100/H100/B100/GB200'}"
+    )
+    click.echo(f"  immediate action:    {info.immediate or '(none given)'}")
+    click.echo(f"  investigatory:       {info.investigatory or '(none given)'}")
+    if info.xid154:
+        click.echo("  XID 154 follows:     yes (its recovery action wins)")
+    click.echo(f"  source:              {info.source} (confidence: {info.confidence})")
+    if info.note:
+        click.echo(f"  note:                {info.note}")
+    click.echo(f"  slurm-hooks does:    {bucket.status}, action {bucket.action} - {bucket.meaning}")
+    notes = _RULE_NOTES.get(number) or _RULE_NOTES.get(bucket.rule or "")
+    if notes:
+        click.echo(f"  rule:                {notes}")
+
+
+_RULE_NOTES: dict[Any, str] = {
+    13: "application fault (WARN, restart_app) unless repeated on the same GPU: "
+    "3 distinct incidents within 24 h (configurable) -> FAIL, drain.",
+    31: "application fault (WARN, restart_app) unless repeated on the same GPU: "
+    "3 distinct incidents within 24 h (configurable) -> FAIL, drain.",
+    "xid48": "alone -> FAIL, reset_gpu; with XID 63/64 on the same GPU -> FAIL, drain (drain and reset).",
+    "xid45": "with another XID on the same GPU -> ignored (follow that one); alone -> WARN, restart_app.",
+    "nvlink74": "register bits decoded: hardware classes -> drain; sympathetic with other errors -> ignore; "
+    "ECC threshold only -> WARN; ignorable bits -> OK.",
+    "nvlink5": "Fatal -> reset_gpu; Nonfatal -> ignore (RLW_REMAP/RLW_SRC_TRACK: restart_app); XID 154 overrides.",
+    "xid154": "the stated recovery action (GPU Reset / Node Reboot / Drain P2P / Drain and Reset) "
+    "overrides the actions of the other XIDs on that GPU.",
+}

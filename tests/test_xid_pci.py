@@ -1,0 +1,66 @@
+"""Bus id -> GPU index/UUID through NVML (fake) or /proc/driver/nvidia."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_hooks.probes.fake_nvml import FakeNvml
+from slurm_hooks.xid.pci import gpu_map, gpus_from_nvml, gpus_from_procfs, lookup
+
+INFO = """Model: 		 NVIDIA H100 80GB HBM3
+IRQ:   		 0
+GPU UUID: 	 GPU-6f4a1c2e-0b8d-4e1f-9a3b-2c7d5e8f1a0b
+Video BIOS: 	 96.00.99.00.01
+Bus Type: 	 PCIe
+DMA Size: 	 52 bits
+DMA Mask: 	 0xfffffffffffff
+Bus Location: 	 0000:3b:00.0
+Device Minor: 	 2
+GPU Excluded:	 No
+"""
+
+
+def fake() -> FakeNvml:
+    nv = FakeNvml(
+        {
+            "gpu_count": 2,
+            "gpu": {
+                "0": {"pci_bus_id": "00000000:3B:00.0"},
+                "1": {"pci_bus_id": "00000000:86:00.0"},
+            },
+        }
+    )
+    nv.nvmlInit()
+    return nv
+
+
+def test_from_nvml() -> None:
+    gpus = gpus_from_nvml(fake())
+    assert sorted(gpus) == ["0000:3b:00.0", "0000:86:00.0"]
+    ref = lookup("0000:86:00.0", gpus)
+    assert ref is not None and ref.index == 1 and ref.uuid and ref.uuid.startswith("GPU-")
+
+
+def test_from_procfs(tmp_path: Path) -> None:
+    d = tmp_path / "0000:3b:00.0"
+    d.mkdir()
+    (d / "information").write_text(INFO)
+    (tmp_path / "not-a-gpu").mkdir()
+    gpus = gpus_from_procfs(str(tmp_path))
+    assert list(gpus) == ["0000:3b:00.0"]
+    assert gpus["0000:3b:00.0"].index == 2
+    assert gpus["0000:3b:00.0"].uuid == "GPU-6f4a1c2e-0b8d-4e1f-9a3b-2c7d5e8f1a0b"
+
+
+def test_gpu_map_falls_back_to_procfs(tmp_path: Path) -> None:
+    class Broken:
+        def nvmlDeviceGetCount(self) -> int:
+            raise RuntimeError("driver not loaded")
+
+    d = tmp_path / "0000:86:00.0"
+    d.mkdir()
+    (d / "information").write_text(INFO.replace("Device Minor: \t 2", "Device Minor: \t 5"))
+    assert gpu_map(Broken(), str(tmp_path))["0000:86:00.0"].index == 5
+    assert gpu_map(fake(), str(tmp_path))["0000:86:00.0"].index == 1
+    assert gpu_map(None, str(tmp_path / "missing")) == {}
+    assert lookup(None, {}) is None
