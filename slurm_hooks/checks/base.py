@@ -15,9 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..model import Action, Component, Finding, Phase, Status
+
+T = TypeVar("T")
+
+#: Keys of every ``[checks.<name>]`` table that the runner reads itself; the
+#: rest belongs to the check (its ``Settings`` dataclass, if it has one).
+COMMON_SETTINGS = frozenset({"enabled", "timeout_s", "phases"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class CheckContext:
     state_dir: str = "/var/lib/slurm-hooks"
     services: Mapping[str, Any] = field(default_factory=dict)
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: The config file the settings came from, so errors can name it.
+    config_path: str | None = None
 
     def service(self, name: str, factory: Callable[[], Any] | None = None) -> Any:
         """An injected service, or ``factory()`` when none was injected."""
@@ -46,6 +54,15 @@ class CheckContext:
         if factory is None:
             raise KeyError(f"no service {name!r} injected and no default")
         return factory()
+
+    def settings_as(self, cls: type[T], check: str) -> T:
+        """``settings`` (less the runner's own keys) as the check's frozen
+        dataclass; unknown keys and bad values raise ConfigError naming
+        ``checks.<check>.<key>`` and the file."""
+        from ..config import from_mapping
+
+        data = {k: v for k, v in self.settings.items() if k not in COMMON_SETTINGS}
+        return from_mapping(cls, data, path=self.config_path, prefix=f"checks.{check}")
 
 
 class Check(Protocol):

@@ -1,0 +1,109 @@
+"""Wall time of the healthcheck phase as a whole process, next to bare start-up.
+
+Runs, in one session and interleaved (so machine noise hits all alike):
+
+* ``python -c pass`` and ``python -S -c pass``: the interpreter's floor;
+* ``python -m slurm_hooks.runner healthcheck`` on a CPU node (profile with
+  no GPUs, one mount, scratch, memory; NVML never loaded);
+* the same on an 8-GPU node through the fake NVML (``h100_healthy.toml``),
+  with the InfiniBand check reading a recorded sysfs tree.
+
+Prints medians and the difference to ``python -c pass``.  Goals: within
+50 ms without GPUs, within 100 ms with 8 fake GPUs.  No assertions: these
+are figures to watch, not a test.
+
+    .venv/bin/python bench/bench_healthcheck.py [--runs 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+
+
+def config(tmp: Path, gpus: bool) -> Path:
+    scratch = tmp / "scratch"
+    scratch.mkdir(exist_ok=True)
+    kern = tmp / "kern.log"
+    kern.write_text("")
+    text = f'[general]\nstate_dir = "{tmp / "state"}"\n[checks]\n'
+    text += f'sysfs_root = "{DATA / "sysfs" / "dgx_h100_healthy"}"\n'
+    if gpus:
+        text += f'nvml_scenario = "{DATA / "nvml" / "h100_healthy.toml"}"\n'
+    # The xid check reads a (quiet) log file here, as it would /dev/kmsg on a node.
+    text += f'[checks.xid]\nsource = "file"\npath = "{kern}"\n'
+    text += '[profiles.gpu]\nbase = "h100-sxm5-80gb"\nnodes = "gpu[001-128]"\nmemory_gb = 1\n'
+    text += f'scratch_path = "{scratch}"\nscratch_min_free_gb = 0.001\nmounts = ["/dev/shm"]\n'
+    text += '[profiles.cpu]\nbase = "cpu"\nnodes = "cpu[01-64]"\nmemory_gb = 1\n'
+    text += f'scratch_path = "{scratch}"\nscratch_min_free_gb = 0.001\nmounts = ["/dev/shm"]\n'
+    path = tmp / ("gpu.toml" if gpus else "cpu.toml")
+    path.write_text(text)
+    return path
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv} failed rc={proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=21)
+    args = ap.parse_args()
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="bench-hc-") as d:
+        tmp = Path(d)
+        # Production installs ship compiled bytecode; let the warm-up run
+        # write it even where the environment disables that.
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("SLURM_HOOKS_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
+        cases = {
+            "python -c pass": ([py, "-c", "pass"], base),
+            "python -S -c pass": ([py, "-S", "-c", "pass"], base),
+            "healthcheck, no GPU": (
+                [py, "-m", "slurm_hooks.runner", "healthcheck"],
+                {**base, "SLURM_HOOKS_CONFIG": str(config(tmp, False)), "SLURMD_NODENAME": "cpu01"},
+            ),
+            "healthcheck, 8 fake GPUs": (
+                [py, "-m", "slurm_hooks.runner", "healthcheck"],
+                {**base, "SLURM_HOOKS_CONFIG": str(config(tmp, True)), "SLURMD_NODENAME": "gpu001"},
+            ),
+        }
+        times: dict[str, list[float]] = {k: [] for k in cases}
+        for argv, env in cases.values():
+            timed(argv, env)  # warm the page cache and .pyc files
+        for _ in range(args.runs):
+            for name, (argv, env) in cases.items():
+                times[name].append(timed(argv, env))
+    floor = statistics.median(times["python -c pass"])
+    goals = {"healthcheck, no GPU": 0.050, "healthcheck, 8 fake GPUs": 0.100}
+    print(f"{'case':<28}{'median ms':>10}{'min ms':>9}{'+ vs pass':>11}  goal")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        extra = med - floor
+        goal = goals.get(name)
+        verdict = f"+{goal * 1000:.0f} ms {'met' if extra <= goal else 'MISSED'}" if goal else ""
+        print(
+            f"{name:<28}{med * 1000:>10.1f}{min(ts) * 1000:>9.1f}{extra * 1000:>+11.1f}  {verdict}"
+        )
+    print(f"runs={args.runs} python={sys.version.split()[0]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""GPU burn-in check (prolog and acceptance).
+
+``[checks.burnin]`` settings (all optional)::
+
+    engine = "auto"          # auto | gpu_burn | torch | fake
+    duration_s = 10          # prolog burn; acceptance uses acceptance_duration_s
+    acceptance_duration_s = 60
+    gpu_burn = "gpu_burn"    # binary (PATH or absolute); gpu_burn_dir holds compare.ptx
+    gpu_burn_args = []       # e.g. ["-tc"]
+    size = 8192              # torch: matrix side
+    dtypes = ["bf16", "fp32"]
+    warn_below_median = 0.10 # vs siblings' median
+    fail_below_median = 0.20
+    tflops_floor = 45.0      # overrides the profile's burnin_min_tflops (fp32)
+    devices = [0, 1]         # only these GPUs (e.g. the job's); default all
+
+``auto`` picks the fake when a fake NVML or engine scenario is configured
+(lab, tests), else gpu_burn when installed (starts fast, reference tool),
+else torch when installed, else reports UNKNOWN.  A burn that cannot
+finish inside the hook's deadline is not started (UNKNOWN "skipped: budget").
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from ..burnin.budget import Skipped, budget_shortfall, command_timeout
+from ..burnin.judge import judge_burnin, thresholds_from
+from ..burnin.model import BurninRun, GpuBurnin
+from ..config import from_mapping
+from ..model import Finding, Phase, Status
+from ..probes import commands
+from .base import COMMON_SETTINGS, CheckContext, ok
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("auto", "gpu_burn", "torch", "fake")
+#: Keys the runner may put into settings besides COMMON_SETTINGS.
+RUNNER_KEYS = frozenset({"deadline"})
+
+
+@dataclass(frozen=True)
+class BurninSettings:
+    engine: str = "auto"
+    duration_s: float = 10.0
+    acceptance_duration_s: float = 60.0
+    gpu_burn: str = "gpu_burn"
+    gpu_burn_dir: str | None = None
+    gpu_burn_args: tuple[str, ...] = ()
+    size: int = 8192
+    dtypes: tuple[str, ...] = ("bf16", "fp32")
+    #: Seconds on top of the burn: start-up (torch import, CUDA init), teardown.
+    overhead_s: float | None = None
+    devices: tuple[int, ...] | None = None
+    warn_below_median: float = 0.10
+    fail_below_median: float = 0.20
+    min_siblings: int = 2
+    floor_fail_fraction: float = 0.85
+    tflops_floor: float | None = None
+    tflops_floor_bf16: float | None = None
+    tflops_floor_fp16: float | None = None
+    tflops_floor_tf32: float | None = None
+    tflops_floor_fp64: float | None = None
+    max_temp_c: float | None = None
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.duration_s <= 0 or self.acceptance_duration_s <= 0:
+            raise ValueError("durations must be > 0")
+        for d in self.dtypes:
+            if d not in ("bf16", "fp16", "fp32"):
+                raise ValueError(f"dtypes: unknown precision {d!r} (bf16, fp16, fp32)")
+
+
+def load_settings(ctx: CheckContext, check: str) -> BurninSettings:
+    data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | RUNNER_KEYS}
+    return from_mapping(BurninSettings, data, path=ctx.config_path, prefix=f"checks.{check}")
+
+
+def _fake_configured() -> bool:
+    return bool(
+        os.environ.get("SLURM_HOOKS_NVML_SCENARIO") or os.environ.get("SLURM_HOOKS_ENGINE_SCENARIO")
+    )
+
+
+def choose_engine(s: BurninSettings) -> str | None:
+    if s.engine != "auto":
+        return s.engine
+    if _fake_configured():
+        return "fake"
+    if shutil.which(s.gpu_burn, path=commands.command_env()["PATH"]):
+        return "gpu_burn"
+    if importlib.util.find_spec("torch") is not None:
+        return "torch"
+    return None
+
+
+_OVERHEAD = {"gpu_burn": 6.0, "torch": 20.0, "fake": 1.0}
+
+
+def _remap(run: BurninRun, devices: tuple[int, ...] | None) -> BurninRun:
+    """Engines started with CUDA_VISIBLE_DEVICES number GPUs 0..k-1; give
+    findings the node's own indices back."""
+    if not devices:
+        return run
+    gpus = tuple(
+        replace(g, index=devices[g.index]) if g.index < len(devices) else g for g in run.gpus
+    )
+    return replace(run, gpus=gpus)
+
+
+class BurninCheck:
+    name: ClassVar[str] = "burnin"
+    settings_class: ClassVar[type] = BurninSettings
+    phases: ClassVar[frozenset[Phase]] = frozenset({Phase.PROLOG, Phase.ACCEPTANCE})
+
+    def gather(self, ctx: CheckContext) -> BurninRun | Skipped:
+        s = load_settings(ctx, self.name)
+        if ctx.profile.get("gpu_count") == 0:
+            return Skipped("not applicable: profile expects no GPUs")
+        engine = choose_engine(s)
+        if engine is None:
+            raise RuntimeError(f"no burn-in engine: neither {s.gpu_burn!r} nor torch is installed")
+        duration = s.acceptance_duration_s if ctx.phase is Phase.ACCEPTANCE else s.duration_s
+        overhead = s.overhead_s if s.overhead_s is not None else _OVERHEAD.get(engine, 10.0)
+        short = budget_shortfall(ctx, duration + overhead)
+        if short:
+            return Skipped(short)
+        timeout = command_timeout(ctx, duration + overhead + 30.0)
+        run_cmd = ctx.services.get("run", commands.run)
+        log.info("burn-in engine=%s duration=%ss", engine, duration)
+        if engine == "fake":
+            from ..burnin.gpu_burn import parse_gpu_burn
+            from ..fake_engines import gpu_burn_output, load_scenario
+
+            sc = load_scenario(gpu_count=int(ctx.profile.get("gpu_count") or 8))
+            return parse_gpu_burn(gpu_burn_output(sc, int(duration)))
+        if engine == "gpu_burn":
+            from ..burnin.gpu_burn import build_argv, run_gpu_burn
+
+            argv = build_argv(s.gpu_burn, int(duration))
+            argv = [argv[0], *s.gpu_burn_args, *argv[1:]]
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, s.devices))} if s.devices else None
+
+            def _run(a: list[str], **kw: Any) -> commands.CommandResult:
+                return run_cmd(a, env=env, **kw) if env else run_cmd(a, **kw)
+
+            res = run_gpu_burn(
+                argv,
+                timeout=timeout,
+                cwd=s.gpu_burn_dir,
+                expected_gpus=len(s.devices) if s.devices else None,
+                run=_run,
+            )
+            return _remap(res, s.devices)
+        from ..burnin.torch_engine import TorchBurninConfig, run_torch_burnin
+        from .gpubase import nvml_session
+
+        nvml = None
+        try:
+            nvml = nvml_session(ctx).nvml
+        except Exception as exc:  # noqa: BLE001 - telemetry is optional
+            log.debug("burn-in without NVML telemetry: %s", exc)
+        cfg = TorchBurninConfig(
+            duration_s=duration, size=s.size, dtypes=s.dtypes, devices=s.devices
+        )
+        return run_torch_burnin(cfg, nvml=nvml, nvml_shared=True)
+
+    def judge(self, data: BurninRun | Skipped, ctx: CheckContext) -> list[Finding]:
+        if isinstance(data, Skipped):
+            if data.reason.startswith("not applicable"):
+                return [ok(self.name, data.reason)]
+            return [
+                Finding(
+                    check=self.name,
+                    status=Status.UNKNOWN,
+                    code="CHECK_SKIPPED",
+                    message=data.reason,
+                )
+            ]
+        settings = {k: v for k, v in ctx.settings.items() if v is not None}
+        t = thresholds_from(ctx.profile, settings)
+        return judge_burnin(data, t, check=self.name)
+
+
+__all__ = ["BurninCheck", "BurninSettings", "GpuBurnin", "choose_engine"]

@@ -1,0 +1,80 @@
+"""DCGM diagnostic check (acceptance only: ``dcgmi diag -r 2`` takes minutes).
+
+``[checks.dcgm]`` settings (all optional)::
+
+    level = 2                # dcgmi diag -r LEVEL
+    dcgmi = "dcgmi"
+    expected_s = 180         # how long the diag takes here, for the budget
+    warn_is_fail = false     # treat DCGM warnings as failures
+    devices = [0, 1]         # -i; default all
+
+Skipped (OK, not applicable) when dcgmi is not installed or the profile
+expects no GPUs: DCGM is an optional extra, not a requirement.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..burnin.budget import Skipped, budget_shortfall, command_timeout
+from ..config import from_mapping
+from ..dcgm import DcgmReport, diag_argv, judge_dcgm, run_or_timeout
+from ..model import Finding, Phase, Status
+from ..probes import commands
+from .base import COMMON_SETTINGS, CheckContext, ok
+
+
+@dataclass(frozen=True)
+class DcgmSettings:
+    level: int = 2
+    dcgmi: str = "dcgmi"
+    expected_s: float = 180.0
+    warn_is_fail: bool = False
+    devices: tuple[int, ...] | None = None
+
+    def validate(self) -> None:
+        if self.level not in (1, 2, 3, 4):
+            raise ValueError(f"level must be 1..4, got {self.level}")
+
+
+class DcgmCheck:
+    name: ClassVar[str] = "dcgm"
+    settings_class: ClassVar[type] = DcgmSettings
+    phases: ClassVar[frozenset[Phase]] = frozenset({Phase.ACCEPTANCE})
+
+    def _settings(self, ctx: CheckContext) -> DcgmSettings:
+        data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | {"deadline"}}
+        return from_mapping(DcgmSettings, data, path=ctx.config_path, prefix=f"checks.{self.name}")
+
+    def gather(self, ctx: CheckContext) -> DcgmReport | Skipped:
+        s = self._settings(ctx)
+        if ctx.profile.get("gpu_count") == 0:
+            return Skipped("not applicable: profile expects no GPUs")
+        run_cmd = ctx.services.get("run", commands.run)
+        if "run" not in ctx.services and not shutil.which(
+            s.dcgmi, path=commands.command_env()["PATH"]
+        ):
+            return Skipped(f"not applicable: {s.dcgmi} is not installed")
+        short = budget_shortfall(ctx, s.expected_s)
+        if short:
+            return Skipped(short)
+        timeout = command_timeout(ctx, 2 * s.expected_s)
+        return run_or_timeout(diag_argv(s.level, s.devices, s.dcgmi), timeout, run=run_cmd)
+
+    def judge(self, data: DcgmReport | Skipped, ctx: CheckContext) -> list[Finding]:
+        if isinstance(data, Skipped):
+            if data.reason.startswith("not applicable"):
+                return [ok(self.name, data.reason)]
+            return [
+                Finding(
+                    check=self.name,
+                    status=Status.UNKNOWN,
+                    code="CHECK_SKIPPED",
+                    message=data.reason,
+                )
+            ]
+        return judge_dcgm(
+            data, check=self.name, warn_is_fail=bool(ctx.settings.get("warn_is_fail", False))
+        )

@@ -1,0 +1,174 @@
+"""Intra-node NCCL all-reduce bandwidth check (prolog and acceptance).
+
+``[checks.nccl]`` settings (all optional)::
+
+    engine = "auto"              # auto | nccl-tests | torch | fake
+    all_reduce_perf = "all_reduce_perf"
+    min_bytes = "32M"
+    max_bytes = "1G"             # prolog sweep; acceptance uses acceptance_max_bytes
+    acceptance_max_bytes = "8G"
+    iters = 20
+    busbw_floor_gbps = 400       # overrides the profile's nccl_min_busbw_gbps
+    floor_fail_fraction = 0.85
+    large_min_bytes = 268435456  # rows judged for bandwidth
+    expected_s = 20              # how long a run takes here, for the budget
+    devices = [0, 1, 2, 3]       # only these GPUs; default all (profile gpu_count)
+
+``auto``: the fake when a fake scenario is configured, else nccl-tests when
+installed, else torch.distributed when torch is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..burnin.budget import Skipped, budget_shortfall, command_timeout
+from ..config import from_mapping
+from ..model import Finding, Phase, Status
+from ..nccl.judge import judge_nccl, thresholds_from
+from ..nccl.model import NcclRun
+from ..probes import commands
+from .base import COMMON_SETTINGS, CheckContext, ok
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("auto", "nccl-tests", "torch", "fake")
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    engine: str = "auto"
+    all_reduce_perf: str = "all_reduce_perf"
+    min_bytes: str = "32M"
+    max_bytes: str = "1G"
+    acceptance_max_bytes: str = "8G"
+    iters: int = 20
+    warmup: int = 5
+    busbw_floor_gbps: float | None = None
+    floor_fail_fraction: float = 0.85
+    large_min_bytes: int = 256 * 1024 * 1024
+    expected_s: float = 20.0
+    acceptance_expected_s: float = 60.0
+    devices: tuple[int, ...] | None = None
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+
+
+def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
+    data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | {"deadline"}}
+    return from_mapping(NcclSettings, data, path=ctx.config_path, prefix=f"checks.{check}")
+
+
+def choose_engine(s: NcclSettings) -> str | None:
+    if s.engine != "auto":
+        return s.engine
+    if os.environ.get("SLURM_HOOKS_NVML_SCENARIO") or os.environ.get("SLURM_HOOKS_ENGINE_SCENARIO"):
+        return "fake"
+    if shutil.which(s.all_reduce_perf, path=commands.command_env()["PATH"]):
+        return "nccl-tests"
+    if importlib.util.find_spec("torch") is not None:
+        return "torch"
+    return None
+
+
+def _gpu_count(ctx: CheckContext, s: NcclSettings) -> int | None:
+    if s.devices:
+        return len(s.devices)
+    n = ctx.profile.get("gpu_count")
+    if n:
+        return int(n)
+    try:
+        from .gpubase import nvml_session
+
+        return nvml_session(ctx).device_count()
+    except Exception as exc:  # noqa: BLE001
+        log.debug("no GPU count from NVML: %s", exc)
+        return None
+
+
+class NcclCheck:
+    name: ClassVar[str] = "nccl"
+    settings_class: ClassVar[type] = NcclSettings
+    phases: ClassVar[frozenset[Phase]] = frozenset({Phase.PROLOG, Phase.ACCEPTANCE})
+
+    def gather(self, ctx: CheckContext) -> NcclRun | Skipped:
+        s = load_settings(ctx, self.name)
+        if ctx.profile.get("gpu_count") == 0:
+            return Skipped("not applicable: profile expects no GPUs")
+        engine = choose_engine(s)
+        if engine is None:
+            raise RuntimeError(
+                f"no all-reduce engine: neither {s.all_reduce_perf!r} nor torch is installed"
+            )
+        acceptance = ctx.phase is Phase.ACCEPTANCE
+        expected = s.acceptance_expected_s if acceptance else s.expected_s
+        short = budget_shortfall(ctx, expected)
+        if short:
+            return Skipped(short)
+        timeout = command_timeout(ctx, 3 * expected)
+        max_bytes = s.acceptance_max_bytes if acceptance else s.max_bytes
+        ngpus = _gpu_count(ctx, s)
+        if engine == "fake":
+            from ..fake_engines import all_reduce_perf_output, load_scenario
+            from ..nccl.engines import parse_size
+            from ..nccl.parser import parse_nccl_tests
+
+            sc = load_scenario(gpu_count=ngpus or 8)
+            text = all_reduce_perf_output(
+                sc, min_bytes=parse_size(s.min_bytes), max_bytes=parse_size(max_bytes)
+            )
+            return parse_nccl_tests(text, engine="fake")
+        if ngpus is None:
+            raise RuntimeError("cannot tell how many GPUs to test (no profile gpu_count, no NVML)")
+        if engine == "nccl-tests":
+            from ..nccl.engines import all_reduce_argv, run_all_reduce_perf
+
+            argv = all_reduce_argv(
+                s.all_reduce_perf,
+                ngpus=ngpus,
+                min_bytes=s.min_bytes,
+                max_bytes=max_bytes,
+                iters=s.iters,
+                warmup=s.warmup,
+                timeout_s=max(5, int(timeout) - 2),
+            )
+            run_cmd = ctx.services.get("run", commands.run)
+            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, s.devices))} if s.devices else None
+
+            def _run(a: list[str], **kw: Any) -> commands.CommandResult:
+                return run_cmd(a, env=env, **kw) if env else run_cmd(a, **kw)
+
+            return run_all_reduce_perf(argv, timeout=timeout, run=_run)
+        from ..nccl.engines import TorchNcclConfig, parse_size, run_torch_all_reduce
+
+        cfg = TorchNcclConfig(
+            min_bytes=parse_size(s.min_bytes),
+            max_bytes=parse_size(max_bytes),
+            iters=s.iters,
+            warmup=s.warmup,
+            timeout_s=timeout,
+            devices=s.devices,
+        )
+        return run_torch_all_reduce(cfg)
+
+    def judge(self, data: NcclRun | Skipped, ctx: CheckContext) -> list[Finding]:
+        if isinstance(data, Skipped):
+            if data.reason.startswith("not applicable"):
+                return [ok(self.name, data.reason)]
+            return [
+                Finding(
+                    check=self.name,
+                    status=Status.UNKNOWN,
+                    code="CHECK_SKIPPED",
+                    message=data.reason,
+                )
+            ]
+        settings = {k: v for k, v in ctx.settings.items() if v is not None}
+        return judge_nccl(data, thresholds_from(ctx.profile, settings), check=self.name)

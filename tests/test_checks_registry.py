@@ -1,0 +1,60 @@
+"""The registry lists every check lazily and agrees with the classes."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from slurm_hooks.checks import registry
+from slurm_hooks.checks.registry import CHECKS, CheckSpec, for_phase, load, load_class
+from slurm_hooks.errors import CheckNotInstalled
+from slurm_hooks.model import Phase
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_registry_phases_match_the_class(name: str) -> None:
+    spec = CHECKS[name]
+    try:
+        cls = load_class(spec)
+    except CheckNotInstalled:
+        pytest.skip(f"{name} not installed yet")
+    assert cls.name == name
+    assert frozenset(cls.phases) == spec.phases, name
+
+
+def test_others_checks_are_registered() -> None:
+    assert CHECKS["xid"].target == "slurm_hooks.checks.xid:XidCheck"
+    assert CHECKS["burnin"].target == "slurm_hooks.checks.burnin:BurninCheck"
+    assert CHECKS["nccl"].target == "slurm_hooks.checks.nccl:NcclCheck"
+
+
+def test_missing_module_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    ghost = CheckSpec("ghost", "slurm_hooks.checks.ghost:GhostCheck", frozenset({Phase.PROLOG}), "")
+    monkeypatch.setitem(registry.CHECKS, "ghost", ghost)
+    with pytest.raises(CheckNotInstalled, match="not installed"):
+        load("ghost")
+    wrong = CheckSpec("wrong", "slurm_hooks.checks.ecc:NoSuchCheck", frozenset({Phase.PROLOG}), "")
+    monkeypatch.setitem(registry.CHECKS, "wrong", wrong)
+    with pytest.raises(CheckNotInstalled, match="has no NoSuchCheck"):
+        load("wrong")
+    assert importlib.util.find_spec("slurm_hooks.checks.ghost") is None
+
+
+def test_for_phase_orders_and_filters() -> None:
+    hc = [s.name for s in for_phase("healthcheck")]
+    assert hc[0] == "gpu_count" and "burnin" not in hc and "xid" in hc
+    assert {s.name for s in for_phase(Phase.PROLOG)} >= {"burnin", "nccl", "gpu_lost", "ecc"}
+
+
+def test_registry_imports_no_check_module() -> None:
+    code = (
+        "import sys; import slurm_hooks.checks.registry as r; r.for_phase('healthcheck');"
+        "print(sorted(m for m in sys.modules if m.startswith('slurm_hooks.checks.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "['slurm_hooks.checks.registry']"
