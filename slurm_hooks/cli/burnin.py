@@ -1,0 +1,111 @@
+"""``slurm-hooks burnin parse FILE``: judge a gpu_burn output an admin has in hand.
+
+Exit codes: 0 healthy, 1 unhealthy (a WARN or FAIL finding), 2 could not
+judge (nothing ran, unreadable file, unknown profile).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from ..errors import ConfigError
+from ..model import Finding, Status
+from ._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, exits_on_error
+
+
+def resolve_profile(name: str | None, config_path: str | None) -> dict[str, Any]:
+    """A profile by name: the config's ``[profiles.NAME]``, else a shipped
+    example; no name: an empty profile (only floors given as options apply)."""
+    if not name:
+        return {}
+    from ..config import load
+    from ..profiles import builtin_names, load_builtin, load_profiles
+
+    cfg = load(config_path, validate=False)
+    prof = load_profiles(cfg).get(name)
+    if prof is None and name in builtin_names():
+        prof = load_builtin(name)
+    if prof is None:
+        known = ", ".join(sorted({p.name for p in load_profiles(cfg)} | set(builtin_names())))
+        raise ConfigError(f"no profile {name!r} (known: {known})")
+    return {k: prof[k] for k in prof}
+
+
+def exit_code(findings: Sequence[Finding]) -> int:
+    if any(f.status in (Status.FAIL, Status.WARN) for f in findings):
+        return EXIT_UNHEALTHY
+    if any(f.status is Status.UNKNOWN for f in findings):
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc}", path=path) from exc
+
+
+def echo_findings(findings: Sequence[Finding]) -> None:
+    for f in findings:
+        click.echo(f"{f.status.value:7s} {f.code:18s} {f.component.short():6s} {f.message}")
+
+
+@click.group(name="burnin")
+def command() -> None:
+    """GPU burn-in results (gpu_burn output)."""
+
+
+@command.command("parse")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print figures and findings as JSON.")
+@click.option("--profile", "profile_name", help="Judge against this profile's floors.")
+@click.option("-c", "--config", "config_path", help="Config file with [profiles].")
+@click.option("--floor", type=float, help="FP32 TFLOP/s floor per GPU (overrides the profile).")
+@click.option("--gpus", type=int, help="Expected GPU count (overrides the profile).")
+@exits_on_error
+def parse_cmd(
+    file: str,
+    as_json: bool,
+    profile_name: str | None,
+    config_path: str | None,
+    floor: float | None,
+    gpus: int | None,
+) -> None:
+    """Parse and judge a captured gpu_burn output FILE (stdout+stderr).
+
+    \b
+    Example:
+      gpu_burn 60 > burn.log 2>&1; slurm-hooks burnin parse burn.log --profile h100-sxm5-80gb
+    """
+    from ..burnin.gpu_burn import parse_gpu_burn
+    from ..burnin.judge import judge_burnin, thresholds_from
+
+    profile = resolve_profile(profile_name, config_path)
+    if gpus is not None:
+        profile["gpu_count"] = gpus
+    settings = {"tflops_floor": floor} if floor is not None else {}
+    run = parse_gpu_burn(read_text(file))
+    findings = judge_burnin(run, thresholds_from(profile, settings))
+    if as_json:
+        out = run.to_dict()
+        out["findings"] = [f.to_dict() for f in findings]
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"gpu_burn: {len(run.gpus)} GPUs, completed={run.completed}")
+        for g in run.gpus:
+            tf = "-" if g.tflops is None else f"{g.tflops:.1f}"
+            click.echo(
+                f"  gpu{g.index}: {g.verdict or '?':6s} errors={g.errors} tflops={tf}"
+                f" max_temp={g.max_temp_c if g.max_temp_c is not None else '-'}"
+                + (" DIED" if g.died else "")
+            )
+        for e in run.errors:
+            click.echo(f"  error: {e}")
+        echo_findings(findings)
+    raise SystemExit(exit_code(findings))

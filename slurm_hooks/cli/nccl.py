@@ -1,0 +1,78 @@
+"""``slurm-hooks nccl parse FILE``: judge an nccl-tests output an admin has in hand.
+
+Exit codes: 0 healthy, 1 unhealthy (a WARN or FAIL finding), 2 could not
+judge (empty output, unreadable file, unknown profile).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._common import exits_on_error
+from .burnin import echo_findings, exit_code, read_text, resolve_profile
+
+
+@click.group(name="nccl")
+def command() -> None:
+    """NCCL all-reduce bandwidth results (nccl-tests output)."""
+
+
+@command.command("parse")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print figures and findings as JSON.")
+@click.option("--profile", "profile_name", help="Judge against this profile's floor.")
+@click.option("-c", "--config", "config_path", help="Config file with [profiles].")
+@click.option("--floor", type=float, help="Bus bandwidth floor in GB/s (overrides the profile).")
+@click.option("--gpus", type=int, help="Expected GPU count (overrides the profile).")
+@click.option(
+    "--large-min-bytes",
+    type=int,
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="Rows at or above this size are judged for bandwidth.",
+)
+@exits_on_error
+def parse_cmd(
+    file: str,
+    as_json: bool,
+    profile_name: str | None,
+    config_path: str | None,
+    floor: float | None,
+    gpus: int | None,
+    large_min_bytes: int,
+) -> None:
+    """Parse and judge a captured all_reduce_perf output FILE.
+
+    \b
+    Example:
+      all_reduce_perf -b 32M -e 8G -g 8 > ar.log 2>&1
+      slurm-hooks nccl parse ar.log --profile h100-sxm5-80gb --json
+    """
+    from ..nccl.judge import judge_nccl, thresholds_from
+    from ..nccl.parser import parse_nccl_tests
+
+    profile = resolve_profile(profile_name, config_path)
+    if gpus is not None:
+        profile["gpu_count"] = gpus
+    settings: dict[str, object] = {"large_min_bytes": large_min_bytes}
+    if floor is not None:
+        settings["busbw_floor_gbps"] = floor
+    run = parse_nccl_tests(read_text(file))
+    findings = judge_nccl(run, thresholds_from(profile, settings))
+    if as_json:
+        out = run.to_dict(large_min_bytes)
+        out["findings"] = [f.to_dict() for f in findings]
+        click.echo(json.dumps(out, indent=2))
+    else:
+        large = run.large_busbw(large_min_bytes)
+        click.echo(
+            f"all_reduce: {run.nranks or '?'} ranks, {len(run.rows)} sizes, completed={run.completed},"
+            f" avg busbw={run.avg_busbw if run.avg_busbw is not None else '-'} GB/s,"
+            f" large busbw={'-' if large is None else f'{large:.1f}'} GB/s, wrong={run.wrong}"
+        )
+        for e in run.errors:
+            click.echo(f"  error: {e}")
+        echo_findings(findings)
+    raise SystemExit(exit_code(findings))

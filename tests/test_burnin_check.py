@@ -1,0 +1,219 @@
+"""BurninCheck / NcclCheck / DcgmCheck wiring: engine choice, budget, fake engines."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_hooks.burnin.budget import Skipped, budget_shortfall, command_timeout, time_left
+from slurm_hooks.checks.base import CheckContext
+from slurm_hooks.checks.burnin import BurninCheck, choose_engine, load_settings
+from slurm_hooks.checks.dcgm import DcgmCheck
+from slurm_hooks.checks.nccl import NcclCheck
+from slurm_hooks.errors import ConfigError
+from slurm_hooks.model import Phase
+from slurm_hooks.probes.commands import CommandResult
+
+DATA = Path(__file__).parent / "data"
+H100 = {"gpu_count": 8, "burnin_min_tflops": 45.0, "nccl_min_busbw_gbps": 400.0}
+
+
+@pytest.fixture
+def no_scenarios(monkeypatch):
+    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
+
+
+def ctx(phase=Phase.PROLOG, profile=H100, settings=None, services=None):
+    return CheckContext(
+        node="n1", phase=phase, profile=profile, settings=settings or {}, services=services or {}
+    )
+
+
+def run_check(check, c):
+    return check.judge(check.gather(c), c)
+
+
+def test_budget_helpers():
+    assert time_left(ctx()) is None
+    now = time.monotonic()
+    c = ctx(services={"deadline": now + 5})
+    assert time_left(c, now=now) == pytest.approx(5)
+    assert budget_shortfall(c, 4, now=now) is None
+    assert "skipped: budget (5.0s left, needs 12.0s)" == budget_shortfall(c, 12, now=now)
+    assert time_left(ctx(services={"deadline": lambda: 3.0})) == 3.0
+
+    class Budget:
+        def remaining(self):
+            return 7.5
+
+    assert time_left(ctx(settings={"deadline": Budget()})) == 7.5
+    assert command_timeout(ctx(), 100) == 100
+    assert command_timeout(ctx(settings={"timeout_s": 60}), 100) == 58
+    assert (
+        command_timeout(ctx(services={"deadline": Budget()}, settings={"timeout_s": 60}), 100)
+        == 5.5
+    )
+
+
+def test_burnin_skips_when_budget_too_short(no_scenarios):
+    c = ctx(settings={"engine": "gpu_burn", "deadline": time.monotonic() + 3})
+    data = BurninCheck().gather(c)
+    assert isinstance(data, Skipped)
+    (f,) = BurninCheck().judge(data, c)
+    assert (f.status.value, f.code) == ("UNKNOWN", "CHECK_SKIPPED")
+    assert f.message.startswith("skipped: budget")
+
+
+def test_burnin_gpu_burn_engine_through_commands(no_scenarios):
+    text = (DATA / "gpu_burn" / "slow_gpu5.txt").read_text()
+    seen = {}
+
+    def fake_run(argv, **kw):
+        seen["argv"], seen["kw"] = argv, kw
+        return CommandResult(tuple(argv), 0, text, "", 10.0)
+
+    c = ctx(
+        settings={
+            "engine": "gpu_burn",
+            "gpu_burn": "/opt/gpu_burn",
+            "gpu_burn_args": ["-tc"],
+            "duration_s": 10,
+        },
+        services={"run": fake_run},
+    )
+    fs = run_check(BurninCheck(), c)
+    assert seen["argv"] == ["/opt/gpu_burn", "-tc", "10"]
+    assert seen["kw"]["timeout"] == pytest.approx(10 + 6 + 30)
+    assert [(f.code, f.status.value, f.component.short()) for f in fs] == [
+        ("BURNIN_SLOW", "FAIL", "gpu5")
+    ]
+
+
+def test_burnin_devices_remap_indices(no_scenarios):
+    text = (DATA / "gpu_burn" / "faulty_gpu3_errors.txt").read_text()
+
+    def fake_run(argv, **kw):
+        assert kw["env"] == {"CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15"}
+        return CommandResult(tuple(argv), 0, text, "", 10.0)
+
+    c = ctx(
+        profile={},
+        settings={"engine": "gpu_burn", "devices": list(range(8, 16))},
+        services={"run": fake_run},
+    )
+    fs = run_check(BurninCheck(), c)
+    assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_ERRORS", "gpu11")]
+
+
+def test_burnin_settings_are_validated(no_scenarios):
+    with pytest.raises(ConfigError, match="checks.burnin.engin"):
+        load_settings(ctx(settings={"engin": "x"}), "burnin")
+    with pytest.raises(ConfigError, match="engine must be one of"):
+        load_settings(ctx(settings={"engine": "cuda"}), "burnin")
+    s = load_settings(ctx(settings={"enabled": True, "timeout_s": 30, "deadline": 1.0}), "burnin")
+    assert s.engine == "auto"
+
+
+def test_no_gpu_profile_is_not_applicable(no_scenarios):
+    for check in (BurninCheck(), NcclCheck(), DcgmCheck()):
+        c = ctx(phase=Phase.ACCEPTANCE, profile={"gpu_count": 0})
+        (f,) = run_check(check, c)
+        assert f.status.value == "OK" and "not applicable" in f.message
+
+
+def test_auto_engine_choice(no_scenarios, monkeypatch, tmp_path):
+    s = load_settings(ctx(settings={"gpu_burn": "definitely-not-installed-xyz"}), "burnin")
+    assert choose_engine(s) in (None, "torch")
+    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(tmp_path / "x.toml"))
+    assert choose_engine(s) == "fake"
+    fake_bin = tmp_path / "gpu_burn"
+    fake_bin.write_text("#!/bin/sh\n")
+    fake_bin.chmod(0o755)
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO")
+    s2 = load_settings(ctx(settings={"gpu_burn": str(fake_bin)}), "burnin")
+    assert choose_engine(s2) == "gpu_burn"
+
+
+NVML_SCENARIO = """
+preset = "h100-sxm5-80gb"
+gpu_count = 8
+[gpu.6]
+lost = true
+"""
+
+
+def test_fake_engines_follow_the_nvml_scenario(monkeypatch, tmp_path):
+    nv = tmp_path / "nvml.toml"
+    nv.write_text(NVML_SCENARIO)
+    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(nv))
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
+    fs = run_check(BurninCheck(), ctx())
+    assert [(f.code, f.status.value, f.component.short()) for f in fs] == [
+        ("BURNIN_FAILED", "FAIL", "gpu6")
+    ]
+    assert "CUDA_ERROR_UNKNOWN" in fs[0].message
+    (n,) = run_check(NcclCheck(), ctx())
+    assert (n.code, n.status.value) == ("NCCL_FAILED", "FAIL")
+
+
+def test_fake_engine_scenario_file(monkeypatch, tmp_path):
+    sc = tmp_path / "engines.json"
+    sc.write_text(
+        json.dumps(
+            {"burnin": {"gflops": 50000, "gpu": {"2": {"errors": 40}}}, "nccl": {"busbw_gbps": 250}}
+        )
+    )
+    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(sc))
+    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
+    fs = run_check(BurninCheck(), ctx())
+    assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_ERRORS", "gpu2")]
+    (n,) = run_check(NcclCheck(), ctx(phase=Phase.ACCEPTANCE))
+    assert (n.code, n.status.value) == ("NCCL_SLOW", "FAIL")
+    sc.write_text(json.dumps({"nccl": {"fail": "hang"}}))
+    (n,) = run_check(NcclCheck(), ctx())
+    assert n.code == "NCCL_FAILED" and "no final summary" in n.message
+
+
+def test_nccl_check_nccl_tests_engine(no_scenarios):
+    text = (DATA / "nccl" / "h100_8gpu_ok.txt").read_text()
+    seen = {}
+
+    def fake_run(argv, **kw):
+        seen["argv"] = argv
+        return CommandResult(tuple(argv), 0, text, "", 10.0)
+
+    c = ctx(settings={"engine": "nccl-tests", "max_bytes": "8G"}, services={"run": fake_run})
+    (f,) = run_check(NcclCheck(), c)
+    assert f.code == "OK" and f.values["busbw_gbps"] == pytest.approx(487.01, abs=0.01)
+    assert seen["argv"][:7] == ["all_reduce_perf", "-b", "32M", "-e", "8G", "-f", "2"]
+    assert seen["argv"][seen["argv"].index("-g") + 1] == "8"
+
+
+def test_nccl_check_budget(no_scenarios):
+    c = ctx(settings={"engine": "nccl-tests", "deadline": time.monotonic() + 2})
+    (f,) = run_check(NcclCheck(), c)
+    assert f.code == "CHECK_SKIPPED"
+
+
+def test_dcgm_check(no_scenarios):
+    text = (DATA / "dcgmi" / "fail_gpu_memory_gpu5.json").read_text()
+
+    def fake_run(argv, **kw):
+        assert argv == ["dcgmi", "diag", "-r", "3", "-j"]
+        return CommandResult(tuple(argv), 226, text, "", 200.0)
+
+    c = ctx(phase=Phase.ACCEPTANCE, settings={"level": 3}, services={"run": fake_run})
+    (f,) = run_check(DcgmCheck(), c)
+    assert (f.code, f.component.short()) == ("DCGM_FAIL", "gpu5")
+    assert DcgmCheck.phases == frozenset({Phase.ACCEPTANCE})
+
+
+def test_dcgm_not_installed_is_not_applicable(no_scenarios, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    c = ctx(phase=Phase.ACCEPTANCE, settings={"dcgmi": "dcgmi-not-here"})
+    (f,) = run_check(DcgmCheck(), c)
+    assert f.status.value == "OK" and "not installed" in f.message

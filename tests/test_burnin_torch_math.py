@@ -1,0 +1,125 @@
+"""The torch engine's arithmetic, without torch: TFLOP/s, checksums, reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slurm_hooks.burnin import verify
+from slurm_hooks.burnin.judge import judge_burnin
+from slurm_hooks.burnin.torch_engine import TorchBurninConfig, _Worker, build_run
+
+
+def test_matmul_tflops():
+    # 100 products of 8192^3: 2*8192^3*100 = 1.0995e14 flop in 0.2 s
+    assert verify.matmul_tflops(8192, 100, 0.2) == pytest.approx(549.76, rel=1e-4)
+    assert verify.matmul_tflops(4, 1, 1e-12, m=2, k=3) == pytest.approx(48.0)
+    with pytest.raises(ValueError):
+        verify.matmul_tflops(8, 1, 0)
+
+
+def test_seeded_matrix_is_deterministic_and_bounded():
+    a = verify.seeded_matrix(8, 7)
+    assert a == verify.seeded_matrix(8, 7)
+    assert a != verify.seeded_matrix(8, 8)
+    assert all(-1.0 <= x < 1.0 for x in a)
+
+
+def test_reference_matmul_identity():
+    n = 3
+    ident = [1.0 if i == j else 0.0 for i in range(n) for j in range(n)]
+    a = verify.seeded_matrix(n, 1)
+    assert verify.reference_matmul(a, ident, n) == a
+
+
+@pytest.mark.parametrize(
+    "got_delta,dtype,bad",
+    [
+        (0.0, "fp32", False),
+        (1e-6, "fp32", False),
+        (1e-3, "fp32", True),
+        (1e-3, "bf16", False),
+        (0.2, "bf16", True),
+        (float("nan"), "fp32", True),
+    ],
+)
+def test_reference_mismatch(got_delta, dtype, bad):
+    want = verify.reference_matmul(verify.seeded_matrix(4, 1), verify.seeded_matrix(4, 2), 4)
+    scale = max(abs(w) for w in want)
+    got = list(want)
+    got[5] += got_delta * scale
+    assert (verify.reference_mismatch(got, want, dtype) is not None) is bad
+
+
+def test_inconsistent_batches():
+    assert verify.inconsistent_batches([1.5, 1.5, 1.5]) == 0
+    assert verify.inconsistent_batches([1.5, 1.5, 1.5000001, 1.5]) == 1
+    assert verify.inconsistent_batches([1.5, 1.5000001], rtol=1e-6) == 0
+    assert verify.inconsistent_batches([1.5, math.nan]) == 1
+    assert verify.inconsistent_batches([]) == 0
+
+
+def test_sibling_mismatches():
+    sums = {i: 1234.5 for i in range(8)}
+    assert verify.sibling_mismatches(sums, 1e-6) == {}
+    sums[6] = 1234.6
+    assert set(verify.sibling_mismatches(sums, 1e-6)) == {6}
+    assert set(verify.sibling_mismatches({0: 1.0, 1: 2.0}, 1e-6)) == {0, 1}
+    assert verify.sibling_mismatches({0: 1.0}, 0) == {}
+    assert set(verify.sibling_mismatches({0: 1.0, 1: 1.0, 2: math.nan}, 1e-6)) == {2}
+
+
+def worker(i, tf=600.0, sums=(10.0, 10.0, 10.0), fp32=50.0, **kw):
+    w = _Worker(i)
+    w.tflops = {"bf16": [tf * 0.9, tf, tf, tf], "fp32": [fp32, fp32, fp32]}
+    w.checksums = {"bf16": list(sums), "fp32": [3.0, 3.0]}
+    w.iterations = 100
+    for k, v in kw.items():
+        setattr(w, k, v)
+    return w
+
+
+def test_build_run_healthy():
+    cfg = TorchBurninConfig()
+    r = build_run([worker(i) for i in range(4)], cfg, temps={0: [40, 60]}, clocks={0: [1980]})
+    assert r.completed and r.engine == "torch"
+    g0 = r.gpus[0]
+    assert g0.tflops == pytest.approx(600.0)  # first (ramp-up) sample dropped
+    assert dict(g0.tflops_by_dtype) == {"bf16": pytest.approx(600.0), "fp32": pytest.approx(50.0)}
+    assert g0.max_temp_c == 60 and g0.sm_clocks_mhz == (1980,)
+    assert [f.code for f in judge_burnin(r)] == ["OK"]
+
+
+def test_build_run_flags_corruption_drift_and_hangs():
+    cfg = TorchBurninConfig()
+    ws = [worker(i) for i in range(4)]
+    ws[1] = worker(1, sums=(10.0, 10.0, 10.5))  # drifts on itself and vs siblings
+    ws[2] = worker(2, ref_errors=["bf16 product off the float64 reference by 0.3"])
+    ws[3] = worker(3, error_text="RuntimeError: CUDA error: an illegal memory access")
+    r = build_run(ws, cfg, hung=[3])
+    assert not r.completed
+    assert r.gpus[1].errors == 1 and "differs from siblings" in r.gpus[1].mismatch
+    assert "reference" in r.gpus[2].mismatch
+    assert r.gpus[3].died and "hung" in r.gpus[3].error_text
+    got = sorted((f.code, f.component.short()) for f in judge_burnin(r) if f.is_problem)
+    assert got == [
+        ("BURNIN_ERRORS", "gpu1"),
+        ("BURNIN_FAILED", "gpu3"),
+        ("BURNIN_INCOMPLETE", "node"),
+        ("BURNIN_MISMATCH", "gpu1"),
+        ("BURNIN_MISMATCH", "gpu2"),
+    ]
+
+
+def test_run_torch_burnin_without_cuda_raises():
+    from slurm_hooks.burnin.torch_engine import run_torch_burnin
+
+    class NoCuda:
+        class cuda:  # noqa: N801 - mimics torch.cuda
+            @staticmethod
+            def is_available():
+                return False
+
+    with pytest.raises(RuntimeError, match="no CUDA"):
+        run_torch_burnin(TorchBurninConfig(), torch_module=NoCuda)
