@@ -1,0 +1,78 @@
+"""``slurm-hooks breaker status|reset``: the fleet's automation fuse."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
+
+
+@click.group("breaker")
+def command() -> None:
+    """Show or re-arm the circuit breaker that caps automatic drains."""
+
+
+@command.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@config_option
+@exits_on_error
+def status(as_json: bool, config_path: str | None) -> None:
+    """Latched trips and, per partition, drains by slurm-hooks in the window
+    against the limit.  Exit 1 when tripped."""
+    from datetime import UTC, datetime
+
+    from ..actions import Engine
+    from ..policy.breaker import partition_usage
+    from ._common import load_config
+
+    engine = Engine.from_config(load_config(config_path), spawn=None)
+    trips = engine.latch.read()
+    nodes = engine.slurm.list_nodes()
+    now = datetime.now(UTC)
+    parts = sorted({p for n in nodes for p in n.partitions} or {"*"})
+    rows = []
+    for part in parts:
+        counted, size, limit, names = partition_usage(nodes, part, engine.policy, now)
+        trip = trips.get(part)
+        rows.append(
+            {
+                "partition": part,
+                "tripped": trip is not None,
+                "tripped_at": trip.at.isoformat() if trip else None,
+                "tripped_by": trip.node if trip else None,
+                "drained_in_window": counted,
+                "limit": limit,
+                "size": size,
+                "nodes": list(names),
+            }
+        )
+    if as_json:
+        click.echo(json.dumps({"latch": str(engine.latch.path), "partitions": rows}, indent=2))
+    else:
+        click.echo(f"latch: {engine.latch.path}")
+        for r in rows:
+            state = "TRIPPED" if r["tripped"] else "armed"
+            extra = f" since {r['tripped_at']} (by {r['tripped_by']})" if r["tripped"] else ""
+            click.echo(
+                f"{r['partition']}: {state}{extra}; {r['drained_in_window']}/{r['limit']} "
+                f"drained by slurm-hooks in the window ({r['size']} nodes)"
+            )
+    raise SystemExit(EXIT_UNHEALTHY if trips else EXIT_OK)
+
+
+@command.command("reset")
+@click.option("--partition", default=None, help="Re-arm one partition (default: all).")
+@config_option
+@exits_on_error
+def reset(partition: str | None, config_path: str | None) -> None:
+    """Re-arm the breaker after a human has looked at the cause."""
+    import getpass
+
+    from ..actions import Engine
+    from ._common import load_config
+
+    engine = Engine.from_config(load_config(config_path), spawn=None)
+    gone = engine.breaker_reset(partition, who=f"cli:{getpass.getuser()}")
+    click.echo(f"re-armed: {', '.join(gone)}" if gone else "breaker was not tripped")

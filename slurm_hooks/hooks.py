@@ -1,0 +1,82 @@
+"""``python3 -m slurm_hooks hook healthcheck|epilog|prolog``: what the shims exec.
+
+Runs the phase's checks (runner.run_phase, with its own budget) and feeds the
+findings to the remediation engine.  No click, no requests on this path.
+
+Slurm's limits shape it:
+
+* HealthCheckProgram is killed after 60 s: the checks get their budget, the
+  engine gets what is left (at least ENGINE_MIN_S, else it does not start and
+  the next run acts), and the grace wait runs in the detached worker.
+* A non-zero epilog makes Slurm drain the node with "Epilog error", a reason
+  that is not ours and that would hide ours: the epilog exits 0 after acting
+  (the drain it needs, it wrote itself).  The health check's exit status is
+  not read by Slurm; it is 1 when the node is unhealthy, for people and logs.
+* An open incident with work left (a grace worker that died) is rolled
+  forward on the next run, healthy or not.
+* The prolog runs before every job: its cache, budget and requeue live in
+  ``slurm_hooks.prolog`` (exit 0: the job may start or was requeued by us;
+  1: the node failed, Slurm handles the job).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+log = logging.getLogger("slurm_hooks.hooks")
+
+#: Seconds Slurm gives a HealthCheckProgram (hard-coded in slurmd).
+HEALTHCHECK_LIMIT_S = 60.0
+#: Do not start acting with less than this left: a drain plus a few job
+#: signals are a handful of scontrol/scancel calls.
+ENGINE_MIN_S = 8.0
+PHASES = ("healthcheck", "epilog", "prolog")
+
+
+def main(argv: Sequence[str]) -> int:
+    t0 = time.monotonic()
+    if len(argv) != 1 or argv[0] not in PHASES:
+        print(f"usage: python3 -m slurm_hooks hook {{{'|'.join(PHASES)}}}", file=sys.stderr)
+        return 2
+    phase = argv[0]
+    logging.basicConfig(
+        level=os.environ.get("SLURM_HOOKS_LOG_LEVEL", "INFO").upper(),
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s slurm-hooks[{phase}] %(name)s %(message)s",
+    )
+    if phase == "prolog":
+        from .prolog import hook_main
+
+        return hook_main(t0)
+    from . import config as config_mod
+    from .errors import SlurmHooksError
+    from .runner import node_name, run_phase
+
+    try:
+        cfg = config_mod.load(validate=False)
+        node = node_name()
+        result = run_phase(phase, cfg=cfg, node=node)
+    except SlurmHooksError as exc:
+        log.error("hook %s could not run its checks: %s", phase, exc)
+        return 0 if phase == "epilog" else 2
+    unhealthy = any(f.is_problem for f in result.findings)
+    remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
+    if phase == "healthcheck" and remaining < ENGINE_MIN_S:
+        log.warning("hook %s: %.1fs left, not acting this run", phase, remaining)
+    else:
+        try:
+            from .actions import Engine
+
+            engine = Engine.from_config(cfg, actor=f"slurm-hooks/{phase}")
+            for d in engine.handle(node, result.findings):
+                log.info("decision node=%s kind=%s code=%s why=%s", node, d.kind, d.code,
+                         d.explanation)  # fmt: skip
+        except SlurmHooksError as exc:
+            log.error("hook %s: remediation failed: %s", phase, exc)
+    if phase == "epilog":
+        return 0
+    return 1 if unhealthy else 0

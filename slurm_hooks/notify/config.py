@@ -1,0 +1,34 @@
+"""The ``[notify]`` config section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """``[notify]``: where remediation alerts go.  Every sink is optional."""
+
+    #: Slack-compatible incoming webhook (POST JSON {"text": ...}); empty: off.
+    webhook_url: str = ""
+    webhook_timeout: float = 5.0
+    #: Retries on connection errors and 429/5xx, with exponential backoff.
+    webhook_retries: int = 3
+    webhook_backoff: float = 0.5
+    #: Mail command as an argument list; the message goes to its stdin.
+    #: Placeholders: {user} {node} {job} {subject} {incident} {code}.
+    #: e.g. ["/usr/bin/mail", "-s", "{subject}", "{user}@example.org"].  Empty: off.
+    mail_argv: tuple[str, ...] = ()
+    mail_timeout: float = 10.0
+    #: Leave a note on the job itself (which node, which fault, requeued).
+    job_comment: bool = True
+    #: Write it to AdminComment (operators only) instead of Comment (the user sees it).
+    job_comment_admin: bool = False
+
+    def validate(self) -> None:
+        if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):
+            raise ValueError("webhook_url must be an http(s) URL")
+        if self.webhook_timeout <= 0 or self.mail_timeout <= 0:
+            raise ValueError("timeouts must be > 0")
+        if self.webhook_retries < 0:
+            raise ValueError("webhook_retries must be >= 0")

@@ -1,0 +1,113 @@
+"""The ``[policy]`` config section: what the decision engine may do, and how fast.
+
+Defaults are the conservative choices: a 120 s checkpoint grace, a breaker
+that stops automation at 10 % or 20 nodes of a partition per hour, and a
+node that fails three times after being resumed is left for a human.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RepeatRule:
+    """Escalate a fault code that repeats on one node: ``count`` occurrences
+    (this one included) within ``window_s`` seconds turn into ``action``."""
+
+    count: int = 3
+    window_s: float = 3600.0
+    #: "drain" or "replace".
+    action: str = "drain"
+
+    def validate(self) -> None:
+        if self.count < 1:
+            raise ValueError("count must be >= 1")
+        if self.window_s <= 0:
+            raise ValueError("window_s must be > 0")
+        if self.action not in ("drain", "replace"):
+            raise ValueError("action must be 'drain' or 'replace'")
+
+
+def _no_overrides() -> Mapping[str, RepeatRule]:
+    return types.MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """``[policy]``.  Times are seconds."""
+
+    #: Log and audit every decision, act on none (also honoured: general.observe_only).
+    observe_only: bool = False
+    #: Seconds a job gets to checkpoint between the signal and the requeue (0 allowed).
+    grace_seconds: float = 120.0
+    #: Signal for the batch script (``scancel --batch``); empty to send none.
+    signal_batch: str = "USR1"
+    #: Signal for the job's steps; empty to send none.
+    signal_steps: str = "TERM"
+    #: Cancel a job that cannot be requeued (else leave it running on the draining node).
+    cancel_unrequeueable: bool = True
+
+    #: App-level faults (action restart_app) that repeat this often on a node drain it.
+    app_fault_repeat_count: int = 3
+    app_fault_repeat_window_s: float = 3600.0
+    #: Drain-level faults on the same node within the window escalate to replace.
+    replace_after: int = 3
+    replace_window_s: float = 7 * 86400.0
+    #: Per fault code overrides, e.g. ``[policy.repeat.XID13] count = 2``.
+    repeat: Mapping[str, RepeatRule] = field(default_factory=_no_overrides)
+
+    #: Circuit breaker, per partition: automation drains at most
+    #: min(breaker_max_nodes, max(breaker_min_nodes, floor(share * size))) nodes
+    #: whose reason is ours and was set within the window.
+    breaker_max_share: float = 0.10
+    breaker_max_nodes: int = 20
+    breaker_min_nodes: int = 1
+    breaker_window_s: float = 3600.0
+    #: Latch file that keeps a trip until ``slurm-hooks breaker reset``.  Put it
+    #: on a file system every node mounts so every node sees the trip; empty
+    #: means ``<state_dir>/breaker.json`` (node-local latch; the Slurm-derived
+    #: count is still fleet-wide).
+    breaker_state_file: str = ""
+
+    #: A node we resumed that fails again this many times within the window is
+    #: drained with code FLAPPING and left for a human.
+    flap_count: int = 3
+    flap_window_s: float = 86400.0
+
+    #: Resume our drained nodes automatically once acceptance passed after the fault.
+    auto_resume: bool = True
+    #: Audit log path; empty means ``<state_dir>/audit.jsonl``.
+    audit_log: str = ""
+
+    def validate(self) -> None:
+        if self.grace_seconds < 0:
+            raise ValueError("grace_seconds must be >= 0")
+        if not 0 < self.breaker_max_share <= 1:
+            raise ValueError("breaker_max_share must be in (0, 1]")
+        if self.breaker_max_nodes < 1 or self.breaker_min_nodes < 0:
+            raise ValueError("breaker_max_nodes must be >= 1 and breaker_min_nodes >= 0")
+        for name in ("app_fault_repeat_count", "replace_after", "flap_count"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in (
+            "app_fault_repeat_window_s",
+            "replace_window_s",
+            "breaker_window_s",
+            "flap_window_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        for sig in (self.signal_batch, self.signal_steps):
+            if sig and not sig.replace("SIG", "", 1).isalnum():
+                raise ValueError(f"invalid signal name {sig!r}")
+        for rule in self.repeat.values():
+            rule.validate()
+
+    def repeat_rule(self, code: str) -> RepeatRule:
+        """The escalation rule for an app-level fault code."""
+        if code in self.repeat:
+            return self.repeat[code]
+        return RepeatRule(self.app_fault_repeat_count, self.app_fault_repeat_window_s, "drain")

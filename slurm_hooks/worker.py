@@ -1,0 +1,81 @@
+"""The detached grace worker: ``python -m slurm_hooks.worker <incident-file>``.
+
+A hook cannot wait out a job's checkpoint grace (slurmd kills a
+HealthCheckProgram at 60 s and an epilog holds the node), so the engine
+starts this in its own session and returns.  It sleeps until the incident's
+deadline, then requeues (or cancels) the jobs through the same engine code.
+If it dies, the journal still says what is left and ``resume_pending()``
+(or the next hook run on the node) finishes the work: exactly once, because
+the engine asks Slurm for the job's restart count before requeueing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+log = logging.getLogger("slurm_hooks.worker")
+
+
+def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def,type-arg]
+    from . import config as config_mod
+    from .actions import Engine
+    from .audit import AuditLog
+    from .notify import build_notifier
+    from .notify.config import NotifyConfig
+    from .policy.config import PolicyConfig
+    from .slurm.cli_backend import CliClient
+    from .state import StateStore
+
+    for key, value in (doc.get("worker_env") or {}).items():
+        os.environ[key] = str(value)
+    cfg = config_mod.load()
+    general = cfg.general
+    policy = cfg.section("policy", PolicyConfig)
+    slurm = CliClient(slurm_conf=os.environ.get("SLURM_CONF"), timeout=general.slurm_timeout)
+    state = StateStore(incident_file.parent.parent)
+    audit = AuditLog(doc.get("audit_log") or state.root / "audit.jsonl", actor="slurm-hooks/worker")
+    notifier = build_notifier(cfg.section("notify", NotifyConfig), slurm)
+    return Engine(slurm, policy, state, audit, notifier, spawn=None, actor="slurm-hooks/worker")
+
+
+def run(incident_file: Path) -> int:
+    from .state import parse_time, read_json
+
+    doc = read_json(incident_file)
+    if not isinstance(doc, dict):
+        log.error("no incident journal at %s", incident_file)
+        return 2
+    engine = build_engine(incident_file, doc)
+    if doc.get("deadline"):
+        delay = (parse_time(doc["deadline"]) - datetime.now(UTC)).total_seconds()
+        if delay > 0:
+            log.info("incident %s: waiting %.1fs of grace", doc["incident"], delay)
+            time.sleep(delay)
+    outcomes = engine.finish_incident(doc["incident"])
+    for o in outcomes:
+        log.info("incident %s job %s: %s (%s)", doc["incident"], o.job_id, o.outcome, o.detail)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s worker[%(process)d] %(message)s"
+    )
+    if len(args) != 1:
+        print("usage: python -m slurm_hooks.worker <incident-file>", file=sys.stderr)
+        return 2
+    try:
+        return run(Path(args[0]))
+    except Exception:  # noqa: BLE001 - a worker must log why it died; the journal keeps the rest
+        log.exception("grace worker failed for %s", args[0])
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""The engine against an in-memory SlurmClient (fast; every crash point).
+
+The same flows run against the real Slurm lab in test_actions_lab.py; this
+fake only lets us stop the engine between any two steps and count calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slurm_hooks.actions import Engine
+from slurm_hooks.audit import AuditLog
+from slurm_hooks.drain_reason import DrainReason, format_reason, parse_reason
+from slurm_hooks.errors import SlurmError
+from slurm_hooks.model import Action, Component, Finding, JobInfo, NodeState, Status
+from slurm_hooks.notify import Alert, Notifier
+from slurm_hooks.policy import DecisionKind, PolicyConfig
+from slurm_hooks.slurm.base import SignalTarget, SlurmClient
+from slurm_hooks.state import StateStore
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+class Crash(BaseException):
+    """Stands for the process dying (not an error anyone catches)."""
+
+
+class FakeSlurm:
+    def __init__(self, n=10):
+        self.nodes = {f"n{i}": NodeState(f"n{i}", "idle", partitions=("gpu",)) for i in range(n)}
+        self.jobs: dict[str, JobInfo] = {}
+        self.calls: list[tuple] = []
+        self.crash_after: str | None = None
+
+    def _log(self, *call):
+        self.calls.append(call)
+        if self.crash_after == call[0]:
+            self.crash_after = None
+            raise Crash(call[0])
+
+    def list_nodes(self, names=None):
+        self.calls.append(("list_nodes",))
+        return list(self.nodes.values())
+
+    def get_node(self, name):
+        self.calls.append(("get_node", name))
+        return self.nodes[name]
+
+    def drain(self, name, reason):
+        n = self.nodes[name]
+        self.nodes[name] = dataclasses.replace(
+            n, flags=n.flags | {"DRAIN"}, reason=reason, reason_time=T0
+        )
+        self._log("drain", name, reason)
+
+    def update_reason(self, name, reason):
+        self.nodes[name] = dataclasses.replace(self.nodes[name], reason=reason)
+        self._log("update_reason", name, reason)
+
+    def resume(self, name):
+        n = self.nodes[name]
+        self.nodes[name] = dataclasses.replace(n, flags=frozenset(), reason=None, reason_time=None)
+        self._log("resume", name)
+
+    def down(self, name, reason):
+        raise NotImplementedError
+
+    def jobs_on_node(self, name):
+        self.calls.append(("jobs_on_node", name))
+        return [j for j in self.jobs.values() if j.nodes == name and j.state == "RUNNING"]
+
+    def list_jobs(self, states=None):
+        return list(self.jobs.values())
+
+    def get_job(self, job_id):
+        self.calls.append(("get_job", job_id))
+        if job_id not in self.jobs:
+            raise SlurmError(f"scontrol show job failed (rc=1): Invalid job id specified {job_id}")
+        return self.jobs[job_id]
+
+    def signal_job(self, job_id, signal, target):
+        self._log("signal", job_id, signal, target)
+
+    def requeue(self, job_id):
+        j = self.jobs[job_id]
+        if j.requeue is False:
+            raise SlurmError("Requested operation is presently disabled for job")
+        self.jobs[job_id] = dataclasses.replace(
+            j, state="PENDING", restart_count=j.restart_count + 1
+        )
+        self._log("requeue", job_id)
+
+    def cancel(self, job_id):
+        self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state="CANCELLED")
+        self._log("cancel", job_id)
+
+    def set_job_comment(self, job_id, comment, *, admin=False):
+        self._log("comment", job_id, comment)
+
+    def show_config(self):
+        return {}
+
+    def count(self, name):
+        return sum(1 for c in self.calls if c[0] == name)
+
+
+class Clock:
+    def __init__(self):
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+
+class Recorder:
+    name = "rec"
+
+    def __init__(self, fail=False):
+        self.alerts: list[Alert] = []
+        self.fail = fail
+
+    def send(self, alert):
+        self.alerts.append(alert)
+        if self.fail:
+            raise ConnectionError("webhook down")
+
+
+def xid79(node_gpu=3):
+    return Finding(
+        "xid", Status.FAIL, "XID79", "GPU has fallen off the bus", Component("gpu", node_gpu),
+        Action.RESET_GPU,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def env(tmp_path):
+    slurm = FakeSlurm()
+    slurm.jobs["101"] = JobInfo("101", "alice", "RUNNING", "n1", "n1", True, name="train")
+    slurm.jobs["102"] = JobInfo("102", "bob", "RUNNING", "n1", "n1", False, name="eval")
+    clock = Clock()
+    rec = Recorder()
+
+    def make(policy=None, sinks=None, **kw):
+        policy = policy or PolicyConfig(grace_seconds=60)
+        return Engine(
+            slurm, policy, StateStore(tmp_path / "state"), AuditLog(tmp_path / "audit.jsonl"),
+            Notifier(sinks if sinks is not None else [rec]), clock=clock, spawn=None, **kw,
+        )  # fmt: skip
+
+    return slurm, clock, rec, make, tmp_path
+
+
+def audit_actions(tmp_path):
+    return [e["action"] for e in AuditLog(tmp_path / "audit.jsonl").entries()]
+
+
+def test_fake_is_a_slurm_client():
+    assert isinstance(FakeSlurm(), SlurmClient)
+
+
+def test_healthy_node_makes_no_slurm_call(env):
+    slurm, _, _, make, tmp_path = env
+    ok = Finding("gpu", Status.OK, "OK", "fine")
+    assert make().handle("n1", [ok]) == []
+    assert make().handle("n1", []) == []
+    assert slurm.calls == []
+    # An application fault below its repeat threshold needs no Slurm either.
+    xid13 = Finding("xid", Status.FAIL, "XID13", "gr exc", Component("gpu", 0), Action.RESTART_APP)
+    (d,) = make().handle("n1", [xid13])
+    assert d.kind is DecisionKind.LOG and slurm.calls == []
+    assert audit_actions(tmp_path) == ["decision"]
+
+
+def test_drain_signal_grace_requeue_cancel(env):
+    slurm, clock, rec, make, tmp_path = env
+    eng = make()
+    (d,) = eng.handle("n1", [xid79()])
+    assert d.kind is DecisionKind.DRAIN
+    reason = parse_reason(slurm.nodes["n1"].reason)
+    assert (reason.code, reason.component, reason.incident) == ("XID79", "gpu3", d.incident)
+    assert [c[1:] for c in slurm.calls if c[0] == "signal"] == [
+        ("101", "USR1", SignalTarget.BATCH), ("101", "TERM", SignalTarget.STEPS),
+        ("102", "USR1", SignalTarget.BATCH), ("102", "TERM", SignalTarget.STEPS),
+    ]  # fmt: skip
+    assert slurm.count("requeue") == 0  # the grace is not over
+    assert eng.finish_incident(d.incident) == []
+    clock.now += timedelta(seconds=61)
+    outcomes = {o.job_id: o.outcome for o in eng.finish_incident(d.incident)}
+    assert outcomes == {"101": "requeued", "102": "cancelled"}
+    assert slurm.jobs["101"].restart_count == 1 and slurm.jobs["102"].state == "CANCELLED"
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert doc["jobs"]["101"]["user"] == "alice" and doc["jobs_done"]
+    kinds = sorted(a.kind for a in rec.alerts)
+    assert kinds == ["job_cancelled", "job_requeued", "node_drained"]
+    assert next(a for a in rec.alerts if a.kind == "job_requeued").user == "alice"
+    acts = audit_actions(tmp_path)
+    for a in ("decision", "drain", "signal", "requeue", "cancel", "notify"):
+        assert a in acts
+    # Again: nothing new (journal says done; Slurm says drained by us).
+    eng.finish_incident(d.incident)
+    (d2,) = eng.handle("n1", [xid79()])
+    assert d2.kind is DecisionKind.ALREADY_HANDLED
+    assert slurm.count("requeue") == 1 and slurm.count("drain") == 1
+
+
+def test_grace_zero_requeues_inline(env):
+    slurm, _, _, make, _ = env
+    make(PolicyConfig(grace_seconds=0)).handle("n1", [xid79()])
+    assert slurm.jobs["101"].state == "PENDING" and slurm.count("requeue") == 1
+
+
+@pytest.mark.parametrize("crash_at", ["drain", "signal", "requeue"])
+def test_crash_anywhere_is_rolled_forward_exactly_once(env, crash_at):
+    slurm, clock, _, make, _ = env
+    slurm.crash_after = crash_at
+    policy = PolicyConfig(grace_seconds=30)
+    with pytest.raises(Crash):
+        make(policy).handle("n1", [xid79()])
+        clock.now += timedelta(seconds=31)
+        make(policy).resume_pending()
+    # A new process starts and rolls forward what the old one began.
+    clock.now += timedelta(seconds=31)
+    fresh = make(policy)
+    fresh.resume_pending()  # jobs signalled late still get their whole grace
+    clock.now += timedelta(seconds=31)
+    fresh.resume_pending()
+    fresh.resume_pending()
+    assert slurm.count("drain") == 1
+    assert slurm.count("requeue") == 1 and slurm.jobs["101"].restart_count == 1
+    assert slurm.count("cancel") == 1
+    (doc,) = StateStore(env[4] / "state").incidents()
+    assert doc["jobs_done"] and doc["jobs"]["101"]["outcome"] == "requeued"
+
+
+def test_foreign_reason_untouched(env):
+    slurm, _, _, make, _ = env
+    slurm.nodes["n1"] = dataclasses.replace(
+        slurm.nodes["n1"], flags=frozenset({"DRAIN"}), reason="NHC: nv_health failed"
+    )
+    (d,) = make().handle("n1", [xid79()])
+    assert d.kind is DecisionKind.FOREIGN_REASON
+    assert slurm.nodes["n1"].reason == "NHC: nv_health failed"
+    assert slurm.count("drain") == slurm.count("signal") == 0
+
+
+def test_observe_only_acts_on_nothing(env):
+    slurm, _, _, make, tmp_path = env
+    (d,) = make(PolicyConfig(observe_only=True)).handle("n1", [xid79()])
+    assert d.kind is DecisionKind.DRAIN and d.observe_only
+    assert slurm.count("drain") == slurm.count("signal") == 0
+    entry = next(AuditLog(tmp_path / "audit.jsonl").entries())
+    assert entry["outcome"] == "observe_only" and entry["decision"] == "drain"
+
+
+def test_breaker_trips_latches_alerts_and_reset_rearms(env):
+    slurm, clock, rec, make, tmp_path = env
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=0.2, breaker_max_nodes=2)
+    eng = make(policy)
+    for n in ("n2", "n3"):
+        assert eng.handle(n, [xid79()])[0].kind is DecisionKind.DRAIN
+    (d,) = eng.handle("n4", [xid79()])
+    assert d.kind is DecisionKind.BREAKER_TRIPPED and "n4" not in [c[1] for c in slurm.calls
+                                                                    if c[0] == "drain"]  # fmt: skip
+    assert [a.kind for a in rec.alerts].count("breaker_tripped") == 1
+    # Resuming the drained nodes does not re-arm it: the latch holds.
+    slurm.resume("n2"), slurm.resume("n3")
+    assert eng.handle("n5", [xid79()])[0].kind is DecisionKind.BREAKER_TRIPPED
+    assert [a.kind for a in rec.alerts].count("breaker_tripped") == 1  # alerted once
+    assert eng.breaker_reset() == ["gpu"]
+    assert eng.handle("n5", [xid79()])[0].kind is DecisionKind.DRAIN
+    assert "breaker_reset" in audit_actions(tmp_path)
+
+
+def test_failing_notifier_never_blocks(env):
+    slurm, clock, _, make, tmp_path = env
+    eng = make(PolicyConfig(grace_seconds=0), sinks=[Recorder(fail=True)])
+    eng.handle("n1", [xid79()])
+    assert slurm.count("requeue") == 1
+    failed = [e for e in AuditLog(tmp_path / "audit.jsonl").entries() if e["action"] == "notify"]
+    assert failed and all(e["outcome"] == "failed" for e in failed)
+
+
+def test_resume_needs_our_reason_and_acceptance(env):
+    slurm, clock, rec, make, _ = env
+    eng = make(PolicyConfig(grace_seconds=0))
+    (d,) = eng.handle("n1", [xid79()])
+    assert eng.try_resume("n1").kind is DecisionKind.LOG  # no acceptance yet
+    assert slurm.count("resume") == 0
+    clock.now += timedelta(minutes=10)
+    r = eng.record_acceptance("n1", True, detail="gpu burn ok")
+    assert r.kind is DecisionKind.RESUME and slurm.count("resume") == 1
+    assert not slurm.nodes["n1"].drained and eng.state.open_incident("n1") is None
+    assert StateStore(env[4] / "state").read_incident(d.incident)["status"] == "closed"
+    # An admin's drain is never resumed, acceptance or not.
+    slurm.drain("n2", "bad dimm -- jane")
+    eng.state.record_acceptance("n2", clock.now + timedelta(seconds=1))
+    assert eng.try_resume("n2", human=True).kind is DecisionKind.FOREIGN_REASON
+    assert slurm.nodes["n2"].reason == "bad dimm -- jane"
+
+
+def test_flapping_after_resumes_holds_for_human(env):
+    slurm, clock, rec, make, _ = env
+    slurm.jobs.clear()
+    eng = make(PolicyConfig(grace_seconds=0, flap_count=2))
+    for _ in range(2):
+        eng.handle("n1", [xid79()])
+        clock.now += timedelta(minutes=5)
+        eng.record_acceptance("n1", True)
+        clock.now += timedelta(minutes=5)
+    (d,) = eng.handle("n1", [xid79()])
+    assert d.kind is DecisionKind.HOLD_FOR_HUMAN
+    assert parse_reason(slurm.nodes["n1"].reason).code == "FLAPPING"
+    clock.now += timedelta(minutes=5)
+    assert eng.record_acceptance("n1", True).kind is DecisionKind.HOLD_FOR_HUMAN
+    assert slurm.nodes["n1"].drained
+    assert "node_held" in [a.kind for a in rec.alerts]
+
+
+def test_escalation_updates_our_reason(env):
+    slurm, clock, rec, make, _ = env
+    slurm.jobs.clear()
+    eng = make(PolicyConfig(grace_seconds=0))
+    (d,) = eng.handle("n1", [xid79()])
+    replace = Finding("ecc", Status.FAIL, "ROW_REMAP_FAIL", "row remap failed",
+                      Component("gpu", 3), Action.REPLACE)  # fmt: skip
+    (d2,) = eng.handle("n1", [replace])
+    assert d2.kind is DecisionKind.REPLACE
+    r = parse_reason(slurm.nodes["n1"].reason)
+    assert r.incident == d.incident and r.extra == {"repl": "requested"}
+    assert slurm.count("drain") == 1 and slurm.count("update_reason") == 1
+
+
+def test_job_gone_before_requeue(env):
+    slurm, clock, _, make, _ = env
+    eng = make(PolicyConfig(grace_seconds=10))
+    (d,) = eng.handle("n1", [xid79()])
+    del slurm.jobs["101"]
+    slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
+    clock.now += timedelta(seconds=11)
+    outcomes = {o.job_id: o.outcome for o in eng.finish_incident(d.incident)}
+    assert outcomes == {"101": "gone", "102": "finished"} and slurm.count("requeue") == 0
+
+
+def test_drain_refused_when_reason_turns_foreign_between_decide_and_act(env):
+    slurm, _, _, make, _ = env
+    eng = make()
+    original = slurm.get_node
+    calls = {"n": 0}
+
+    def racing(name):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the admin drains just before we write
+            slurm.nodes[name] = dataclasses.replace(
+                slurm.nodes[name], flags=frozenset({"DRAIN"}), reason="maintenance -- ops"
+            )
+        return original(name)
+
+    slurm.get_node = racing
+    eng.handle("n1", [xid79()])
+    assert slurm.nodes["n1"].reason == "maintenance -- ops" and slurm.count("drain") == 0
+
+
+def test_our_reason_format_in_slurm(env):
+    slurm, _, _, make, _ = env
+    make().handle("n1", [xid79()])
+    assert slurm.nodes["n1"].reason.startswith("slurm-hooks/1 XID79 gpu3 inc=")
+    assert format_reason(parse_reason(slurm.nodes["n1"].reason)) == slurm.nodes["n1"].reason
+    assert isinstance(parse_reason(slurm.nodes["n1"].reason), DrainReason)
