@@ -1,0 +1,108 @@
+"""``slurm-hooks bridge``: mirror Slurm drains into Kubernetes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import click
+
+log = logging.getLogger(__name__)
+
+
+@click.group("bridge")
+def command() -> None:
+    """Mirror Slurm drain reasons into Kubernetes: cordon, taint, evict,
+    request a replacement, uncordon on resume.  Slurm stays the source of truth.
+
+    \b
+    Examples:
+      slurm-hooks bridge run --once --dry-run --kubeconfig ~/.kube/config
+      slurm-hooks bridge standin --port 8001
+    """
+
+
+@command.command("run")
+@click.option("--once", is_flag=True, help="One reconcile pass, then exit.")
+@click.option("--dry-run", is_flag=True, help="Plan and log; change nothing.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Config file.")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Kubeconfig (default: the pod's service account).",
+)
+@click.option("--context", help="Kubeconfig context (default: current-context).")
+@click.option("--metrics-port", type=int, help="Serve Prometheus /metrics on this port.")
+def run_cmd(
+    once: bool,
+    dry_run: bool,
+    config_file: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    metrics_port: int | None,
+) -> None:
+    """Reconcile in a loop (or once)."""
+    import dataclasses
+
+    from .. import config as config_mod
+    from ..k8s.bridge import Bridge
+    from ..k8s.client import KubeClient
+    from ..k8s.metrics import BridgeMetrics, serve
+    from ..k8s.settings import BridgeConfig
+    from ..slurm import get_client
+
+    conf = config_mod.load(config_file)
+    cfg = conf.section("bridge", BridgeConfig)
+    general = conf.general
+    if dry_run:
+        cfg = dataclasses.replace(cfg, dry_run=True)
+    if metrics_port is not None:
+        cfg = dataclasses.replace(cfg, metrics_port=metrics_port)
+    metrics = BridgeMetrics()
+    kw = {"timeout": cfg.api_timeout, "retries": cfg.api_retries, "on_call": metrics.on_api_call}
+    if kubeconfig:
+        kube = KubeClient.from_kubeconfig(kubeconfig, context, **kw)
+    else:
+        kube = KubeClient.in_cluster(**kw)
+    slurm_opts: dict[str, object] = {"timeout": general.slurm_timeout}
+    if general.slurm_backend == "rest" and cfg.slurm_rest_url:
+        slurm_opts.update(
+            url=cfg.slurm_rest_url,
+            user=cfg.slurm_rest_user or None,
+            token=os.environ.get(cfg.slurm_rest_token_env) or None,
+        )
+    slurm = get_client(general.slurm_backend, **slurm_opts)
+    if cfg.metrics_port:
+        serve(metrics, cfg.metrics_port)
+        log.info("metrics on :%d/metrics", cfg.metrics_port)
+    bridge = Bridge(slurm, kube, cfg, metrics=metrics)
+    if once:
+        result = bridge.reconcile_once()
+        for r in result.results:
+            click.echo(f"{r.outcome:8} {type(r.step).__name__:18} {r.step.node:20} {r.detail}")
+        for d in result.plan.deferred if result.plan else ():
+            click.echo(f"deferred {d.slurm_node:20} {d.why}")
+        if result.error:
+            raise click.ClickException(result.error)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    bridge.run(stop)
+
+
+@command.command("standin")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8001, show_default=True, type=int)
+@click.option("--token", help="Require this bearer token (401 otherwise).")
+def standin_cmd(host: str, port: int, token: str | None) -> None:
+    """Run the loopback Kubernetes API stand-in (for demos and trials)."""
+    from ..k8s.standin import serve
+
+    click.echo(f"Kubernetes API stand-in on http://{host}:{port} (Ctrl-C to stop)")
+    try:
+        serve(host, port, token)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,372 @@
+"""A small Kubernetes API client: the verbs the bridge needs, nothing more.
+
+Why not the official ``kubernetes`` package: it is large, slow to import and
+generated; we make a handful of calls.  What we keep from it: the same
+authentication sources (in-cluster service account, kubeconfig), TLS
+verification always on, and errors that carry the API's Status (code, reason,
+message).
+
+Retries: urllib3's Retry through requests.  Connection failures are retried
+for every verb (the request never reached the server); 5xx and 429 answers
+only for GET/PUT/DELETE, which are idempotent.  PATCH and POST answers are
+never retried here: a 429 from the Eviction API means "a disruption budget
+says no, come back later", which is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from ..errors import ConfigError, ConflictError, KubernetesError
+
+log = logging.getLogger(__name__)
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+PATCH_TYPES = {"merge": MERGE_PATCH, "strategic": STRATEGIC_PATCH, "json": JSON_PATCH}
+
+#: How often a service-account token file is read again (bound tokens rotate).
+TOKEN_REREAD_S = 60.0
+
+Obj = dict[str, Any]
+CallHook = Callable[[str, str, int, float], None]
+
+
+def _status_error(resp: requests.Response, method: str, path: str) -> KubernetesError:
+    """Turn an error answer into our exception, keeping the Status fields."""
+    reason: str | None = None
+    message = resp.text[:300]
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        reason = body.get("reason") or None
+        message = body.get("message") or message
+    text = f"{method} {path}: {resp.status_code} {reason or resp.reason}: {message}"
+    cls = ConflictError if resp.status_code == 409 else KubernetesError
+    return cls(text, status=resp.status_code, reason=reason)
+
+
+class KubeClient:
+    """Talks to one API server.  ``calls`` counts requests by verb, for the
+    metrics and the benchmark."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        token: str | None = None,
+        token_file: str | None = None,
+        ca_file: str | None = None,
+        client_cert: tuple[str, str] | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        on_call: CallHook | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.server = server.rstrip("/")
+        self.timeout = timeout
+        self.calls: Counter[str] = Counter()
+        self.on_call = on_call
+        self._token = token
+        self._token_file = token_file
+        self._token_read_at = 0.0
+        self._lock = threading.Lock()
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self.session = session or requests.Session()
+        # TLS verification is always on: the system store, or the cluster's CA.
+        self.session.verify = ca_file if ca_file else True
+        if client_cert:
+            self.session.cert = client_cert
+        retry = Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            status=retries,
+            backoff_factor=backoff,
+            backoff_max=10.0,
+            status_forcelist=(429, 500, 502, 503, 504),
+            allowed_methods=frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}),
+            respect_retry_after_header=True,
+            raise_on_status=False,
+        )
+        adapter = HTTPAdapter(max_retries=retry, pool_maxsize=8)
+        self.session.mount("https://", adapter)
+        self.session.mount("http://", adapter)
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def in_cluster(cls, root: str = SA_DIR, **kw: Any) -> KubeClient:
+        """The pod's service account: token and CA from ``root``, server from
+        KUBERNETES_SERVICE_HOST/PORT."""
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        token_file = Path(root, "token")
+        if not host or not token_file.exists():
+            raise ConfigError("not running in a cluster (no KUBERNETES_SERVICE_HOST or token)")
+        if ":" in host:
+            host = f"[{host}]"
+        ca = Path(root, "ca.crt")
+        return cls(
+            f"https://{host}:{port}",
+            token_file=str(token_file),
+            ca_file=str(ca) if ca.exists() else None,
+            **kw,
+        )
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, context: str | None = None, **kw: Any) -> KubeClient:
+        """A kubeconfig's current (or named) context.  Supports server,
+        certificate-authority(-data), token, tokenFile and client
+        certificate/key (files or -data).  exec plugins and disabled TLS
+        verification are refused."""
+        import yaml  # lazily: only the bridge reading a kubeconfig needs it
+
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            doc = yaml.safe_load(text) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read kubeconfig: {exc}", path=path) from exc
+        base = Path(path).resolve().parent
+
+        def named(kind: str, name: str | None) -> Mapping[str, Any]:
+            for item in doc.get(kind) or []:
+                if item.get("name") == name:
+                    return item.get(kind[:-1]) or {}
+            raise ConfigError(f"no {kind[:-1]} named {name!r}", path=path, key=kind)
+
+        ctx_name = context or doc.get("current-context")
+        if not ctx_name:
+            raise ConfigError("no current-context", path=path, key="current-context")
+        ctx = named("contexts", ctx_name)
+        cluster = named("clusters", ctx.get("cluster"))
+        user = named("users", ctx.get("user")) if ctx.get("user") else {}
+        server = cluster.get("server")
+        if not server:
+            raise ConfigError("cluster has no server", path=path, key="clusters.server")
+        if cluster.get("insecure-skip-tls-verify"):
+            raise ConfigError(
+                "insecure-skip-tls-verify is not supported: give the cluster's CA",
+                path=path,
+                key="clusters.insecure-skip-tls-verify",
+            )
+        if user.get("exec") or user.get("auth-provider"):
+            raise ConfigError(
+                "exec and auth-provider credentials are not supported: use a token or a client certificate",
+                path=path,
+                key="users.user",
+            )
+        tmp: tempfile.TemporaryDirectory[str] | None = None
+
+        def material(key: str) -> str | None:
+            nonlocal tmp
+            src = cluster if key.startswith("certificate-authority") else user
+            if src.get(f"{key}-data"):
+                if tmp is None:
+                    tmp = tempfile.TemporaryDirectory(prefix="slurm-hooks-kube-")
+                out = Path(tmp.name, key)
+                fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(base64.b64decode(src[f"{key}-data"]))
+                return str(out)
+            if src.get(key):
+                return str(base / src[key])
+            return None
+
+        ca = material("certificate-authority")
+        cert = material("client-certificate")
+        key = material("client-key")
+        token_file = user.get("tokenFile")
+        client = cls(
+            server,
+            token=user.get("token"),
+            token_file=str(base / token_file) if token_file else None,
+            ca_file=ca,
+            client_cert=(cert, key) if cert and key else None,
+            **kw,
+        )
+        client._tmpdir = tmp
+        return client
+
+    # -- transport ----------------------------------------------------------
+
+    def _bearer(self) -> str | None:
+        if self._token_file:
+            now = time.monotonic()
+            with self._lock:
+                if self._token is None or now - self._token_read_at > TOKEN_REREAD_S:
+                    try:
+                        self._token = Path(self._token_file).read_text().strip()
+                    except OSError as exc:
+                        raise KubernetesError(f"cannot read token: {exc}") from exc
+                    self._token_read_at = now
+        return self._token
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        url: str | None = None,
+    ) -> Obj:
+        """One call; the decoded JSON answer, or KubernetesError/ConflictError."""
+        headers = {"Accept": "application/json"}
+        token = self._bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body, separators=(",", ":"))
+        started = time.monotonic()
+        try:
+            resp = self.session.request(
+                method,
+                url or self.server + path,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=self.timeout,
+            )
+        except requests.RequestException as exc:
+            self._count(method, path, 0, started)
+            raise KubernetesError(f"{method} {path}: {exc}") from exc
+        self._count(method, path, resp.status_code, started)
+        if resp.status_code >= 400:
+            raise _status_error(resp, method, path)
+        if not resp.content:
+            return {}
+        try:
+            out = resp.json()
+        except ValueError as exc:
+            raise KubernetesError(
+                f"{method} {path}: answer is not JSON", status=resp.status_code
+            ) from exc
+        return out if isinstance(out, dict) else {"items": out}
+
+    def _count(self, method: str, path: str, status: int, started: float) -> None:
+        verb = method
+        if method == "GET" and not _is_object_path(path):
+            verb = "LIST"
+        self.calls[verb] += 1
+        if self.on_call:
+            self.on_call(verb, path, status, time.monotonic() - started)
+
+    # -- verbs --------------------------------------------------------------
+
+    def get(self, path: str) -> Obj:
+        return self.request("GET", path)
+
+    def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Obj:
+        params = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        return self.request("GET", path, params=params or None)
+
+    def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
+        """``patch_type``: merge (RFC 7386), strategic, or json (RFC 6902)."""
+        return self.request("PATCH", path, body=body, content_type=PATCH_TYPES[patch_type])
+
+    def create(self, path: str, body: Obj) -> Obj:
+        return self.request("POST", path, body=body)
+
+    def replace(self, path: str, body: Obj) -> Obj:
+        """PUT; the server answers 409 when ``metadata.resourceVersion`` is stale."""
+        return self.request("PUT", path, body=body)
+
+    def delete(self, path: str) -> Obj:
+        return self.request("DELETE", path)
+
+    def close(self) -> None:
+        self.session.close()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+
+def _is_object_path(path: str) -> bool:
+    """True for ``.../nodes/n1``, False for collections like ``.../nodes``."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if not parts:
+        return True
+    # /api/v1/<plural>[/<name>] or /api/v1/namespaces/<ns>/<plural>[/<name>[/<sub>]]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    return len(rest) >= 2
+
+
+# -- paths ------------------------------------------------------------------
+
+
+def nodes_path(name: str | None = None) -> str:
+    return "/api/v1/nodes" + (f"/{name}" if name else "")
+
+
+def pods_path(namespace: str | None = None, name: str | None = None) -> str:
+    if namespace is None:
+        return "/api/v1/pods"
+    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
+
+
+def eviction_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return base + (f"/{name}" if name else "")
+
+
+def machine_path(namespace: str, name: str | None = None, version: str = "v1beta1") -> str:
+    base = f"/apis/cluster.x-k8s.io/{version}/namespaces/{namespace}/machines"
+    return base + (f"/{name}" if name else "")
+
+
+REPLACEMENT_GROUP = "slurm-hooks.io"
+REPLACEMENT_VERSION = "v1alpha1"
+REPLACEMENT_PLURAL = "nodereplacements"
+
+
+def replacement_path(namespace: str, name: str | None = None) -> str:
+    base = (
+        f"/apis/{REPLACEMENT_GROUP}/{REPLACEMENT_VERSION}/namespaces/{namespace}/"
+        f"{REPLACEMENT_PLURAL}"
+    )
+    return base + (f"/{name}" if name else "")
+
+
+def pdb_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+    return base + (f"/{name}" if name else "")

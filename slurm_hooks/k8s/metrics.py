@@ -1,0 +1,88 @@
+"""Prometheus metrics of the bridge.
+
+Durations are computed from timestamps kept in Slurm (reason time) and in
+our Node annotations, so they survive a restart of the bridge: a node cordoned
+by one replica and handed back under another still yields one observation.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: Seconds to hours: a drain is cordoned within a pass, a replacement can take hours.
+_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400, 259200)
+
+
+class BridgeMetrics:
+    """One set per Bridge, on its own registry (tests build many bridges)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.incidents = Counter(
+            "slurm_hooks_bridge_incidents",
+            "Incidents the bridge acted on, by step done.",
+            ["step"],
+            registry=r,
+        )
+        self.held = Gauge(
+            "slurm_hooks_bridge_nodes_held",
+            "Kubernetes nodes currently held for a Slurm incident.",
+            registry=r,
+        )
+        self.deferred = Counter(
+            "slurm_hooks_bridge_deferred",
+            "Steps not taken because of a cap or a missing node.",
+            ["why"],
+            registry=r,
+        )
+        self.drain_to_cordon = Histogram(
+            "slurm_hooks_bridge_drain_to_cordon_seconds",
+            "From the Slurm drain (reason time) to the cordon.",
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.cordon_to_replacement = Histogram(
+            "slurm_hooks_bridge_cordon_to_replacement_seconds",
+            "From the cordon to the replacement request.",
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.drain_to_back = Histogram(
+            "slurm_hooks_bridge_drain_to_back_seconds",
+            "From the Slurm drain to the node being schedulable again.",
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.api_calls = Counter(
+            "slurm_hooks_bridge_api_calls",
+            "Kubernetes API calls, by verb and HTTP status (0: no answer).",
+            ["verb", "code"],
+            registry=r,
+        )
+        self.api_seconds = Histogram(
+            "slurm_hooks_bridge_api_call_seconds",
+            "Kubernetes API call latency.",
+            ["verb"],
+            registry=r,
+        )
+        self.passes = Counter(
+            "slurm_hooks_bridge_passes", "Reconcile passes, by outcome.", ["outcome"], registry=r
+        )
+        self.pass_seconds = Histogram(
+            "slurm_hooks_bridge_pass_seconds", "Duration of a reconcile pass.", registry=r
+        )
+        self.leader = Gauge(
+            "slurm_hooks_bridge_leader", "1 while this replica holds the lease.", registry=r
+        )
+
+    def on_api_call(self, verb: str, path: str, status: int, seconds: float) -> None:
+        self.api_calls.labels(verb, str(status)).inc()
+        self.api_seconds.labels(verb).observe(seconds)
+
+
+def serve(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104
+    """Start ``/metrics`` in a daemon thread."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=addr, registry=metrics.registry)
