@@ -1,0 +1,120 @@
+"""``slurm-hooks status``: the fleet as Slurm sees it, grouped for a human."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import fleet, hostlist
+from ..model import NodeState
+from ._common import (
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    config_option,
+    exits_on_error,
+    load_config,
+    slurm_client,
+    styled,
+    use_color,
+)
+
+log = logging.getLogger(__name__)
+
+
+def breaker_state(cfg: Any, nodes: list[NodeState], now: datetime) -> tuple[str, dict[str, Any]]:
+    """("closed" | "open" | "tripped" | "unknown", per-partition detail).
+
+    open: some partition has as many of our drains in the window as the
+    breaker allows, so the next drain there is refused; tripped: a latch
+    file holds a trip until ``slurm-hooks breaker reset``.
+    """
+    try:
+        from ..policy import breaker
+        from ..policy.config import PolicyConfig
+    except ImportError:
+        return "unknown", {}
+    try:
+        pcfg = cfg.section("policy", PolicyConfig)
+    except Exception as exc:  # a bad [policy] must not hide the fleet
+        log.warning("cannot read [policy]: %s", exc)
+        return "unknown", {"error": str(exc)}
+    partitions = sorted({p for n in nodes for p in n.partitions}) or [breaker.ALL]
+    detail: dict[str, Any] = {}
+    state = "closed"
+    for part in partitions:
+        counted, size, limit, names = breaker.partition_usage(nodes, part, pcfg, now)
+        detail[part] = {"counted": counted, "size": size, "limit": limit, "nodes": list(names)}
+        if size and counted >= limit:
+            state = "open"
+    latch = _latch(pcfg, cfg)
+    if latch:
+        detail["latch"] = latch
+        state = "tripped"
+    return state, detail
+
+
+def _latch(pcfg: Any, cfg: Any) -> dict[str, Any] | None:
+    """Latched trips, read through the state store's BreakerLatch (the same
+    file ``slurm-hooks breaker reset`` clears)."""
+    from ..errors import StateError
+    from ..state import BreakerLatch
+
+    path = Path(pcfg.breaker_state_file or Path(cfg.general.state_dir) / "breaker.json")
+    try:
+        trips = BreakerLatch(path).read()
+    except (OSError, StateError) as exc:
+        log.warning("cannot read breaker latch %s: %s", path, exc)
+        return None
+    if not trips:
+        return None
+    return {
+        "path": str(path),
+        "trips": {
+            part: {"at": t.at.isoformat(), "node": t.node, "counted": t.counted, "limit": t.limit}
+            for part, t in trips.items()
+        },
+    }
+
+
+@click.command("status")
+@click.argument("nodes", required=False, metavar="[HOSTLIST]")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@config_option
+@exits_on_error
+def command(nodes: str | None, as_json: bool, config_path: str | None) -> None:
+    """Nodes out of service, grouped by who drained them and why.
+
+    Shows drained and down nodes grouped by owner (slurm-hooks, NHC, admin,
+    slurm-operator, Slurm itself) and fault code, with age, incident, GPU and
+    replacement state; lent nodes; the circuit breaker.  Exit status: 0 all
+    in service, 1 some node out of service or breaker open, 2 could not run.
+
+    \b
+    Examples:
+      slurm-hooks status
+      slurm-hooks status 'gpu[001-064]' --json | jq '.groups[].nodes'
+    """
+    cfg = load_config(config_path)
+    client = slurm_client(cfg)
+    now = datetime.now(UTC)
+    all_nodes = client.list_nodes()
+    selected = all_nodes
+    if nodes:
+        wanted = set(hostlist.expand(nodes))
+        selected = [n for n in all_nodes if n.name in wanted]
+    state, detail = breaker_state(cfg, all_nodes, now)
+    summary = fleet.summarize(selected, now, breaker=state, breaker_detail=detail)
+    if as_json:
+        doc = summary.to_dict()
+        doc["generated_at"] = now.isoformat()
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        color = use_color()
+        for line in fleet.render(summary):
+            click.echo(styled(line.text, line.style, color))
+    click.get_current_context().exit(EXIT_UNHEALTHY if summary.needs_attention else EXIT_OK)

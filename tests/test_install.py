@@ -1,0 +1,266 @@
+"""install: shims, slurm.conf lines, comparison with a running Slurm."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_hooks import install as inst
+from slurm_hooks.cli.install import command as install_cmd
+from slurm_hooks.probes.commands import DEFAULT_PATH
+from slurm_hooks.slurm.parse import parse_show_config
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "install"
+
+
+@pytest.mark.parametrize("phase", list(inst.Phase))
+def test_repo_shims_are_the_rendered_defaults(phase):
+    path = inst.shim_path(REPO, phase)
+    assert path.read_text() == inst.render_shim(phase)
+    assert os.access(path, os.X_OK)
+
+
+def test_shim_sets_defaults_only_and_execs_the_python(tmp_path):
+    """Run the shim with sh: no PATH and no SLURM_CONF (like slurmd's
+    HealthCheckProgram) get defaults; a set SLURM_CONF is kept."""
+    fake = tmp_path / "py"
+    fake.write_text(
+        '#!/bin/sh\necho "PATH=$PATH SLURM_CONF=$SLURM_CONF CFG=$SLURM_HOOKS_CONFIG ARGS=$*"\n'
+    )
+    fake.chmod(0o755)
+    shim = tmp_path / "shim"
+    shim.write_text(
+        inst.render_shim(
+            "healthcheck", python=str(fake), slurm_conf="/x/slurm.conf", config="/c.toml"
+        )
+    )
+    out = subprocess.run(["/bin/sh", str(shim)], env={}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        f"PATH={DEFAULT_PATH} SLURM_CONF=/x/slurm.conf CFG=/c.toml ARGS=-m slurm_hooks hook healthcheck"
+    )
+    env = {"PATH": "/bin", "SLURM_CONF": "/mine.conf"}
+    out = subprocess.run(
+        ["/bin/sh", str(shim)], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.startswith("PATH=/bin SLURM_CONF=/mine.conf ")
+
+
+def test_shim_refuses_paths_that_break_quoting():
+    with pytest.raises(ValueError):
+        inst.render_shim("prolog", slurm_conf='/etc/"x')
+
+
+def test_compare_with_recorded_scontrol_show_config():
+    running = parse_show_config((DATA / "scontrol_show_config_22.05.txt").read_text())
+    settings = inst.recommended_settings("/etc/slurm", hook_budget_s=90, margin_s=30)
+    verdicts = {d.setting.key: d.verdict for d in inst.compare(settings, running)}
+    assert verdicts == {
+        "Prolog": inst.Verdict.OK,
+        "Epilog": inst.Verdict.MISSING,  # (null)
+        "PrologFlags": inst.Verdict.OK,
+        "PrologEpilogTimeout": inst.Verdict.OK,  # 65534: no limit
+        "HealthCheckProgram": inst.Verdict.DIFFERS,  # /bin/true
+        "HealthCheckInterval": inst.Verdict.OK,  # "300 sec"
+        "HealthCheckNodeState": inst.Verdict.OK,
+        "SchedulerParameters": inst.Verdict.OK,
+        "AuthInfo": inst.Verdict.OK,  # cred_expire=10 <= 30
+    }
+
+
+S = inst.Setting
+M = inst.Match
+
+
+@pytest.mark.parametrize(
+    ("setting", "running", "verdict", "suggested"),
+    [
+        (
+            S("PrologFlags", "Alloc", M.CONTAINS),
+            "Contain,X11",
+            "differs",
+            "PrologFlags=Contain,X11,Alloc",
+        ),
+        (S("PrologFlags", "Alloc", M.CONTAINS), "alloc,Contain", "ok", None),
+        (S("PrologFlags", "Alloc", M.CONTAINS), "(null)", "missing", "PrologFlags=Alloc"),
+        (S("PrologEpilogTimeout", "120", M.AT_LEAST), "60", "differs", "PrologEpilogTimeout=120"),
+        (S("PrologEpilogTimeout", "120", M.AT_LEAST), "120", "ok", None),
+        (
+            S("AuthInfo", "cred_expire=30", M.ITEM_AT_MOST),
+            "socket=/s",
+            "missing",
+            "AuthInfo=socket=/s,cred_expire=30",
+        ),
+        (
+            S("AuthInfo", "cred_expire=30", M.ITEM_AT_MOST),
+            "cred_expire=120,socket=/s",
+            "differs",
+            "AuthInfo=socket=/s,cred_expire=30",
+        ),
+        (S("Prolog", "/etc/slurm/prolog.d/*"), "/etc/slurm//prolog.d/*", "ok", None),
+        (
+            S("Prolog", "/etc/slurm/prolog.d/*"),
+            "/usr/local/prolog.sh",
+            "differs",
+            "Prolog=/etc/slurm/prolog.d/*",
+        ),
+        (S("HealthCheckNodeState", "ANY"), "ANY,CYCLE", "ok", None),
+        (S("HealthCheckNodeState", "ANY"), "IDLE", "differs", "HealthCheckNodeState=ANY"),
+        (S("HealthCheckInterval", "300"), "0 sec", "differs", "HealthCheckInterval=300"),
+    ],
+)
+def test_judge(setting, running, verdict, suggested):
+    (d,) = inst.compare([setting], {setting.key: running})
+    assert d.verdict == verdict
+    if suggested:
+        assert d.suggested == suggested
+
+
+def test_timeout_is_budget_plus_margin():
+    s = {x.key: x for x in inst.recommended_settings("/p", hook_budget_s=100.5, margin_s=30)}
+    assert s["PrologEpilogTimeout"].value == "131"
+    assert s["Prolog"].value == "/p/prolog.d/*"
+    assert s["HealthCheckProgram"].value == "/p/healthcheck/slurm-hooks-healthcheck"
+
+
+def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
+    cfg = tmp_path / "etc" / "config.toml"
+    args = [
+        "--prefix",
+        str(tmp_path / "slurm"),
+        "--config",
+        str(cfg),
+        "--python",
+        "/opt/sh/bin/python3",
+        "--slurm-conf",
+        "/etc/slurm/slurm.conf",
+        "--no-check",
+        "--budget",
+        "60",
+    ]
+    r = CliRunner().invoke(install_cmd, args)
+    assert r.exit_code == 0, r.output
+    assert r.output.count(": created") == 4
+    shim = tmp_path / "slurm" / "prolog.d" / "50-slurm-hooks"
+    assert "exec /opt/sh/bin/python3 -m slurm_hooks hook prolog" in shim.read_text()
+    assert f'SLURM_HOOKS_CONFIG="${{SLURM_HOOKS_CONFIG:-{cfg}}}"' in shim.read_text()
+    assert f"Prolog={tmp_path}/slurm/prolog.d/*" in r.output
+    assert "PrologEpilogTimeout=90" in r.output
+    # The commented defaults are a valid (empty) config.
+    from slurm_hooks import config
+
+    assert config.load(cfg).data == {}
+    cfg.write_text("[general]\nlog_level = 'DEBUG'\n")
+    r = CliRunner().invoke(install_cmd, args)
+    assert r.exit_code == 0
+    assert r.output.count(": unchanged") == 3 and f"{cfg}: kept" in r.output
+    assert "DEBUG" in cfg.read_text()
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    r = CliRunner().invoke(
+        install_cmd,
+        [
+            "--prefix",
+            str(tmp_path / "p"),
+            "--config",
+            str(tmp_path / "c.toml"),
+            "--no-check",
+            "--dry-run",
+        ],
+    )
+    assert r.exit_code == 0 and "would be created" in r.output
+    assert not (tmp_path / "p").exists() and not (tmp_path / "c.toml").exists()
+
+
+def test_check_without_slurm_exits_2(tmp_path):
+    env = {"PATH": str(tmp_path)}  # no scontrol here
+    r = CliRunner(env=env).invoke(
+        install_cmd, ["--prefix", str(tmp_path / "p"), "--config", str(tmp_path / "c.toml")]
+    )
+    assert r.exit_code == 2
+    assert "cannot compare with the running Slurm" in r.output
+
+
+@pytest.mark.slurm
+def test_installed_glob_prolog_runs_on_the_lab(fresh_lab, job_dir, tmp_path):
+    """The shims installed by ``slurm-hooks install``, wired in with the
+    printed lines (glob Prolog=<dir>/prolog.d/*), are run by slurmd."""
+    from conftest import submit
+
+    lab = fresh_lab
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    fake_python = tmp_path / "python3"
+    fake_python.write_text(
+        "#!/bin/sh\n"
+        f'echo "$SLURM_SCRIPT_CONTEXT job=$SLURM_JOB_ID conf=$SLURM_CONF path=$PATH args=$*" '
+        f'>> {markers}/"$SLURMD_NODENAME"\n'
+    )
+    fake_python.chmod(0o755)
+    prefix = tmp_path / "slurm"
+    base = [
+        # The command object itself, so this runs before and after it is registered.
+        sys.executable,
+        "-c",
+        "from slurm_hooks.cli.install import command; command()",
+        "--prefix",
+        str(prefix),
+        "--config",
+        str(tmp_path / "config.toml"),
+        "--python",
+        str(fake_python),
+        "--slurm-conf",
+        str(lab.slurm_conf),
+        "--budget",
+        "30",
+    ]
+    env = {**os.environ, **lab.env(), "NO_COLOR": "1"}
+    first = subprocess.run(base, env=env, check=False, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 1, first.stdout + first.stderr  # slurm.conf lacks our lines
+    assert "missing  Prolog" in first.stdout
+    snippet = first.stdout.split("slurm.conf lines for slurm-hooks:\n", 1)[1].split("\n\n", 1)[0]
+    required = [
+        line
+        for line in snippet.splitlines()
+        if line
+        and not line.startswith("#")
+        and not line.startswith(("AuthInfo", "SchedulerParameters"))
+    ]
+    assert f"Prolog={prefix}/prolog.d/*" in required
+    try:
+        lab.reconfigure("\n".join(required) + "\n")
+        second = subprocess.run(
+            base, env=env, check=False, capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 0, second.stdout + second.stderr
+        script = job_dir / "job.sh"
+        script.write_text("#!/bin/sh\nsrun -N2 true\n")
+        job = submit(lab, script, "-N2")
+        lab.wait_job(job, lambda j: j.state in ("COMPLETED", "FAILED", "CANCELLED"), timeout=60)
+        lab.wait_for(
+            lambda: len([p for p in markers.iterdir() if "epilog" in p.read_text()]) >= 2,
+            20,
+            what="epilog markers",
+        )
+        lines = {p.name: p.read_text().splitlines() for p in markers.iterdir()}
+        assert len(lines) == 2
+        for entries in lines.values():
+            assert f"prolog_slurmd job={job} conf={lab.slurm_conf}" in entries[0]
+            assert entries[0].endswith("args=-m slurm_hooks hook prolog")
+            assert any(e.endswith("args=-m slurm_hooks hook epilog") for e in entries)
+        # The health-check shim, run the way slurmd runs it (no PATH, no SLURM_CONF).
+        node = lab.node_names[0]
+        lab.run_on_node(node, [str(prefix / "healthcheck" / "slurm-hooks-healthcheck")], check=True)
+        last = (markers / node).read_text().splitlines()[-1]
+        assert (
+            f"conf={lab.slurm_conf} path={DEFAULT_PATH} args=-m slurm_hooks hook healthcheck"
+            in last
+        )
+    finally:
+        lab.reset()
