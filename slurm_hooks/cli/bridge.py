@@ -77,13 +77,29 @@ def run_cmd(
     if cfg.metrics_port:
         serve(metrics, cfg.metrics_port)
         log.info("metrics on :%d/metrics", cfg.metrics_port)
-    bridge = Bridge(slurm, kube, cfg, metrics=metrics)
+    audit = None
+    if cfg.lending.enabled:
+        from pathlib import Path
+
+        from ..audit import AuditLog
+
+        audit = AuditLog(Path(general.state_dir) / "audit.jsonl", actor="slurm-hooks/bridge")
+    bridge = Bridge(slurm, kube, cfg, metrics=metrics, audit=audit)
     if once:
         result = bridge.reconcile_once()
         for r in result.results:
             click.echo(f"{r.outcome:8} {type(r.step).__name__:18} {r.step.node:20} {r.detail}")
         for d in result.plan.deferred if result.plan else ():
             click.echo(f"deferred {d.slurm_node:20} {d.why}")
+        if result.lending is not None:
+            from ..k8s.lending import Track
+
+            for lr in result.lending.results:
+                if not isinstance(lr.step, Track):
+                    name = type(lr.step).__name__
+                    click.echo(f"{lr.outcome:8} {name:18} {lr.step.node:20} {lr.detail}")
+            for note in result.lending.plan.notes:
+                click.echo(f"lending  {note.node or '-':20} {note.why}")
         if result.error:
             raise click.ClickException(result.error)
         return

@@ -13,6 +13,7 @@ and started again finishes the incident without doing anything twice.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -22,7 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, KubernetesError, SlurmError, SlurmHooksError
 from ..model import JobInfo
@@ -34,7 +35,15 @@ from .metrics import BridgeMetrics
 from .replace import Replacer, make_replacer
 from .settings import BridgeConfig
 
+if TYPE_CHECKING:
+    from ..audit import AuditLog
+    from .lend_exec import Lender, LendPass
+
 log = logging.getLogger(__name__)
+
+#: Our reason code for a node lent to inference: out of Slurm on purpose, not
+#: a fault, so the fault planner never cordons or replaces it.
+LEND_CODE = "LEND"
 
 #: Read-modify-write attempts on a Node before a step counts as failed.
 PATCH_ATTEMPTS = 4
@@ -57,6 +66,8 @@ class PassResult:
     results: tuple[StepResult, ...] = ()
     api_calls: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: The lending pass (None when lending is off or failed).
+    lending: LendPass | None = None
 
     def outcomes(self, outcome: str) -> list[StepResult]:
         return [r for r in self.results if r.outcome == outcome]
@@ -91,6 +102,8 @@ class Bridge:
         replacer: Replacer | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         after_step: Callable[[planner.Step], None] | None = None,
+        audit: AuditLog | None = None,
+        lender: Lender | None = None,
     ) -> None:
         self.slurm = slurm
         self.kube = kube
@@ -102,6 +115,18 @@ class Bridge:
         #: Called after every step; tests use it to kill the bridge mid-way.
         self.after_step = after_step
         self.keys = planner.Keys(cfg.annotation_prefix)
+        #: The fault planner's view: a LEND drain is never a fault.
+        self.plan_cfg = (
+            cfg
+            if LEND_CODE in cfg.ignore_codes
+            else dataclasses.replace(cfg, ignore_codes=(*cfg.ignore_codes, LEND_CODE))
+        )
+        self.lender = lender
+        if self.lender is None and cfg.lending.enabled:
+            from .lend_exec import Lender
+
+            self.lender = Lender(slurm, kube, cfg, metrics=self.metrics, clock=clock, audit=audit)
+        self._lend_pass: LendPass | None = None
         self.elector: LeaderElector | None = None
         if cfg.leader_election and not cfg.dry_run:
             self.elector = LeaderElector(
@@ -134,7 +159,13 @@ class Bridge:
             return PassResult(True, error=str(exc), api_calls=self._calls_since(calls_before))
         self.metrics.passes.labels("ok").inc()
         self.metrics.pass_seconds.observe(time.monotonic() - started)
-        return PassResult(True, result[0], result[1], api_calls=self._calls_since(calls_before))
+        return PassResult(
+            True,
+            result[0],
+            result[1],
+            api_calls=self._calls_since(calls_before),
+            lending=self._lend_pass,
+        )
 
     def _calls_since(self, before: Mapping[str, int]) -> dict[str, int]:
         return {k: v - before.get(k, 0) for k, v in self.kube.calls.items() if v - before.get(k, 0)}
@@ -147,13 +178,13 @@ class Bridge:
             or []
         )
         jobs: dict[str, list[JobInfo]] = {}
-        for name in planner.job_queries(states, nodes, cfg):
+        for name in planner.job_queries(states, nodes, self.plan_cfg):
             try:
                 jobs[name] = self.slurm.jobs_on_node(name)
             except SlurmError as exc:
                 log.warning("node=%s jobs unknown (%s): treating as busy", name, exc)
                 jobs[name] = [JobInfo("?", None, "UNKNOWN", name)]
-        the_plan = planner.plan(states, nodes, cfg, jobs=jobs, spare_pool=self.spare_pool)
+        the_plan = planner.plan(states, nodes, self.plan_cfg, jobs=jobs, spare_pool=self.spare_pool)
         for d in the_plan.deferred:
             log.warning("node=%s slurm_node=%s deferred: %s", d.node, d.slurm_node, d.why)
             self.metrics.deferred.labels(d.why.split(" (")[0]).inc()
@@ -182,6 +213,15 @@ class Bridge:
         self.metrics.held.set(
             sum(1 for n in current.values() if self.keys.incident in planner.annotations(n))
         )
+        self._lend_pass = None
+        if self.lender is not None:
+            # After the fault steps, on the nodes as they now are: a fault on
+            # a lent node has been cordoned already, and lending sees it.
+            try:
+                self._lend_pass = self.lender.reconcile(states, current)
+            except (KubernetesError, SlurmError) as exc:
+                log.error("lending pass failed: %s", exc)
+                self.metrics.lend_events.labels("error").inc()
         return the_plan, tuple(results)
 
     # -- steps ----------------------------------------------------------------

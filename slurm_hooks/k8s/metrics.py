@@ -75,6 +75,30 @@ class BridgeMetrics:
         self.leader = Gauge(
             "slurm_hooks_bridge_leader", "1 while this replica holds the lease.", registry=r
         )
+        # -- lending idle Slurm nodes to inference (lend_exec) --
+        self.lend_events = Counter(
+            "slurm_hooks_lending_events",
+            "Lending moves: lent, opened, reclaim, returned, withdrawn, released, aborted, "
+            "forced, pods_evicted, evict_blocked.",
+            ["event"],
+            registry=r,
+        )
+        self.gpu_hours_lent = Counter(
+            "slurm_hooks_lending_gpu_hours",
+            "GPU-hours lent to Kubernetes (lent nodes x GPUs x time, added each pass).",
+            registry=r,
+        )
+        self.nodes_lent = Gauge(
+            "slurm_hooks_lending_nodes_lent",
+            "Kubernetes nodes currently lent to inference.",
+            registry=r,
+        )
+        self.lend_demand = Gauge(
+            "slurm_hooks_lending_demand_nodes",
+            "Nodes asked for: by Slurm's pending jobs (slurm) or by inference (kubernetes).",
+            ["side"],
+            registry=r,
+        )
 
     def on_api_call(self, verb: str, path: str, status: int, seconds: float) -> None:
         self.api_calls.labels(verb, str(status)).inc()

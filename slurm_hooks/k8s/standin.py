@@ -4,7 +4,7 @@ No API server can run on a test machine here, so this module reproduces the
 parts of its behaviour that the bridge depends on, over real HTTP:
 
 * paths: core ``/api/v1`` (nodes, pods, namespaced pods, the pods/eviction
-  subresource) and ``/apis/<group>/<version>`` for leases, PDBs, Cluster API
+  subresource, configmaps) and ``/apis/<group>/<version>`` for leases, PDBs, Cluster API
   Machines and our NodeReplacement resource;
 * verbs: GET, LIST with labelSelector/fieldSelector, POST (201, or 409
   AlreadyExists), PUT (409 Conflict on a stale resourceVersion), PATCH with
@@ -71,6 +71,7 @@ RESOURCES = [
     Resource("", "v1", "nodes", "Node", False),
     Resource("", "v1", "pods", "Pod", True),
     Resource("", "v1", "namespaces", "Namespace", False),
+    Resource("", "v1", "configmaps", "ConfigMap", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
     Resource("cluster.x-k8s.io", "v1beta1", "machines", "Machine", True, builtin=False),
