@@ -334,7 +334,7 @@ class Engine:
                       incident=ours.incident, code=d.code),
             )  # fmt: skip
             return
-        if ours is not None and (current.drained or current.down):
+        if ours is not None and ours.is_fault and (current.drained or current.down):
             self.audit.record(
                 "drain", node=d.node, incident=ours.incident, outcome="skipped",
                 why="already drained by slurm-hooks", actor=self.actor,
@@ -363,7 +363,10 @@ class Engine:
         }
         self.state.write_incident(doc)
         with self.state.incident_lock(str(d.incident)):
-            self.slurm.drain(d.node, text)
+            if ours is not None and not ours.is_fault and (current.drained or current.down):
+                self.slurm.update_reason(d.node, text)  # LEND/SPARE -> the fault's reason
+            else:
+                self.slurm.drain(d.node, text)
             self._step(str(d.incident), "drained", status="drained")
         self.state.set_open_incident(d.node, d.incident)
         self.audit.record(

@@ -36,6 +36,11 @@ SEPARATOR = " :: "
 MAX_REASON_LEN = 256
 ELLIPSIS = "..."
 
+#: Our codes that take a node out of Slurm for a reason other than a fault
+#: (lent to Kubernetes, held as a spare).  A fault on such a node wins: it is
+#: drained afresh with its own incident, never treated as already handled.
+NON_FAULT_CODES = frozenset({"LEND", "SPARE"})
+
 _CODE_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_.:/+\-\[\],]{1,64}$")
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
@@ -92,6 +97,10 @@ class DrainReason:
                 raise ReasonFormatError(f"invalid reason field {key}={value!r}")
         object.__setattr__(self, "extra", dict(self.extra))
         object.__setattr__(self, "text", sanitize_text(self.text))
+
+    @property
+    def is_fault(self) -> bool:
+        return self.code not in NON_FAULT_CODES
 
     def with_extra(self, **fields: str) -> DrainReason:
         """A copy with more key=value fields (for example ``repl=requested``)."""

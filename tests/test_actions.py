@@ -369,3 +369,17 @@ def test_our_reason_format_in_slurm(env):
     assert slurm.nodes["n1"].reason.startswith("slurm-hooks/1 XID79 gpu3 inc=")
     assert format_reason(parse_reason(slurm.nodes["n1"].reason)) == slurm.nodes["n1"].reason
     assert isinstance(parse_reason(slurm.nodes["n1"].reason), DrainReason)
+
+
+def test_fault_on_lent_node_replaces_the_lend_reason_and_opens_an_incident(env):
+    slurm, _, _, make, tmp_path = env
+    lend = format_reason(DrainReason("LEND", "0a0b0c0d", "lent to kubernetes inference"))
+    slurm.nodes["n2"] = dataclasses.replace(
+        slurm.nodes["n2"], flags=frozenset({"DRAIN"}), reason=lend
+    )
+    (d,) = make().handle("n2", [xid79()])
+    assert d.kind is DecisionKind.DRAIN
+    assert ("update_reason", "n2", format_reason(d.reason)) in slurm.calls
+    now = parse_reason(slurm.nodes["n2"].reason)
+    assert now.code == "XID79" and now.incident == d.incident != "0a0b0c0d"
+    assert "drain" in audit_actions(tmp_path)

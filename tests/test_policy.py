@@ -181,6 +181,16 @@ def test_already_drained_by_us_is_idempotent():
     assert d2.kind is DecisionKind.ALREADY_HANDLED
 
 
+@pytest.mark.parametrize("code", ["LEND", "SPARE"])
+def test_fault_on_lent_or_spare_node_wins_with_a_new_incident(code):
+    held = DrainReason(code, "0a0b0c0d", "lent to kubernetes inference")
+    state = node(reason=format_reason(held), drained=True)
+    (d,) = decide([xid(79, Action.RESET_GPU)], state, None, fleet(), CFG, NOW)
+    assert d.kind is DecisionKind.DRAIN and d.acts
+    assert d.reason.code == "XID79" and d.reason.incident != "0a0b0c0d"
+    assert "takes precedence" in d.explanation
+
+
 def test_escalation_on_our_drain_marks_for_replacement_keeping_incident():
     ours = DrainReason("XID79", "7f3a2c1b", "lost", "gpu3")
     (d,) = decide([xid(64, Action.REPLACE)], node(reason=format_reason(ours), drained=True),

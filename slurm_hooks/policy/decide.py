@@ -205,6 +205,10 @@ def _node_decision(
             None,
         )
     ours = try_parse_reason(current) if owner is ReasonOwner.OURS else None
+    if ours is not None and not ours.is_fault:
+        # A lent or spare node that faults: the fault wins, with its own incident.
+        why += f" (node was out of Slurm as {ours.code}; the fault takes precedence)"
+        ours = None
     if ours is not None and node_state is not None and (node_state.drained or node_state.down):
         if kind is DecisionKind.REPLACE and "repl" not in ours.extra and ours.code != FLAPPING:
             return make(
