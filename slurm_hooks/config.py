@@ -52,6 +52,7 @@ SECTIONS: dict[str, str] = {
     "bridge": "slurm_hooks.k8s.settings:BridgeConfig",
     "profiles": "slurm_hooks.profiles:Profiles",
     "checks": "slurm_hooks.checks.settings:ChecksConfig",
+    "watch": "slurm_hooks.watch:WatchConfig",
 }
 
 
@@ -119,6 +120,21 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
     return value
 
 
+_SCHEMAS: dict[type, tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]] = {}
+
+
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """The resolved annotations and init fields of ``cls``, computed once per
+    class: ``get_type_hints`` evaluates every (string) annotation, and a hook
+    builds the same few classes many times (one Profile per profile table)."""
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        schema = _SCHEMAS[cls] = (hints, fields)
+    return schema
+
+
 def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, prefix: str) -> T:
     """Build the frozen dataclass ``cls`` from a TOML table, rejecting
     unknown keys (a typo must not silently fall back to a default).
@@ -130,8 +146,7 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
         return hook(data, path=path, prefix=prefix)  # type: ignore[no-any-return]
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, fields = _schema(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(

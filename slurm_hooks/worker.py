@@ -33,7 +33,9 @@ def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def
 
     for key, value in (doc.get("worker_env") or {}).items():
         os.environ[key] = str(value)
-    cfg = config_mod.load()
+    # Only the sections the worker reads are validated: a typo in, say, the
+    # bridge's table must not stop a signalled job from being requeued.
+    cfg = config_mod.load(validate=False)
     general = cfg.general
     policy = cfg.section("policy", PolicyConfig)
     slurm = CliClient(slurm_conf=os.environ.get("SLURM_CONF"), timeout=general.slurm_timeout)

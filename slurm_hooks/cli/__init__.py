@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nccl": ("nccl", "Parse and judge an nccl-tests all_reduce_perf output."),
     "xid": ("xid", "Scan kernel logs for NVIDIA XID/SXID events; explain an XID."),
     "check": ("check", "Run a phase's health checks on this node and print the findings."),
+    "watch": ("watch", "Follow the kernel log and NVML; drain a failing GPU node within a second."),
 }
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
