@@ -53,6 +53,9 @@ SECTIONS: dict[str, str] = {
     "profiles": "slurm_hooks.profiles:Profiles",
     "checks": "slurm_hooks.checks.settings:ChecksConfig",
     "watch": "slurm_hooks.watch:WatchConfig",
+    "prolog": "slurm_hooks.prolog:PrologConfig",
+    "acceptance": "slurm_hooks.acceptance:AcceptanceConfig",
+    "preflight": "slurm_hooks.preflight:PreflightConfig",
 }
 
 

@@ -36,6 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "xid": ("xid", "Scan kernel logs for NVIDIA XID/SXID events; explain an XID."),
     "check": ("check", "Run a phase's health checks on this node and print the findings."),
     "watch": ("watch", "Follow the kernel log and NVML; drain a failing GPU node within a second."),
+    "demo": ("demo", "Reproduce the self-healing demo end to end on this machine, measured."),
+    "acceptance": ("acceptance", "Run the acceptance checks a node must pass before it is resumed."),
+    "preflight": ("preflight", "Multi-node all-reduce check of a job's nodes; drain the slow one."),
 }
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2

@@ -1,0 +1,376 @@
+"""The prolog budget manager without Slurm: GPU-job detection, cache
+validity and invalidation, budget stepping (clock injected), the run's
+verdicts with a fake engine and fake NVML/engines (no GPU here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_hooks.config import parse
+from slurm_hooks.errors import ConfigError
+from slurm_hooks.model import Status
+from slurm_hooks.prolog import (
+    Budget,
+    CachedPass,
+    NodeFacts,
+    PassCache,
+    PrologConfig,
+    cache_verdict,
+    job_gpus,
+    parse_devices,
+    run_prolog,
+    xid_mark,
+)
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- which jobs get GPU work ------------------------------------------------------------
+
+GRES = PrologConfig()
+NO_GRES = PrologConfig(gres_gpus=False)
+
+
+@pytest.mark.parametrize(
+    ("env", "cfg", "count", "gpus", "devices"),
+    [
+        ({"SLURM_JOB_GPUS": "0,1"}, GRES, 8, True, (0, 1)),  # what 22.05 sets (measured)
+        ({"CUDA_VISIBLE_DEVICES": "3"}, GRES, 8, True, (3,)),
+        ({"GPU_DEVICE_ORDINAL": "2,0"}, GRES, 8, True, (0, 2)),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, GRES, 8, True, None),  # UUIDs: all GPUs
+        ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, GRES, 8, False, None),
+        ({}, GRES, 8, False, None),  # GRES cluster, no GPU vars: CPU-only job
+        ({}, NO_GRES, 8, True, None),  # no GRES: cannot tell, test all
+        ({}, NO_GRES, None, True, None),
+        ({}, PrologConfig(gpu_jobs_only=False), 8, True, None),
+        ({"SLURM_JOB_GPUS": "0"}, GRES, 0, False, None),  # profile: no GPUs at all
+        ({}, NO_GRES, 0, False, None),
+    ],
+)
+def test_job_gpus(env, cfg, count, gpus, devices):
+    use = job_gpus(env, cfg, count)
+    assert (use.gpus, use.devices) == (gpus, devices), use.why
+
+
+def test_parse_devices():
+    assert parse_devices("0, 2,2") == (0, 2)
+    assert parse_devices("") is None
+    assert parse_devices("MIG-1") is None
+
+
+def test_config_validation():
+    cfg = parse("[prolog]\nbudget_s = 20\nvalidity_s = 60\ngres_gpus = false\n", validate=False)
+    pc = cfg.section("prolog", PrologConfig)
+    assert (pc.budget_s, pc.validity_s, pc.gres_gpus) == (20.0, 60.0, False)
+    with pytest.raises(ConfigError, match="prolog"):
+        parse("[prolog]\nbudget_s = 0\n", validate=False).section("prolog", PrologConfig)
+    with pytest.raises(ConfigError, match="prolog.budget"):
+        parse("[prolog]\nbudget = 3\n", validate=False).section("prolog", PrologConfig)
+
+
+# -- budget ----------------------------------------------------------------------------------
+
+
+def test_budget_steps_with_injected_clock():
+    clock = Clock(50.0)
+    b = Budget(30.0, clock)
+    assert b.left() == 30.0 and b.allows(30.0)
+    clock.t += 12.5
+    assert b.spent() == 12.5 and b.left() == 17.5
+    assert b.allows(17.5) and not b.allows(17.6)
+    clock.t += 20
+    assert b.left() < 0 and not b.allows(0.0)
+
+
+# -- cache validity ----------------------------------------------------------------------------
+
+PASS = CachedPass(node="n1", passed_at=10_000.0, devices=None, boot_id="b1", xid_mark="m1")
+
+
+def facts(**kw):
+    base = dict(node="n1", now=10_100.0, boot_id="b1", xid_mark="m1", last_fault_at=None)
+    base.update(kw)
+    return NodeFacts(**base)
+
+
+@pytest.mark.parametrize(
+    ("entry", "f", "devices", "fresh", "why"),
+    [
+        (PASS, facts(), None, True, "passed 100s ago"),
+        (None, facts(), None, False, "no cached pass"),
+        (PASS, facts(node="n2"), None, False, "not n2"),
+        (PASS, facts(now=10_000.0 + 1800), None, False, "1800s old"),
+        (PASS, facts(now=10_000.0 + 1799), None, True, "passed"),
+        (PASS, facts(now=9_000.0), None, False, "future"),
+        (PASS, facts(boot_id="b2"), None, False, "rebooted"),
+        (PASS, facts(xid_mark="m2"), None, False, "XID"),
+        (PASS, facts(last_fault_at=10_050.0), None, False, "fault"),
+        (PASS, facts(last_fault_at=9_000.0), None, True, "passed"),
+        (PASS, facts(), (0, 1), True, "passed"),  # an all-GPU pass covers any job
+        (CachedPass("n1", 10_000.0, (0, 1), "b1", "m1"), facts(), (1,), True, "passed"),
+        (CachedPass("n1", 10_000.0, (0, 1), "b1", "m1"), facts(), (1, 2), False, "GPUs"),
+        (CachedPass("n1", 10_000.0, (0, 1), "b1", "m1"), facts(), None, False, "GPUs"),
+    ],
+)
+def test_cache_verdict(entry, f, devices, fresh, why):
+    ok, text = cache_verdict(entry, f, devices, 1800.0)
+    assert ok is fresh and why in text
+
+
+def test_pass_cache_roundtrip_and_corrupt_file(tmp_path):
+    cache = PassCache(tmp_path / "prolog" / "pass.json")
+    assert cache.read() is None and not cache.invalidate("nothing")
+    cache.write(CachedPass("n1", 5.0, (0, 3), "b", None, "17", 1.25))
+    assert cache.read() == CachedPass("n1", 5.0, (0, 3), "b", None, "17", 1.25)
+    assert cache.invalidate("test") and cache.read() is None
+    cache.path.write_text("{not json")
+    assert cache.read() is None  # moved aside by read_json, counts as no pass
+    cache.path.write_text(json.dumps({"node": "n1"}))  # missing fields
+    assert cache.read() is None
+
+
+def test_xid_mark_changes_when_history_is_rewritten(tmp_path):
+    from slurm_hooks.xid.history import save_history
+
+    assert xid_mark(str(tmp_path)) is None
+    save_history(str(tmp_path), [])
+    m1 = xid_mark(str(tmp_path))
+    assert m1 is not None
+    (tmp_path / "xid" / "history.json").write_text('{"version": 1, "incidents": [1]}\n')
+    assert xid_mark(str(tmp_path)) != m1
+
+
+# -- the run (fake NVML + fake engines, fake Slurm engine) ------------------------------------
+
+
+class FakeSlurm:
+    def __init__(self):
+        self.reason = None
+        self.requeued = []
+
+    def get_node(self, node):
+        from slurm_hooks.model import NodeState
+
+        flags = frozenset({"DRAIN"}) if self.reason else frozenset()
+        return NodeState(node, "idle", flags, self.reason)
+
+    def get_job(self, job_id):
+        from slurm_hooks.model import JobInfo
+
+        return JobInfo(job_id, "u", "RUNNING", "n1", restart_count=len(self.requeued))
+
+    def requeue(self, job_id):
+        self.requeued.append(job_id)
+
+
+class FakeEngine:
+    """Stands in for actions.Engine: drains (writes one of our reasons)
+    when handed a FAIL, like the real policy would."""
+
+    def __init__(self, drains=True):
+        from slurm_hooks.audit import AuditLog
+
+        self.slurm = FakeSlurm()
+        self.handled = []
+        self.drains = drains
+        self.audit = AuditLog("/dev/null")
+
+    def handle(self, node, findings):
+        from slurm_hooks.policy.decision import Decision, DecisionKind
+
+        self.handled.append(list(findings))
+        bad = [f for f in findings if f.status is Status.FAIL]
+        if not bad:
+            return []
+        if self.drains:
+            self.slurm.reason = f"slurm-hooks/1 {bad[0].code} inc=0000abcd :: {bad[0].message}"
+            return [Decision(DecisionKind.DRAIN, node, bad[0].code, "test")]
+        return [Decision(DecisionKind.BREAKER_TRIPPED, node, bad[0].code, "breaker")]
+
+
+@pytest.fixture
+def node_files(tmp_path, monkeypatch):
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {}}))
+    engine = tmp_path / "engine.toml"
+    engine.write_text("[burnin]\ngflops = 51000\n")
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(gpus))
+    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(engine))
+    return tmp_path
+
+
+def config(d: Path, extra: str = "") -> object:
+    text = f"""
+[general]
+state_dir = "{d / "state"}"
+[checks]
+nvml_scenario = "{d / "gpus.json"}"
+[checks.xid]
+source = "file"
+path = "{d / "kern.log"}"
+[checks.burnin]
+engine = "fake"
+[checks.nccl]
+engine = "fake"
+[prolog]
+gres_gpus = false
+{extra}
+"""
+    return parse(text, path=str(d / "cfg.toml"), validate=False)
+
+
+XID79 = (
+    "Nov 29 11:00:13 n1 kernel: [ 5123.456789] NVRM: Xid (PCI:0000:18:00): 79, "
+    "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+)
+
+
+def test_full_run_then_cached_then_invalidated_by_xid(node_files):
+    cfg = config(node_files)
+    eng = FakeEngine()
+    env = {"SLURM_JOB_ID": "7"}
+    first = run_prolog(env, cfg, node="n1", engine_factory=lambda c: eng)
+    assert first.verdict == "passed" and first.exit_code == 0, first.why
+    assert {f.check for f in first.findings} >= {"burnin", "nccl", "xid", "gpu_lost"}
+    second = run_prolog(env, cfg, node="n1", engine_factory=lambda c: eng)
+    assert second.verdict == "cached" and second.exit_code == 0
+    assert {f.check for f in second.findings} == {"xid"}  # only the warm check ran
+    assert eng.handled == []
+    with open(node_files / "kern.log", "a") as fh:
+        fh.write(XID79)
+    third = run_prolog(env, cfg, node="n1", engine_factory=lambda c: eng)
+    assert third.verdict == "failed" and third.drained
+    assert eng.handled and eng.handled[0][0].code.startswith("XID")
+    assert third.exit_code == 0 and eng.slurm.requeued == ["7"]  # we requeued: exit 0
+    assert PassCache(node_files / "state" / "prolog" / "pass.json").read() is None
+
+
+def test_xid_seen_by_someone_else_voids_the_cache(node_files):
+    """The health check scanned the new XID first (cursor moved past it): the
+    history file changed, so the prolog does not trust its pass."""
+    from slurm_hooks.xid.history import save_history
+
+    cfg = config(node_files)
+    eng = FakeEngine()
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "passed"
+    save_history(str(node_files / "state"), [])  # another process recorded XID events
+    out = run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng)
+    assert out.verdict == "passed"  # a full run again, not "cached"
+    assert "burnin" in {f.check for f in out.findings}
+
+
+def test_recorded_fault_voids_the_cache(node_files):
+    from datetime import UTC, datetime
+
+    from slurm_hooks.policy.history import FaultEvent
+    from slurm_hooks.state import StateStore
+
+    cfg = config(node_files)
+    eng = FakeEngine()
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "passed"
+    store = StateStore(node_files / "state")
+    store.record_faults("n1", [FaultEvent(datetime.now(UTC), "X", None, "log", None)])
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "cached"
+    store.record_faults("n1", [FaultEvent(datetime.now(UTC), "ECC_DBE", "gpu1", "drain", "i")])
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "passed"
+
+
+def test_bad_gpu_in_burnin_drains_and_requeues(node_files):
+    (node_files / "engine.toml").write_text("[burnin.gpu.2]\nerrors = 40\n")
+    cfg = config(node_files)
+    eng = FakeEngine()
+    out = run_prolog({"SLURM_JOB_ID": "9"}, cfg, node="n1", engine_factory=lambda c: eng)
+    assert out.verdict == "failed" and out.drained and out.exit_code == 0
+    assert eng.slurm.requeued == ["9"]
+    burn = [f for f in out.findings if f.check == "burnin" and f.status is Status.FAIL]
+    assert burn and burn[0].component.index == 2
+    # Without our own requeue: exit 1 (Slurm's prolog-failure path requeues).
+    eng2 = FakeEngine()
+    cfg2 = config(node_files, "requeue_on_fail = false")
+    out2 = run_prolog({"SLURM_JOB_ID": "9"}, cfg2, node="n1", engine_factory=lambda c: eng2)
+    assert out2.exit_code == 1 and eng2.slurm.requeued == []
+
+
+def test_policy_declines_drain_job_runs(node_files):
+    (node_files / "engine.toml").write_text("[burnin.gpu.0]\nerrors = 40\n")
+    eng = FakeEngine(drains=False)
+    out = run_prolog({"SLURM_JOB_ID": "9"}, config(node_files), node="n1",
+                     engine_factory=lambda c: eng)  # fmt: skip
+    assert out.verdict == "failed" and not out.drained and out.exit_code == 0
+    assert "policy declined" in out.why and eng.slurm.requeued == []
+
+
+def test_cpu_only_job_skips_gpu_work(node_files):
+    cfg = config(node_files).__class__(path=None, data={**config(node_files).data, "prolog": {}})
+    eng = FakeEngine()
+    out = run_prolog({"SLURM_JOB_ID": "3"}, cfg, node="n1", engine_factory=lambda c: eng)
+    assert out.verdict == "cpu_only" and out.exit_code == 0
+    assert {f.check for f in out.findings} == {"xid"}
+    gpu_job = run_prolog({"SLURM_JOB_GPUS": "0,1"}, cfg, node="n1", engine_factory=lambda c: eng)
+    assert gpu_job.verdict == "passed"
+    # The pass covered GPUs 0,1 only: a job on GPU 3 gets a full run, one on GPU 1 the cache.
+    assert run_prolog({"SLURM_JOB_GPUS": "1"}, cfg, node="n1").verdict == "cached"
+    assert run_prolog({"SLURM_JOB_GPUS": "3"}, cfg, node="n1").verdict == "passed"
+
+
+def test_budget_too_small_for_full_run_is_incomplete_not_a_fault(node_files):
+    clock = Clock(0.0)
+
+    def slow_run(phase, **kw):
+        from slurm_hooks.runner import run_phase
+
+        clock.t += 29.0  # the warm check "took" 29 s of the 30
+        return run_phase(phase, **kw)
+
+    eng = FakeEngine()
+    out = run_prolog({}, config(node_files), node="n1", clock=clock, run_phase=slow_run,
+                     engine_factory=lambda c: eng)  # fmt: skip
+    assert out.verdict == "incomplete" and out.exit_code == 0
+    assert "no budget left" in out.why and eng.handled == []
+
+
+def test_budget_passed_to_the_full_run(node_files):
+    seen = []
+
+    def spy(phase, **kw):
+        from slurm_hooks.runner import run_phase
+
+        seen.append((kw.get("only"), kw["budget_s"]))
+        return run_phase(phase, **kw)
+
+    run_prolog({}, config(node_files, "budget_s = 20\nengine_reserve_s = 4"), node="n1",
+               run_phase=spy, engine_factory=lambda c: FakeEngine())  # fmt: skip
+    (warm_only, warm_budget), (full_only, full_budget) = seen
+    assert warm_only == ["xid"] and warm_budget <= 20
+    assert full_only is None and full_budget <= 16.0
+
+
+def test_unknown_check_means_no_cache(node_files):
+    """A burn-in that cannot run is not a pass (and not a fault)."""
+    cfg = config(node_files, "")
+    data = dict(cfg.data)
+    data["checks"] = {**data["checks"], "burnin": {"engine": "gpu_burn", "gpu_burn": "/nope"}}
+    cfg = cfg.__class__(path=cfg.path, data=data)
+    out = run_prolog({}, cfg, node="n1", engine_factory=lambda c: FakeEngine())
+    assert out.verdict == "incomplete" and "burnin" in out.why and out.exit_code == 0
+    assert PassCache(node_files / "state" / "prolog" / "pass.json").read() is None
+
+
+def test_hook_main_never_fails_the_job_on_our_own_errors(monkeypatch, tmp_path):
+    from slurm_hooks import prolog
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[prolog]\nbudget_s = -1\n")
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(bad))
+    assert prolog.hook_main() == 0
