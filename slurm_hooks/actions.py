@@ -67,6 +67,13 @@ TERMINAL_JOB_STATES = frozenset(
         "REVOKED",
     }
 )
+#: Terminal states a job reaches when the fault (or our checkpoint signal)
+#: ended it: Slurm requeues a finished batch job too, so such a job is put
+#: back in the queue to resume from its checkpoint instead of being lost.
+#: COMPLETED, CANCELLED (by its owner) and the rest stay finished.
+RESTARTABLE_END_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
+#: States of a job that still runs (or is being torn down): wait for it.
+_STILL_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 #: Words in Slurm's answer to ``scontrol requeue`` for a job that cannot be requeued.
 _NOT_REQUEUEABLE = ("presently disabled", "not requeueable", "requeue is disabled")
 _GONE = ("invalid job id", "not found")
@@ -483,9 +490,16 @@ class Engine:
 
     # -- finishing (worker, resume_pending) ----------------------------------------
 
-    def finish_incident(self, incident: str, *, force: bool = False) -> list[JobOutcome]:
+    def finish_incident(
+        self, incident: str, *, force: bool = False, early: bool = False
+    ) -> list[JobOutcome]:
         """Requeue (or cancel) the incident's jobs once the grace is over.
-        Safe to call any number of times from any process."""
+
+        With ``early``, before the deadline, settle only the jobs that have
+        already stopped running (they checkpointed and exited on the signal,
+        or the fault killed them): waiting out the rest of the grace for them
+        would only add downtime.  Safe to call any number of times from any
+        process."""
         with self.state.incident_lock(incident):
             doc = self.state.read_incident(incident)
             if doc is None or doc.get("jobs_done"):
@@ -493,11 +507,14 @@ class Engine:
             if doc.get("jobs") is None:
                 return []
             deadline = parse_time(doc["deadline"]) if doc.get("deadline") else None
-            if deadline and self.clock() < deadline and not force:
+            in_grace = bool(deadline and self.clock() < deadline and not force)
+            if in_grace and not early:
                 return []
             outcomes = []
             for job_id, rec in doc["jobs"].items():
                 if rec.get("outcome"):
+                    continue
+                if in_grace and self._still_running(job_id):
                     continue
                 outcomes.append(self._settle(doc, job_id, rec))
             if all(r.get("outcome") for r in doc["jobs"].values()):
@@ -506,6 +523,14 @@ class Engine:
                 doc.setdefault("steps", []).append({"step": "jobs_done", "at": iso(self.clock())})
             self.state.write_incident(doc)
             return outcomes
+
+    def _still_running(self, job_id: str) -> bool:
+        try:
+            job = self.slurm.get_job(job_id)
+        except SlurmError as exc:
+            return not any(w in str(exc).lower() for w in _GONE)
+        base = job.state.upper().split()[0] if job.state else ""
+        return base in _STILL_RUNNING
 
     def _settle(self, doc: dict[str, Any], job_id: str, rec: dict[str, Any]) -> JobOutcome:
         node = doc["node"]
@@ -522,7 +547,8 @@ class Engine:
                 doc, job_id, rec, "requeued",
                 f"restart count already {job.restart_count}; not requeued again", notify=True,
             )  # fmt: skip
-        if base in TERMINAL_JOB_STATES or base == "PENDING":
+        restartable = base in RESTARTABLE_END_STATES and job.requeue is not False
+        if (base in TERMINAL_JOB_STATES and not restartable) or base == "PENDING":
             return self._outcome(doc, job_id, rec, "finished", f"job is {job.state}")
         rec["requeue_intent_at"] = iso(self.clock())
         self.state.write_incident(doc)
@@ -535,10 +561,12 @@ class Engine:
                     raise
                 requeueable = False
             else:
-                return self._outcome(
-                    doc, job_id, rec, "requeued",
-                    f"requeued after {doc['grace_s']:g}s grace", notify=True,
-                )  # fmt: skip
+                detail = (
+                    f"ended {base} during the grace; requeued to resume from its checkpoint"
+                    if restartable
+                    else f"requeued after {doc['grace_s']:g}s grace"
+                )
+                return self._outcome(doc, job_id, rec, "requeued", detail, notify=True)
         if self.policy.cancel_unrequeueable:
             self.slurm.cancel(job_id)
             return self._outcome(

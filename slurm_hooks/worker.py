@@ -45,6 +45,10 @@ def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def
     return Engine(slurm, policy, state, audit, notifier, spawn=None, actor="slurm-hooks/worker")
 
 
+#: Seconds between looks at the incident's jobs during the grace.
+POLL_S = 1.0
+
+
 def run(incident_file: Path) -> int:
     from .state import parse_time, read_json
 
@@ -53,12 +57,19 @@ def run(incident_file: Path) -> int:
         log.error("no incident journal at %s", incident_file)
         return 2
     engine = build_engine(incident_file, doc)
+    outcomes = []
     if doc.get("deadline"):
-        delay = (parse_time(doc["deadline"]) - datetime.now(UTC)).total_seconds()
-        if delay > 0:
-            log.info("incident %s: waiting %.1fs of grace", doc["incident"], delay)
-            time.sleep(delay)
-    outcomes = engine.finish_incident(doc["incident"])
+        deadline = parse_time(doc["deadline"])
+        log.info("incident %s: grace until %s", doc["incident"], doc["deadline"])
+        # Poll rather than sleep: a job that checkpointed and exited on the
+        # signal is requeued at once instead of after the whole grace.
+        while (left := (deadline - datetime.now(UTC)).total_seconds()) > 0:
+            time.sleep(min(POLL_S, left))
+            outcomes += engine.finish_incident(doc["incident"], early=True)
+            current = read_json(incident_file)
+            if isinstance(current, dict) and current.get("jobs_done"):
+                break
+    outcomes += engine.finish_incident(doc["incident"])
     for o in outcomes:
         log.info("incident %s job %s: %s (%s)", doc["incident"], o.job_id, o.outcome, o.detail)
     return 0

@@ -383,3 +383,33 @@ def test_fault_on_lent_node_replaces_the_lend_reason_and_opens_an_incident(env):
     now = parse_reason(slurm.nodes["n2"].reason)
     assert now.code == "XID79" and now.incident == d.incident != "0a0b0c0d"
     assert "drain" in audit_actions(tmp_path)
+
+
+def test_job_that_exits_on_the_signal_is_requeued_early_and_once(env):
+    slurm, clock, rec, make, tmp_path = env
+    del slurm.jobs["102"]
+    eng = make()
+    (d,) = eng.handle("n1", [xid79()])
+    # Still running inside the grace: an early look settles nothing.
+    assert eng.finish_incident(d.incident, early=True) == []
+    assert slurm.count("requeue") == 0
+    # It checkpointed on TERM and exited non-zero: the job ended FAILED.
+    slurm.jobs["101"] = dataclasses.replace(slurm.jobs["101"], state="FAILED")
+    clock.now += timedelta(seconds=5)  # well inside the 60 s grace
+    (o,) = eng.finish_incident(d.incident, early=True)
+    assert (o.job_id, o.outcome) == ("101", "requeued") and "FAILED" in o.detail
+    assert slurm.jobs["101"].restart_count == 1
+    clock.now += timedelta(seconds=60)
+    assert eng.finish_incident(d.incident) == []
+    assert slurm.count("requeue") == 1
+
+
+@pytest.mark.parametrize("state", ["COMPLETED", "CANCELLED"])
+def test_job_that_finished_on_its_own_is_not_requeued(env, state):
+    slurm, clock, _, make, _ = env
+    del slurm.jobs["102"]
+    eng = make()
+    (d,) = eng.handle("n1", [xid79()])
+    slurm.jobs["101"] = dataclasses.replace(slurm.jobs["101"], state=state)
+    (o,) = eng.finish_incident(d.incident, early=True)
+    assert o.outcome == "finished" and slurm.count("requeue") == 0

@@ -231,6 +231,20 @@ def test_breaker_ignores_foreign_and_old_drains():
     assert d.kind is DecisionKind.DRAIN
 
 
+def test_breaker_does_not_count_lent_or_spare_nodes():
+    # 4 nodes: the limit is 1.  Spare and lent nodes are out of Slurm on
+    # purpose, so a fault on a third node may still be drained.
+    spare = node("g0", format_reason(DrainReason("SPARE", "00000001", "standby")), True)
+    lent = node("g1", format_reason(DrainReason("LEND", "00000002", "lent")), True)
+    nodes = (spare, lent, node("g2"), node("g3"))
+    (d,) = decide([xid(79, Action.RESET_GPU)], nodes[2], None, FleetView(nodes), CFG, NOW)
+    assert d.kind is DecisionKind.DRAIN
+    xid_drained = node("g1", format_reason(DrainReason("XID79", "00000003", "x", "gpu0")), True)
+    nodes = (spare, xid_drained, node("g2"), node("g3"))
+    (d,) = decide([xid(79, Action.RESET_GPU)], nodes[2], None, FleetView(nodes), CFG, NOW)
+    assert d.kind is DecisionKind.BREAKER_TRIPPED
+
+
 def test_breaker_latch_keeps_drains_off():
     fl = fleet(50)
     latched = FleetView(fl.nodes, {"gpu": Trip("gpu", NOW - timedelta(days=2), "g1", 5, 5)})

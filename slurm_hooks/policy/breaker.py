@@ -76,10 +76,12 @@ def limit_for(size: int, cfg: PolicyConfig) -> int:
 
 def drained_by_us(node: NodeState, since: datetime) -> bool:
     """A node that counts against the breaker: drained or down with our
-    reason, set within the window (no reason time counts, to be safe)."""
+    fault reason, set within the window (no reason time counts, to be safe).
+    Nodes we lent or hold as spares are out of Slurm on purpose, not faults."""
     if not (node.drained or node.down):
         return False
-    if try_parse_reason(node.reason) is None:
+    ours = try_parse_reason(node.reason)
+    if ours is None or not ours.is_fault:
         return False
     return node.reason_time is None or aware(node.reason_time) >= aware(since)
 
