@@ -176,6 +176,7 @@ def test_signals_at_an_already_saved_step_do_not_rewrite_it(tmp_path):
         (1, "periodic", False),
         (1, "signal", True),
         (2, "periodic", False),
+        (2, "term", True),  # reported, not rewritten
     ]
     assert events(records, "exit")[0]["step"] == 2
     assert sorted(p.name for p in tmp_path.glob("ckpt-*")) == [

@@ -563,6 +563,15 @@ def main(argv: list[str] | None = None) -> int:
         if flags.stop is not None:
             if saved_step != step:
                 checkpoint("term")
+            elif ctx.rank == 0:  # already saved at this step: say so rather than rewrite it
+                metrics.write(
+                    "checkpoint",
+                    step=step,
+                    reason="term",
+                    path=str(store.path(step)),
+                    digest=trainer.digest(),
+                    existing=True,
+                )
             rc = 128 + int(flags.stop)
             metrics.write("exit", step=step, signal=flags.stop.name, rc=rc)
             metrics.close()

@@ -1,0 +1,52 @@
+"""The demo with the default 120 s grace, end to end on the real lab; prints
+the summary table (every duration) and the verdict.  About 3 minutes.
+
+    .venv/bin/python bench/bench_demo.py [--grace 120] [--json FILE] [--cred-expire 5]
+
+Needs root (the lab).  Prints figures, asserts nothing: the demo's own
+verdict is the pass/fail line, and the exit status (0 pass, 1 fail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from slurm_hooks.demo import DURATIONS, DemoOptions, run_demo, summary_table
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--grace", type=float, default=120.0)
+    ap.add_argument("--cred-expire", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--quiet", action="store_true", help="no live step lines")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="slurm-hooks-bench-demo-"))
+    base.chmod(0o755)  # munged (user munge) and the job user must reach the lab
+    json_path = args.json or base / "demo-report.json"
+    opts = DemoOptions(grace=args.grace, base_dir=base / "lab", json_path=json_path,
+                       cred_expire=args.cred_expire)  # fmt: skip
+    t0 = time.monotonic()
+    report = run_demo(opts, echo=None if args.quiet else print)
+    wall = time.monotonic() - t0
+    print()
+    print(summary_table(report))
+    print()
+    print(f"bench_demo grace={args.grace:g}s cred_expire={args.cred_expire}s wall={wall:.1f}s")
+    for d in DURATIONS:
+        v = report.durations.get(d.key)
+        print(f"  {d.key:<24} {'-' if v is None else f'{v:.3f}'}")
+    downtime = report.durations.get("training_downtime")
+    if downtime is not None:
+        # The floor: what the requeue path costs beyond the grace itself.
+        print(f"  downtime beyond grace    {downtime - args.grace:.3f}")
+    print(f"report: {json_path}")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
