@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CommandTimeout, SlurmHooksError
+from .judging import finding
 from .model import Action, Component, Finding, Status
 from .probes import commands
 
@@ -222,26 +223,6 @@ def run_dcgmi_diag(
         )
 
 
-def _f(
-    status: Status,
-    code: str,
-    message: str,
-    comp: Component,
-    action: Action,
-    check: str,
-    **values: Any,
-) -> Finding:
-    return Finding(
-        check=check,
-        status=status,
-        code=code,
-        message=message,
-        component=comp,
-        action=action,
-        values={k: v for k, v in values.items() if v is not None},
-    )
-
-
 def judge_dcgm(
     report: DcgmReport, *, check: str = CHECK, warn_is_fail: bool = False
 ) -> list[Finding]:
@@ -249,7 +230,7 @@ def judge_dcgm(
     node = Component("node")
     if report.runtime_error:
         return [
-            _f(
+            finding(
                 Status.UNKNOWN,
                 "DCGM_ERROR",
                 f"dcgmi diag could not run: {report.runtime_error}",
@@ -262,7 +243,7 @@ def judge_dcgm(
     judged = [r for r in report.results if r.status in ("pass", "fail", "warn")]
     if not judged:
         return [
-            _f(
+            finding(
                 Status.UNKNOWN,
                 "DCGM_NO_RESULTS",
                 "dcgmi diag ran no test on this node",
@@ -278,7 +259,7 @@ def judge_dcgm(
         where = f"gpu{r.gpu} " if r.gpu is not None else ""
         if r.status == "fail":
             out.append(
-                _f(
+                finding(
                     Status.FAIL,
                     "DCGM_FAIL",
                     f"{where}{r.test} failed" + (f": {detail}" if detail else ""),
@@ -292,7 +273,7 @@ def judge_dcgm(
             )
         elif r.status == "warn":
             out.append(
-                _f(
+                finding(
                     Status.FAIL if warn_is_fail else Status.WARN,
                     "DCGM_WARN",
                     f"{where}{r.test} warned" + (f": {detail}" if detail else ""),
@@ -305,7 +286,7 @@ def judge_dcgm(
             )
     if not out and report.rc not in (None, 0):
         return [
-            _f(
+            finding(
                 Status.UNKNOWN,
                 "DCGM_ERROR",
                 f"dcgmi diag exited rc={report.rc} although every test passed",
@@ -318,7 +299,7 @@ def judge_dcgm(
     if not out:
         skipped = len(report.results) - len(judged)
         out.append(
-            _f(
+            finding(
                 Status.OK,
                 "OK",
                 f"dcgmi diag: {len(judged)} results passed"

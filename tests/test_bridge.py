@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from k8s_helpers import controller, pod, slurmd_pod
 from prometheus_client import generate_latest
 
 from slurm_hooks.drain_reason import DrainReason, format_reason
@@ -64,57 +65,11 @@ def bridge(api, slurm, cfg=CFG, **kw) -> Bridge:
 
 
 def add_pods(api, node):
-    rs = [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": "web",
-            "uid": "rs1",
-            "controller": True,
-        }
-    ]
-    ds = [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "name": "dcgm",
-            "uid": "ds1",
-            "controller": True,
-        }
-    ]
-    api.add(
-        "pods",
-        {
-            "metadata": {
-                "name": f"web-{node}",
-                "namespace": "default",
-                "labels": {"app": "web"},
-                "ownerReferences": rs,
-            },
-            "spec": {"nodeName": node},
-            "status": {"phase": "Running"},
-        },
-    )
-    api.add(
-        "pods",
-        {
-            "metadata": {"name": f"dcgm-{node}", "namespace": "kube-system", "ownerReferences": ds},
-            "spec": {"nodeName": node},
-            "status": {"phase": "Running"},
-        },
-    )
-    api.add(
-        "pods",
-        {
-            "metadata": {
-                "name": f"slurmd-{node}",
-                "namespace": "slurm",
-                "labels": {"app.kubernetes.io/name": "slurmd"},
-            },
-            "spec": {"nodeName": node},
-            "status": {"phase": "Running"},
-        },
-    )
+    rs = controller("ReplicaSet", "web", "rs1")
+    api.add("pods", pod(f"web-{node}", "default", node, labels={"app": "web"}, owners=rs))
+    ds = controller("DaemonSet", "dcgm", "ds1")
+    api.add("pods", pod(f"dcgm-{node}", "kube-system", node, owners=ds))
+    api.add("pods", slurmd_pod(node))
 
 
 def pod_names(api):
@@ -285,14 +240,7 @@ def test_slinky_operator_echo_keeps_our_cordon(api):
 def test_pdb_blocks_eviction_until_allowed(api):
     slurm = MemorySlurm(["n1", "n2"])
     for i, node in enumerate(["n1", "n2"]):
-        api.add(
-            "pods",
-            {
-                "metadata": {"name": f"inf-{i}", "namespace": "default", "labels": {"app": "inf"}},
-                "spec": {"nodeName": node},
-                "status": {"phase": "Running"},
-            },
-        )
+        api.add("pods", pod(f"inf-{i}", "default", node, labels={"app": "inf"}))
     api.add(
         "poddisruptionbudgets",
         {
@@ -307,14 +255,7 @@ def test_pdb_blocks_eviction_until_allowed(api):
     assert outcomes == {"Cordon": "done", "Evict": "partial", "RequestReplacement": "skipped"}
     assert "inf-0" in pod_names(api) and api.items("nodereplacements") == []
     # a third replica appears elsewhere: the budget now allows one disruption
-    api.add(
-        "pods",
-        {
-            "metadata": {"name": "inf-2", "namespace": "default", "labels": {"app": "inf"}},
-            "spec": {"nodeName": "n3"},
-            "status": {"phase": "Running"},
-        },
-    )
+    api.add("pods", pod("inf-2", "default", "n3", labels={"app": "inf"}))
     r = b.reconcile_once()
     assert {type(x.step).__name__: x.outcome for x in r.results} == {
         "Evict": "done",

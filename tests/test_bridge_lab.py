@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 from click.testing import CliRunner
+from k8s_helpers import controller, pod, slurmd_pod
 
 from slurm_hooks.drain_reason import DrainReason, format_reason
 from slurm_hooks.k8s import plan as P
@@ -38,58 +39,11 @@ def world(fresh_lab):
                     "spec": {},
                 },
             )
-            api.add(
-                "pods",
-                {
-                    "metadata": {
-                        "name": f"web-{name}",
-                        "namespace": "default",
-                        "ownerReferences": [
-                            {
-                                "apiVersion": "apps/v1",
-                                "kind": "ReplicaSet",
-                                "name": "web",
-                                "uid": "rs",
-                                "controller": True,
-                            }
-                        ],
-                    },
-                    "spec": {"nodeName": name},
-                    "status": {"phase": "Running"},
-                },
-            )
-            api.add(
-                "pods",
-                {
-                    "metadata": {
-                        "name": f"dcgm-{name}",
-                        "namespace": "kube-system",
-                        "ownerReferences": [
-                            {
-                                "apiVersion": "apps/v1",
-                                "kind": "DaemonSet",
-                                "name": "dcgm",
-                                "uid": "ds",
-                                "controller": True,
-                            }
-                        ],
-                    },
-                    "spec": {"nodeName": name},
-                    "status": {"phase": "Running"},
-                },
-            )
-            api.add(
-                "pods",
-                {
-                    "metadata": {
-                        "name": f"slurmd-{name}",
-                        "namespace": "slurm",
-                        "labels": {"app.kubernetes.io/name": "slurmd"},
-                    },
-                    "spec": {"nodeName": name},
-                    "status": {"phase": "Running"},
-                },
-            )
+            rs = controller("ReplicaSet", "web", "rs")
+            api.add("pods", pod(f"web-{name}", "default", name, owners=rs))
+            ds = controller("DaemonSet", "dcgm", "ds")
+            api.add("pods", pod(f"dcgm-{name}", "kube-system", name, owners=ds))
+            api.add("pods", slurmd_pod(name))
         try:
             yield fresh_lab, api
         finally:

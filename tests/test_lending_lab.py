@@ -8,6 +8,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from k8s_helpers import controller, pod, slurmd_pod
 from prometheus_client import generate_latest
 
 from slurm_hooks.audit import AuditLog
@@ -64,24 +65,9 @@ def pending_pod(name: str, gpus: int = 8) -> dict:
 
 
 def running_pod(name: str, node: str, priority: int = 0) -> dict:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "inference",
-            "labels": {"app": "llm", "pod": name},
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "llm",
-                    "uid": "rs",
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {"nodeName": node, "priority": priority},
-        "status": {"phase": "Running"},
-    }
+    labels = {"app": "llm", "pod": name}
+    rs = controller("ReplicaSet", "llm", "rs")
+    return pod(name, "inference", node, labels=labels, owners=rs, priority=priority)
 
 
 @pytest.fixture
@@ -89,18 +75,7 @@ def world(fresh_lab, tmp_path):
     with StandinServer() as api:
         for name in fresh_lab.node_names:
             api.add("nodes", {"metadata": {"name": name, "labels": {}}, "spec": {}})
-            api.add(
-                "pods",
-                {
-                    "metadata": {
-                        "name": f"slurmd-{name}",
-                        "namespace": "slurm",
-                        "labels": {"app.kubernetes.io/name": "slurmd"},
-                    },
-                    "spec": {"nodeName": name},
-                    "status": {"phase": "Running"},
-                },
-            )
+            api.add("pods", slurmd_pod(name))
         clock = Clock()
         audit = AuditLog(tmp_path / "audit.jsonl", actor="bridge", clock=clock)
         bridge = Bridge(

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..judging import finding
 from ..model import Action, Component, Finding, Status
 from .model import BurninRun, GpuBurnin
 
@@ -91,26 +92,6 @@ def _component(g: GpuBurnin) -> Component:
     return Component("gpu", index=g.index, uuid=g.uuid, name=g.name)
 
 
-def _finding(
-    status: Status,
-    code: str,
-    message: str,
-    component: Component,
-    action: Action,
-    check: str,
-    **values: Any,
-) -> Finding:
-    return Finding(
-        check=check,
-        status=status,
-        code=code,
-        message=message,
-        component=component,
-        action=action,
-        values={k: v for k, v in values.items() if v is not None},
-    )
-
-
 def judge_burnin(
     run: BurninRun, thresholds: BurninThresholds | None = None, *, check: str = CHECK
 ) -> list[Finding]:
@@ -123,7 +104,7 @@ def judge_burnin(
     if not ran:
         why = "; ".join(run.errors) or "no GPU produced a result"
         return [
-            _finding(
+            finding(
                 Status.UNKNOWN,
                 "BURNIN_FAILED",
                 f"burn-in ({run.engine}) could not run: {why}",
@@ -136,7 +117,7 @@ def judge_burnin(
 
     if t.gpu_count is not None and len(run.gpus) < t.gpu_count:
         out.append(
-            _finding(
+            finding(
                 Status.FAIL,
                 "BURNIN_FAILED",
                 f"burn-in saw {len(run.gpus)} GPUs, profile expects {t.gpu_count}",
@@ -154,7 +135,7 @@ def judge_burnin(
         comp = _component(g)
         if g.mismatch:
             out.append(
-                _finding(
+                finding(
                     Status.FAIL,
                     "BURNIN_MISMATCH",
                     f"gpu{g.index}: wrong results (silent data corruption): {g.mismatch}",
@@ -166,7 +147,7 @@ def judge_burnin(
             )
         if g.errors > 0 or g.verdict == "FAULTY":
             out.append(
-                _finding(
+                finding(
                     Status.FAIL,
                     "BURNIN_ERRORS",
                     f"gpu{g.index}: {g.errors} computation errors during burn-in"
@@ -182,7 +163,7 @@ def judge_burnin(
             what = "worker died" if g.died else "produced no result while its siblings did"
             detail = f": {g.error_text}" if g.error_text else ""
             out.append(
-                _finding(
+                finding(
                     Status.FAIL,
                     "BURNIN_FAILED",
                     f"gpu{g.index}: burn-in {what}{detail}",
@@ -197,7 +178,7 @@ def judge_burnin(
             out.extend(_judge_speed(g, tf, figures, t, check))
         if t.max_temp_c is not None and g.max_temp_c is not None and g.max_temp_c > t.max_temp_c:
             out.append(
-                _finding(
+                finding(
                     Status.WARN,
                     "BURNIN_HOT",
                     f"gpu{g.index}: reached {g.max_temp_c} C during burn-in (limit {t.max_temp_c} C)",
@@ -212,7 +193,7 @@ def judge_burnin(
     if not run.completed:
         errs = "; ".join(run.errors)
         out.append(
-            _finding(
+            finding(
                 Status.FAIL if any(f.status is Status.FAIL for f in out) else Status.WARN,
                 "BURNIN_INCOMPLETE",
                 "burn-in did not complete"
@@ -228,7 +209,7 @@ def judge_burnin(
     if not any(f.is_problem for f in out):
         vals = [v for v in figures.values()]
         out.append(
-            _finding(
+            finding(
                 Status.OK,
                 "OK",
                 f"{len(run.gpus)} GPUs passed burn-in ({run.engine})",
@@ -262,7 +243,7 @@ def _judge_speed(
                 status = Status.WARN
             if status is not None:
                 out.append(
-                    _finding(
+                    finding(
                         status,
                         "BURNIN_SLOW",
                         f"gpu{g.index}: {tf:.1f} TFLOP/s is {ratio:.0%} of its siblings' median"
@@ -282,7 +263,7 @@ def _judge_speed(
             continue
         fail = value < floor * t.floor_fail_fraction
         out.append(
-            _finding(
+            finding(
                 Status.FAIL if fail else Status.WARN,
                 "BURNIN_SLOW",
                 f"gpu{g.index}: {value:.1f} {dtype} TFLOP/s is below the profile floor {floor:g}",

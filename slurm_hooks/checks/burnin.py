@@ -24,24 +24,21 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import shutil
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..burnin.budget import Skipped, budget_shortfall, command_timeout
 from ..burnin.judge import judge_burnin, thresholds_from
 from ..burnin.model import BurninRun, GpuBurnin
-from ..config import from_mapping
-from ..model import Finding, Phase, Status
+from ..model import Finding, Phase
 from ..probes import commands
-from .base import COMMON_SETTINGS, CheckContext, ok
+from . import _engine_check
+from .base import CheckContext
 
 log = logging.getLogger(__name__)
 
 ENGINES = ("auto", "gpu_burn", "torch", "fake")
-#: Keys the runner may put into settings besides COMMON_SETTINGS.
-RUNNER_KEYS = frozenset({"deadline"})
 
 
 @dataclass(frozen=True)
@@ -79,20 +76,13 @@ class BurninSettings:
 
 
 def load_settings(ctx: CheckContext, check: str) -> BurninSettings:
-    data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | RUNNER_KEYS}
-    return from_mapping(BurninSettings, data, path=ctx.config_path, prefix=f"checks.{check}")
-
-
-def _fake_configured() -> bool:
-    return bool(
-        os.environ.get("SLURM_HOOKS_NVML_SCENARIO") or os.environ.get("SLURM_HOOKS_ENGINE_SCENARIO")
-    )
+    return _engine_check.load_settings(BurninSettings, ctx, check)
 
 
 def choose_engine(s: BurninSettings) -> str | None:
     if s.engine != "auto":
         return s.engine
-    if _fake_configured():
+    if _engine_check.fake_configured():
         return "fake"
     if shutil.which(s.gpu_burn, path=commands.command_env()["PATH"]):
         return "gpu_burn"
@@ -146,17 +136,12 @@ class BurninCheck:
 
             argv = build_argv(s.gpu_burn, int(duration))
             argv = [argv[0], *s.gpu_burn_args, *argv[1:]]
-            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, s.devices))} if s.devices else None
-
-            def _run(a: list[str], **kw: Any) -> commands.CommandResult:
-                return run_cmd(a, env=env, **kw) if env else run_cmd(a, **kw)
-
             res = run_gpu_burn(
                 argv,
                 timeout=timeout,
                 cwd=s.gpu_burn_dir,
                 expected_gpus=len(s.devices) if s.devices else None,
-                run=_run,
+                run=_engine_check.on_devices(run_cmd, s.devices),
             )
             return _remap(res, s.devices)
         from ..burnin.torch_engine import TorchBurninConfig, run_torch_burnin
@@ -174,16 +159,7 @@ class BurninCheck:
 
     def judge(self, data: BurninRun | Skipped, ctx: CheckContext) -> list[Finding]:
         if isinstance(data, Skipped):
-            if data.reason.startswith("not applicable"):
-                return [ok(self.name, data.reason)]
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.UNKNOWN,
-                    code="CHECK_SKIPPED",
-                    message=data.reason,
-                )
-            ]
+            return _engine_check.skipped_findings(self.name, data)
         settings = {k: v for k, v in ctx.settings.items() if v is not None}
         t = thresholds_from(ctx.profile, settings)
         return judge_burnin(data, t, check=self.name)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..burnin.budget import Skipped, budget_shortfall, command_timeout
-from ..config import from_mapping
 from ..dcgm import DcgmReport, diag_argv, judge_dcgm, run_or_timeout
-from ..model import Finding, Phase, Status
+from ..model import Finding, Phase
 from ..probes import commands
-from .base import COMMON_SETTINGS, CheckContext, ok
+from . import _engine_check
+from .base import CheckContext
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,8 @@ class DcgmCheck:
     settings_class: ClassVar[type] = DcgmSettings
     phases: ClassVar[frozenset[Phase]] = frozenset({Phase.ACCEPTANCE})
 
-    def _settings(self, ctx: CheckContext) -> DcgmSettings:
-        data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | {"deadline"}}
-        return from_mapping(DcgmSettings, data, path=ctx.config_path, prefix=f"checks.{self.name}")
-
     def gather(self, ctx: CheckContext) -> DcgmReport | Skipped:
-        s = self._settings(ctx)
+        s = _engine_check.load_settings(DcgmSettings, ctx, self.name)
         if ctx.profile.get("gpu_count") == 0:
             return Skipped("not applicable: profile expects no GPUs")
         run_cmd = ctx.services.get("run", commands.run)
@@ -65,16 +61,7 @@ class DcgmCheck:
 
     def judge(self, data: DcgmReport | Skipped, ctx: CheckContext) -> list[Finding]:
         if isinstance(data, Skipped):
-            if data.reason.startswith("not applicable"):
-                return [ok(self.name, data.reason)]
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.UNKNOWN,
-                    code="CHECK_SKIPPED",
-                    message=data.reason,
-                )
-            ]
+            return _engine_check.skipped_findings(self.name, data)
         return judge_dcgm(
             data, check=self.name, warn_is_fail=bool(ctx.settings.get("warn_is_fail", False))
         )

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..burnin.budget import Skipped, budget_shortfall, command_timeout
-from ..config import from_mapping
-from ..model import Finding, Phase, Status
+from ..model import Finding, Phase
 from ..nccl.judge import judge_nccl, thresholds_from
 from ..nccl.model import NcclRun
 from ..probes import commands
-from .base import COMMON_SETTINGS, CheckContext, ok
+from . import _engine_check
+from .base import CheckContext
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +61,13 @@ class NcclSettings:
 
 
 def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
-    data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | {"deadline"}}
-    return from_mapping(NcclSettings, data, path=ctx.config_path, prefix=f"checks.{check}")
+    return _engine_check.load_settings(NcclSettings, ctx, check)
 
 
 def choose_engine(s: NcclSettings) -> str | None:
     if s.engine != "auto":
         return s.engine
-    if os.environ.get("SLURM_HOOKS_NVML_SCENARIO") or os.environ.get("SLURM_HOOKS_ENGINE_SCENARIO"):
+    if _engine_check.fake_configured():
         return "fake"
     if shutil.which(s.all_reduce_perf, path=commands.command_env()["PATH"]):
         return "nccl-tests"
@@ -140,12 +138,9 @@ class NcclCheck:
                 timeout_s=max(5, int(timeout) - 2),
             )
             run_cmd = ctx.services.get("run", commands.run)
-            env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, s.devices))} if s.devices else None
-
-            def _run(a: list[str], **kw: Any) -> commands.CommandResult:
-                return run_cmd(a, env=env, **kw) if env else run_cmd(a, **kw)
-
-            return run_all_reduce_perf(argv, timeout=timeout, run=_run)
+            return run_all_reduce_perf(
+                argv, timeout=timeout, run=_engine_check.on_devices(run_cmd, s.devices)
+            )
         from ..nccl.engines import TorchNcclConfig, parse_size, run_torch_all_reduce
 
         cfg = TorchNcclConfig(
@@ -160,15 +155,6 @@ class NcclCheck:
 
     def judge(self, data: NcclRun | Skipped, ctx: CheckContext) -> list[Finding]:
         if isinstance(data, Skipped):
-            if data.reason.startswith("not applicable"):
-                return [ok(self.name, data.reason)]
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.UNKNOWN,
-                    code="CHECK_SKIPPED",
-                    message=data.reason,
-                )
-            ]
+            return _engine_check.skipped_findings(self.name, data)
         settings = {k: v for k, v in ctx.settings.items() if v is not None}
         return judge_nccl(data, thresholds_from(ctx.profile, settings), check=self.name)

@@ -17,11 +17,19 @@ from ..model import Finding, Status
 from ._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, exits_on_error
 
 
-def resolve_profile(name: str | None, config_path: str | None) -> dict[str, Any]:
+def resolve_profile(
+    name: str | None, config_path: str | None, *, gpu_count: int | None = None
+) -> dict[str, Any]:
     """A profile by name: the config's ``[profiles.NAME]``, else a shipped
-    example; no name: an empty profile (only floors given as options apply)."""
-    if not name:
-        return {}
+    example; no name: an empty profile (only floors given as options apply).
+    ``gpu_count`` (``--gpus``) overrides the profile's."""
+    profile = _named_profile(name, config_path) if name else {}
+    if gpu_count is not None:
+        profile["gpu_count"] = gpu_count
+    return profile
+
+
+def _named_profile(name: str, config_path: str | None) -> dict[str, Any]:
     from ..config import load
     from ..profiles import builtin_names, load_builtin, load_profiles
 
@@ -49,6 +57,11 @@ def read_text(path: str) -> str:
             return fh.read()
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc}", path=path) from exc
+
+
+def echo_json(figures: dict[str, Any], findings: Sequence[Finding]) -> None:
+    """The parsed run's figures with the findings, as one JSON document."""
+    click.echo(json.dumps({**figures, "findings": [f.to_dict() for f in findings]}, indent=2))
 
 
 def echo_findings(findings: Sequence[Finding]) -> None:
@@ -86,16 +99,12 @@ def parse_cmd(
     from ..burnin.gpu_burn import parse_gpu_burn
     from ..burnin.judge import judge_burnin, thresholds_from
 
-    profile = resolve_profile(profile_name, config_path)
-    if gpus is not None:
-        profile["gpu_count"] = gpus
+    profile = resolve_profile(profile_name, config_path, gpu_count=gpus)
     settings = {"tflops_floor": floor} if floor is not None else {}
     run = parse_gpu_burn(read_text(file))
     findings = judge_burnin(run, thresholds_from(profile, settings))
     if as_json:
-        out = run.to_dict()
-        out["findings"] = [f.to_dict() for f in findings]
-        click.echo(json.dumps(out, indent=2))
+        echo_json(run.to_dict(), findings)
     else:
         click.echo(f"gpu_burn: {len(run.gpus)} GPUs, completed={run.completed}")
         for g in run.gpus:

@@ -6,12 +6,10 @@ judge (empty output, unreadable file, unknown profile).
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from ._common import exits_on_error
-from .burnin import echo_findings, exit_code, read_text, resolve_profile
+from .burnin import echo_findings, echo_json, exit_code, read_text, resolve_profile
 
 
 @click.group(name="nccl")
@@ -53,18 +51,14 @@ def parse_cmd(
     from ..nccl.judge import judge_nccl, thresholds_from
     from ..nccl.parser import parse_nccl_tests
 
-    profile = resolve_profile(profile_name, config_path)
-    if gpus is not None:
-        profile["gpu_count"] = gpus
+    profile = resolve_profile(profile_name, config_path, gpu_count=gpus)
     settings: dict[str, object] = {"large_min_bytes": large_min_bytes}
     if floor is not None:
         settings["busbw_floor_gbps"] = floor
     run = parse_nccl_tests(read_text(file))
     findings = judge_nccl(run, thresholds_from(profile, settings))
     if as_json:
-        out = run.to_dict(large_min_bytes)
-        out["findings"] = [f.to_dict() for f in findings]
-        click.echo(json.dumps(out, indent=2))
+        echo_json(run.to_dict(large_min_bytes), findings)
     else:
         large = run.large_busbw(large_min_bytes)
         click.echo(

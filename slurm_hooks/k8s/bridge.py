@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConflictError, KubernetesError, SlurmError, SlurmHooksError
+from ..errors import KubernetesError, SlurmError, SlurmHooksError
 from ..model import JobInfo
 from ..slurm.base import SlurmClient
 from . import plan as planner
-from .client import KubeClient, eviction_path, nodes_path, pods_path
+from ._exec import Obj, evict_pods, patch_node
+from .client import KubeClient, nodes_path, pods_path
 from .lease import LeaderElector
 from .metrics import BridgeMetrics
 from .replace import Replacer, make_replacer
@@ -44,11 +45,6 @@ log = logging.getLogger(__name__)
 #: Our reason code for a node lent to inference: out of Slurm on purpose, not
 #: a fault, so the fault planner never cordons or replaces it.
 LEND_CODE = "LEND"
-
-#: Read-modify-write attempts on a Node before a step counts as failed.
-PATCH_ATTEMPTS = 4
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -301,20 +297,8 @@ class Bridge:
     def _rmw(
         self, name: str, current: dict[str, Obj], make_patch: Callable[[Obj], dict[str, Any]]
     ) -> Obj:
-        """Patch from the object as last read; on 409 read it again and redo."""
-        obj = current[name]
-        for attempt in range(PATCH_ATTEMPTS):
-            try:
-                new = self.kube.patch(nodes_path(name), make_patch(obj), "merge")
-            except ConflictError:
-                if attempt == PATCH_ATTEMPTS - 1:
-                    raise
-                log.info("node=%s changed meanwhile (409), reading it again", name)
-                obj = self.kube.get(nodes_path(name))
-                continue
-            current[name] = new
-            return new
-        raise AssertionError("unreachable")
+        """A method, not a bare call: tests wrap it to kill the bridge mid-step."""
+        return patch_node(self.kube, current, name, make_patch)
 
     def _evict(self, step: planner.Evict, current: dict[str, Obj]) -> StepResult:
         pods = (
@@ -322,25 +306,7 @@ class Bridge:
             or []
         )
         todo = planner.pods_to_evict(pods, keep_slurmd=step.keep_slurmd, cfg=self.cfg)
-        blocked = []
-        evicted = 0
-        for pod in todo:
-            md = pod["metadata"]
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": md["name"], "namespace": md["namespace"]},
-            }
-            try:
-                self.kube.create(eviction_path(md["namespace"], md["name"]), body)
-                evicted += 1
-            except KubernetesError as exc:
-                if exc.status == 404:
-                    continue  # already gone
-                if exc.status == 429:
-                    blocked.append(f"{md['namespace']}/{md['name']}")
-                    continue  # a disruption budget says not now; next pass tries again
-                raise
+        evicted, blocked = evict_pods(self.kube, todo)
         if evicted:
             self.metrics.incidents.labels("pods_evicted").inc(evicted)
         if blocked:

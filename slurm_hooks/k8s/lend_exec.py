@@ -24,18 +24,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..audit import AuditLog
-from ..errors import ConflictError, KubernetesError, SlurmError
+from ..errors import KubernetesError, SlurmError
 from ..slurm.base import SlurmClient
 from . import lending as L
 from . import plan as bridge_plan
-from .client import KubeClient, eviction_path, nodes_path, pods_path
+from ._exec import Obj, evict_pods, patch_node
+from .client import KubeClient, pods_path
 from .metrics import BridgeMetrics
 from .settings import BridgeConfig
 
 log = logging.getLogger(__name__)
-
-PATCH_ATTEMPTS = 4
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -317,26 +315,9 @@ class Lender:
         )
 
     def _evict(self, node: str) -> tuple[int, list[str]]:
-        evicted = 0
-        blocked: list[str] = []
         pods = self._workload_pods(node)
-        for pod in bridge_plan.pods_to_evict(pods, keep_slurmd=True, cfg=self.cfg):
-            md = pod["metadata"]
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": md["name"], "namespace": md["namespace"]},
-            }
-            try:
-                self.kube.create(eviction_path(md["namespace"], md["name"]), body)
-                evicted += 1
-            except KubernetesError as exc:
-                if exc.status == 404:
-                    continue
-                if exc.status == 429:
-                    blocked.append(f"{md['namespace']}/{md['name']}")
-                    continue  # a disruption budget says not now: next pass
-                raise
+        todo = bridge_plan.pods_to_evict(pods, keep_slurmd=True, cfg=self.cfg)
+        evicted, blocked = evict_pods(self.kube, todo)
         if evicted:
             self.metrics.lend_events.labels("pods_evicted").inc(evicted)
         return evicted, blocked
@@ -344,18 +325,7 @@ class Lender:
     def _rmw(
         self, name: str, nodes: dict[str, Obj], make_patch: Callable[[Obj], dict[str, Any]]
     ) -> Obj:
-        obj = nodes[name]
-        for attempt in range(PATCH_ATTEMPTS):
-            try:
-                new = self.kube.patch(nodes_path(name), make_patch(obj), "merge")
-            except ConflictError:
-                if attempt == PATCH_ATTEMPTS - 1:
-                    raise
-                obj = self.kube.get(nodes_path(name))
-                continue
-            nodes[name] = new
-            return new
-        raise AssertionError("unreachable")
+        return patch_node(self.kube, nodes, name, make_patch)
 
     def _event(self, event: str, step: L.Step, **fields: Any) -> None:
         self.metrics.lend_events.labels(event).inc()

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..judging import finding
 from ..model import Action, Component, Finding, Status
 from .model import NcclRun
 
@@ -55,15 +56,7 @@ def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> 
 def _f(
     status: Status, code: str, message: str, action: Action, check: str, **values: Any
 ) -> Finding:
-    return Finding(
-        check=check,
-        status=status,
-        code=code,
-        message=message,
-        component=NODE,
-        action=action,
-        values={k: v for k, v in values.items() if v is not None},
-    )
+    return finding(status, code, message, NODE, action, check, **values)
 
 
 def judge_nccl(
