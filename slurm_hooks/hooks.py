@@ -26,6 +26,10 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Config
 
 log = logging.getLogger("slurm_hooks.hooks")
 
@@ -35,6 +39,8 @@ HEALTHCHECK_LIMIT_S = 60.0
 #: signals are a handful of scontrol/scancel calls.
 ENGINE_MIN_S = 8.0
 PHASES = ("healthcheck", "epilog", "prolog")
+#: Seconds to wait for the watcher to finish acting before giving up this run.
+DETECT_LOCK_WAIT_S = 15.0
 
 
 def main(argv: Sequence[str]) -> int:
@@ -54,15 +60,27 @@ def main(argv: Sequence[str]) -> int:
         return hook_main(t0)
     from . import config as config_mod
     from .errors import SlurmHooksError
-    from .runner import node_name, run_phase
+    from .runner import node_name
+    from .state import DETECT_LOCK, StateStore
 
     try:
         cfg = config_mod.load(validate=False)
         node = node_name()
-        result = run_phase(phase, cfg=cfg, node=node)
+        # The watcher, the health check and the epilog share one kernel-log
+        # cursor: scan-then-act under one lock, so no XID is handled (or
+        # counted towards a repeat rule) twice.
+        with StateStore(cfg.general.state_dir).lock(DETECT_LOCK, timeout=DETECT_LOCK_WAIT_S):
+            return _run_and_act(phase, cfg, node, t0)
     except SlurmHooksError as exc:
-        log.error("hook %s could not run its checks: %s", phase, exc)
+        log.error("hook %s could not run: %s", phase, exc)
         return 0 if phase == "epilog" else 2
+
+
+def _run_and_act(phase: str, cfg: Config, node: str, t0: float) -> int:
+    from .errors import SlurmHooksError
+    from .runner import run_phase
+
+    result = run_phase(phase, cfg=cfg, node=node)
     unhealthy = any(f.is_problem for f in result.findings)
     remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
     if phase == "healthcheck" and remaining < ENGINE_MIN_S:

@@ -98,6 +98,11 @@ def _safe(name: str, what: str) -> str:
     return name
 
 
+#: The node's detect-and-act lock: held around "scan the kernel log, then
+#: act" by the watcher and the hooks, which share one cursor.
+DETECT_LOCK = "detect"
+
+
 class StateStore:
     """Per-node state under ``root`` (``general.state_dir``)."""
 

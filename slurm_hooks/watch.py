@@ -51,7 +51,6 @@ log = logging.getLogger("slurm_hooks.watch")  # also under python -m
 
 #: Name of the lock (under ``<state_dir>/locks/``) held while XIDs are read
 #: and acted on, by the watcher and the hooks alike.
-DETECT_LOCK = "detect"
 #: The check whose findings are events (new kernel-log lines), not state.
 XID_CHECK = "xid"
 
@@ -96,7 +95,7 @@ def detect_lock(state_dir: str, timeout: float = 20.0) -> Iterator[None]:
 
     Hold it around "scan the kernel log, then act": two processes that read
     the same cursor at once would both report (and count) the same XID."""
-    from .state import StateStore
+    from .state import DETECT_LOCK, StateStore
 
     with StateStore(state_dir).lock(DETECT_LOCK, timeout):
         yield

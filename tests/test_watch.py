@@ -26,9 +26,8 @@ from slurm_hooks import config as config_mod
 from slurm_hooks.cli.watch import command
 from slurm_hooks.errors import SlurmUnavailable, StateError
 from slurm_hooks.model import Status
-from slurm_hooks.state import StateStore
+from slurm_hooks.state import DETECT_LOCK, StateStore
 from slurm_hooks.watch import (
-    DETECT_LOCK,
     FileFollower,
     KmsgFollower,
     WatchConfig,

@@ -1,0 +1,52 @@
+"""The hook entry point (``python3 -m slurm_hooks hook <phase>``)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from slurm_hooks import hooks
+from slurm_hooks.state import DETECT_LOCK, StateStore
+
+
+@pytest.fixture
+def node_config(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[general]\nstate_dir = "{state}"\n')
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(cfg))
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    return state
+
+
+def test_usage_error_exits_2():
+    assert hooks.main(["nonsense"]) == 2
+
+
+@pytest.mark.parametrize(("phase", "rc"), [("healthcheck", 2), ("epilog", 0)])
+def test_hook_waits_for_the_watchers_detect_lock_then_gives_up(node_config, monkeypatch, phase, rc):
+    """While the watcher holds the node's detect lock (it is scanning the
+    shared kernel-log cursor and acting), a hook must not scan too: it waits,
+    then skips this run.  The epilog still exits 0 (a non-zero epilog makes
+    Slurm drain the node with a reason that is not ours)."""
+    monkeypatch.setattr(hooks, "DETECT_LOCK_WAIT_S", 0.3)
+    ran = []
+    monkeypatch.setattr(hooks, "_run_and_act", lambda *a: ran.append(a) or 0)
+    held, release = threading.Event(), threading.Event()
+
+    def watcher():
+        with StateStore(node_config).lock(DETECT_LOCK):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=watcher)
+    t.start()
+    try:
+        held.wait(5)
+        assert hooks.main([phase]) == rc
+        assert ran == []
+    finally:
+        release.set()
+        t.join()
+    assert hooks.main([phase]) == 0 and len(ran) == 1
