@@ -83,6 +83,16 @@ def _run_and_act(phase: str, cfg: Config, node: str, t0: float) -> int:
     result = run_phase(phase, cfg=cfg, node=node)
     unhealthy = any(f.is_problem for f in result.findings)
     remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
+    from .model import Status
+    from .state import StateStore
+
+    if all(f.status is Status.OK for f in result.findings) and (
+        StateStore(cfg.general.state_dir).open_incident(node) is None
+    ):
+        # The common case on every node every interval: nothing to decide and
+        # nothing to roll forward, so the engine (policy, Slurm backend,
+        # notifiers) is not even imported.
+        return 0
     if phase == "healthcheck" and remaining < ENGINE_MIN_S:
         log.warning("hook %s: %.1fs left, not acting this run", phase, remaining)
     else:

@@ -152,10 +152,8 @@ class Profile(_MappingView):
             if value is not None and not all(p.isdigit() for p in value.split(".")):
                 raise ValueError(f"{key}: {value!r} is not a dotted version like 550.54.15")
         if self.nodes is not None:
-            from .hostlist import expand
-
             try:
-                expand(self.nodes)
+                check_hostlist(self.nodes)
             except ConfigError as exc:
                 raise ValueError(f"nodes: {exc}") from exc
 
@@ -169,12 +167,155 @@ class Profile(_MappingView):
         if "[" not in self.nodes:
             # Plain lists need no ClusterShell import on the hook path.
             return node in (n.strip() for n in self.nodes.split(","))
-        from .hostlist import contains
-
-        return contains(self.nodes, node)
+        return hostlist_contains(self.nodes, node)
 
 
 EMPTY = Profile(name="none", description="no profile matched: nothing expected")
+
+
+# -- hostlist answers, remembered -------------------------------------------
+#
+# Validating ``nodes = "gpu[001-128]"`` and matching the node against it is
+# ClusterShell's job, and importing ClusterShell costs a hook ~10 ms on every
+# run for answers that never change: whether a hostlist parses and whether
+# it contains this node are pure functions of the two strings.  So the
+# answers are remembered in the process and, through load_hostlist_cache and
+# save_hostlist_cache (the runner calls them around profile selection), in
+# the state dir: a hook on a node whose config has not changed imports no
+# ClusterShell.  Hostlists naming node groups (``@gpus``) depend on
+# ClusterShell's group configuration, not only on the string: they are
+# always asked afresh.  Only valid hostlists are remembered, so an invalid
+# one is reported by ClusterShell every time.
+
+#: File under the state dir holding remembered hostlist answers.
+HOSTLIST_CACHE = "hostlists.json"
+_CACHE_VERSION = 1
+#: Beyond this many remembered answers, a save keeps only this run's.
+_CACHE_MAX = 512
+
+
+class _HostlistAnswers:
+    def __init__(self) -> None:
+        self.valid: set[str] = set()
+        self.contains: dict[tuple[str, str], bool] = {}
+        #: What this process asked (kept when the file outgrows _CACHE_MAX).
+        self.used_valid: set[str] = set()
+        self.used_contains: set[tuple[str, str]] = set()
+        self.dirty = False
+
+
+_answers = _HostlistAnswers()
+
+
+def _rememberable(spec: str) -> bool:
+    return "@" not in spec
+
+
+def check_hostlist(spec: str) -> None:
+    """Raise ConfigError unless ``spec`` is a valid hostlist (ClusterShell
+    decides; a remembered valid answer skips it)."""
+    a = _answers
+    if spec in a.valid:
+        a.used_valid.add(spec)
+        return
+    from .hostlist import expand
+
+    expand(spec)
+    if _rememberable(spec):
+        a.valid.add(spec)
+        a.used_valid.add(spec)
+        a.dirty = True
+
+
+def hostlist_contains(spec: str, node: str) -> bool:
+    """Whether hostlist ``spec`` names ``node`` (ClusterShell decides; a
+    remembered answer skips it)."""
+    a = _answers
+    key = (spec, node)
+    known = a.contains.get(key)
+    if known is not None:
+        a.used_contains.add(key)
+        return known
+    from .hostlist import contains
+
+    answer = contains(spec, node)
+    if _rememberable(spec):
+        a.contains[key] = answer
+        a.used_contains.add(key)
+        a.dirty = True
+    return answer
+
+
+def load_hostlist_cache(state_dir: str) -> None:
+    """Add the answers remembered in ``state_dir`` to this process's.  A
+    missing, unreadable or malformed file is ignored (answers are then
+    asked from ClusterShell and saved again)."""
+    import json
+
+    path = os.path.join(state_dir, HOSTLIST_CACHE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION:
+        return
+    valid = data.get("valid")
+    contains = data.get("contains")
+    if not isinstance(valid, list) or not isinstance(contains, list):
+        return
+    a = _answers
+    a.valid.update(v for v in valid if isinstance(v, str) and _rememberable(v))
+    for item in contains:
+        if (
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+            and isinstance(item[2], bool)
+            and _rememberable(item[0])
+        ):
+            a.contains.setdefault((item[0], item[1]), item[2])
+
+
+def save_hostlist_cache(state_dir: str) -> bool:
+    """Write this process's answers to ``state_dir`` (atomically: temp file
+    and rename) when ClusterShell was asked something new.  Never creates
+    the state dir and never raises: it is a cache.  True when written."""
+    import json
+
+    a = _answers
+    if not a.dirty or not os.path.isdir(state_dir):
+        return False
+    valid, contains = a.valid, a.contains
+    if len(valid) + len(contains) > _CACHE_MAX:
+        valid = a.used_valid
+        contains = {k: v for k, v in contains.items() if k in a.used_contains}
+    data = {
+        "version": _CACHE_VERSION,
+        "valid": sorted(valid),
+        "contains": [[spec, node, answer] for (spec, node), answer in sorted(contains.items())],
+    }
+    path = os.path.join(state_dir, HOSTLIST_CACHE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    a.dirty = False
+    return True
+
+
+def forget_hostlist_answers() -> None:
+    """Drop every remembered answer in this process (tests)."""
+    global _answers
+    _answers = _HostlistAnswers()
 
 
 @dataclass(frozen=True)

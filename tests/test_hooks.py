@@ -50,3 +50,33 @@ def test_hook_waits_for_the_watchers_detect_lock_then_gives_up(node_config, monk
         release.set()
         t.join()
     assert hooks.main([phase]) == 0 and len(ran) == 1
+
+
+def test_healthy_node_does_not_even_import_the_engine(tmp_path):
+    """Every node runs the health check every interval: with all checks OK and
+    no incident open, the hook neither calls Slurm nor imports the engine."""
+    import subprocess
+    import sys
+
+    (tmp_path / "kern.log").write_text("")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[general]\nstate_dir = "{tmp_path / "state"}"\n'
+        '[profiles.default]\nbase = "cpu"\n'
+        f'[checks.xid]\nsource = "file"\npath = "{tmp_path / "kern.log"}"\n'
+    )
+    code = (
+        "import sys\nfrom slurm_hooks import hooks\n"
+        "rc = hooks.main(['healthcheck'])\n"
+        "print(rc, 'slurm_hooks.actions' in sys.modules, 'slurm_hooks.slurm.cli_backend' in sys.modules)\n"
+    )
+    env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert out == ["0", "False", "False"]

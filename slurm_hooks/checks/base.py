@@ -14,12 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ..model import Action, Component, Finding, Phase, Status
 
+if TYPE_CHECKING:
+    from datetime import datetime
+
 T = TypeVar("T")
+
+
+def utc_now() -> datetime:
+    """The default clock of a :class:`CheckContext`: now, in UTC.  datetime
+    is imported on the first call: a health check with nothing to report
+    never asks the time."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
 
 #: Keys of every ``[checks.<name>]`` table that the runner reads itself; the
 #: rest belongs to the check (its ``Settings`` dataclass, if it has one).
@@ -43,7 +55,7 @@ class CheckContext:
     settings: Mapping[str, Any] = field(default_factory=dict)
     state_dir: str = "/var/lib/slurm-hooks"
     services: Mapping[str, Any] = field(default_factory=dict)
-    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    now: Callable[[], datetime] = utc_now
     #: The config file the settings came from, so errors can name it.
     config_path: str | None = None
 

@@ -13,6 +13,7 @@ from ..model import Action, Finding, Phase, Status
 from ..profiles import as_profile
 from .base import CheckContext, ok
 from .gpubase import nvml_session
+from .registry import CHECKS
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -37,9 +38,9 @@ class DriverCheck:
     phases: ClassVar[frozenset[Phase]] = frozenset({Phase.HEALTHCHECK, Phase.ACCEPTANCE})
 
     def gather(self, ctx: CheckContext) -> DriverData:
-        profile = as_profile(ctx.profile)
-        if profile.gpu_count == 0:
-            return DriverData(skipped="profile expects no GPUs")
+        reason = CHECKS[self.name].not_applicable(as_profile(ctx.profile))
+        if reason:
+            return DriverData(skipped=reason)
         nvml = nvml_session(ctx).nvml
         return DriverData(version=str(nvml.nvmlSystemGetDriverVersion()))
 

@@ -19,7 +19,7 @@ from ..probes.nvml import (
     is_nvml_error,
     return_name,
 )
-from ..profiles import Profile, as_profile
+from ..profiles import as_profile
 from .base import CheckContext, unknown
 from .gpubase import GpuCheck, not_supported
 
@@ -73,10 +73,8 @@ class FabricCheck(GpuCheck):
         {Phase.HEALTHCHECK, Phase.PROLOG, Phase.ACCEPTANCE}
     )
 
-    def skip_reason(self, profile: Profile, ctx: CheckContext) -> str | None:
-        if profile.fabric_manager is False:
-            return "profile expects no fabric manager"
-        return super().skip_reason(profile, ctx)
+    # Not applicable with fabric_manager = false or gpu_count = 0: ``skip_when`` in
+    # checks/registry.py, read by the runner before this module is imported.
 
     def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> dict[str, Any] | None:
         return read_fabric_info(nvml, handle)

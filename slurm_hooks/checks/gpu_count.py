@@ -22,6 +22,7 @@ from ..probes.nvml import (
 from ..profiles import as_profile
 from .base import CheckContext, ok, unknown
 from .gpubase import nvml_session
+from .registry import CHECKS
 
 ALL_PHASES = frozenset(Phase)
 
@@ -44,9 +45,9 @@ class GpuCountCheck:
     phases: ClassVar[frozenset[Phase]] = ALL_PHASES
 
     def gather(self, ctx: CheckContext) -> CountData:
-        profile = as_profile(ctx.profile)
-        if profile.gpu_count == 0:
-            return CountData(skipped="profile expects no GPUs")
+        reason = CHECKS[self.name].not_applicable(as_profile(ctx.profile))
+        if reason:
+            return CountData(skipped=reason)
         session = nvml_session(ctx)
         try:
             nvml = session.nvml

@@ -24,6 +24,7 @@ from ..probes.nvml import (
 )
 from ..profiles import Profile, as_profile
 from .base import CheckContext, ok
+from .registry import CHECKS, NO_GPUS, not_applicable
 
 _default_session: NvmlSession | None = None
 _default_lock = threading.Lock()
@@ -79,10 +80,11 @@ class GpuCheck:
 
     # -- hooks ------------------------------------------------------------
     def skip_reason(self, profile: Profile, ctx: CheckContext) -> str | None:
-        """Why this check does not apply to this node (None: it does)."""
-        if profile.gpu_count == 0:
-            return "profile expects no GPUs"
-        return None
+        """Why this check does not apply to this node (None: it does): the
+        registry's ``skip_when`` (which the runner reads without importing
+        the check), else "profile expects no GPUs" for an unregistered check."""
+        spec = CHECKS.get(self.name)
+        return not_applicable(spec.skip_when if spec is not None else (NO_GPUS,), profile)
 
     def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> Any:
         raise NotImplementedError

@@ -9,12 +9,14 @@ HDR 100), slows every multi-node job on the node: FAIL and drain.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..model import Action, Component, Finding, Phase, Status
-from ..probes.sysfs import IbPort, read_ib_ports
 from ..profiles import IbExpect, as_profile
 from .base import CheckContext, ok
+
+if TYPE_CHECKING:
+    from ..probes.sysfs import IbPort
 
 
 class IbCheck:
@@ -25,6 +27,8 @@ class IbCheck:
     def gather(self, ctx: CheckContext) -> list[IbPort] | None:
         if as_profile(ctx.profile).ib is None:
             return None
+        from ..probes.sysfs import read_ib_ports  # only where ports are expected
+
         root = ctx.services.get("sysfs_root", "/sys")
         return read_ib_ports(root)
 

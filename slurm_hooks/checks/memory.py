@@ -1,6 +1,10 @@
 """Installed RAM against the profile: a DIMM that failed at POST or was
 mapped out shows up as missing memory.  The kernel keeps some RAM for
-itself (crash kernel, firmware), hence the tolerance."""
+itself (crash kernel, firmware), hence the tolerance.
+
+The total is ``MemTotal`` from /proc/meminfo (``probes.host``, the value
+``psutil.virtual_memory().total`` reports); tests inject a psutil-shaped
+service ``psutil``."""
 
 from __future__ import annotations
 
@@ -24,10 +28,10 @@ class Settings:
             raise ValueError(f"tolerance_pct must be 0..100, got {self.tolerance_pct}")
 
 
-def _psutil() -> Any:
-    import psutil
+def _host() -> Any:
+    from ..probes.host import HOST
 
-    return psutil
+    return HOST
 
 
 class MemoryCheck:
@@ -38,7 +42,7 @@ class MemoryCheck:
     def gather(self, ctx: CheckContext) -> int | None:
         if as_profile(ctx.profile).memory_gb is None:
             return None
-        return int(ctx.service("psutil", _psutil).virtual_memory().total)
+        return int(ctx.service("psutil", _host).virtual_memory().total)
 
     def judge(self, total: int | None, ctx: CheckContext) -> list[Finding]:
         expected_gb = as_profile(ctx.profile).memory_gb

@@ -1,11 +1,14 @@
 """Required file systems: mounted, not read-only, and actually writable.
 
-Presence comes from the mount table (``psutil.disk_partitions``, which
-reads /proc/self/mounts and never stats a mount, so a hung NFS server
-cannot hang it).  The write test creates and removes a file through
-``probes.commands.run`` with a timeout: a process stuck in the kernel on a
-dead mount is then a killed child, not a hung hook.  A mount that times out
-is reported as hung.
+Presence comes from the mount table (``/proc/self/mounts`` through
+``probes.host``, the table ``psutil.disk_partitions(all=True)`` reads; it
+never stats a mount, so a hung NFS server cannot hang it).  The write test
+creates and removes a file in-process, in a daemon thread joined with a
+timeout (``probes.host.write_test``): a call stuck in the kernel on a dead
+mount is then a thread left behind, not a hung hook.  A mount that times
+out is reported as hung.  Tests inject a psutil-shaped ``psutil`` service
+and, to exercise the command path, ``run_command`` (the test then runs
+``mktemp`` and ``rm`` through it, as :func:`write_test` does).
 """
 
 from __future__ import annotations
@@ -39,21 +42,21 @@ class MountState:
     write_error: str | None = None
 
 
-def _psutil() -> Any:
-    import psutil
+def _host() -> Any:
+    from ..probes.host import HOST
 
-    return psutil
-
-
-def _run() -> Any:
-    from ..probes.commands import run
-
-    return run
+    return HOST
 
 
-def write_test(path: str, timeout: float, run: Any) -> str:
-    """Create and remove a file under ``path`` in child processes; "" on
-    success, "timeout" when a step hung, else the error."""
+def write_test(path: str, timeout: float, run: Any = None) -> str:
+    """Create and remove a file under ``path``; "" on success, "timeout" when
+    a step hung, else the error.  With ``run`` (``probes.commands.run`` or a
+    fake) the steps are ``mktemp`` and ``rm`` child processes; without it
+    they run in-process (``probes.host.write_test``)."""
+    if run is None:
+        from ..probes.host import write_test as write_in_process
+
+        return write_in_process(path, timeout)
     deadline_each = max(timeout / 2, 0.5)
     try:
         made = run(["mktemp", "-p", path, ".slurm-hooks-write.XXXXXX"], timeout=deadline_each)
@@ -82,9 +85,9 @@ class MountsCheck:
         s = ctx.settings_as(Settings, self.name)
         table = {
             os.path.normpath(p.mountpoint): p
-            for p in ctx.service("psutil", _psutil).disk_partitions(all=True)
+            for p in ctx.service("psutil", _host).disk_partitions(all=True)
         }
-        run = ctx.service("run_command", _run)
+        run = ctx.services.get("run_command")
         out = []
         for path in mounts:
             part = table.get(os.path.normpath(path))

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from ..model import Action, Component, Finding, Phase, Status
 from ..probes.nvml import ERROR_INVALID_ARGUMENT, ERROR_NOT_SUPPORTED, is_nvml_error
-from ..profiles import Profile, as_profile
+from ..profiles import as_profile
 from .base import CheckContext
 from .gpubase import GpuCheck, GpuData, GpuSample, call_optional
 
@@ -51,10 +51,8 @@ class NvlinkCheck(GpuCheck):
         {Phase.HEALTHCHECK, Phase.EPILOG, Phase.ACCEPTANCE}
     )
 
-    def skip_reason(self, profile: Profile, ctx: CheckContext) -> str | None:
-        if profile.nvlinks_per_gpu == 0:
-            return "profile expects no NVLink"
-        return super().skip_reason(profile, ctx)
+    # Not applicable with nvlinks_per_gpu = 0 or gpu_count = 0: ``skip_when`` in
+    # checks/registry.py, read by the runner before this module is imported.
 
     def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> dict[str, Any] | None:
         expected = as_profile(ctx.profile).nvlinks_per_gpu

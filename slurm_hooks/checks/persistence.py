@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..model import Action, Component, Finding, Phase, Status
-from ..profiles import Profile
 from .base import CheckContext
 from .gpubase import GpuCheck
 
@@ -16,10 +15,8 @@ class PersistenceCheck(GpuCheck):
     name: ClassVar[str] = "persistence"
     phases: ClassVar[frozenset[Phase]] = frozenset({Phase.HEALTHCHECK, Phase.ACCEPTANCE})
 
-    def skip_reason(self, profile: Profile, ctx: CheckContext) -> str | None:
-        if profile.persistence_mode is False:
-            return "profile does not require persistence mode"
-        return super().skip_reason(profile, ctx)
+    # Not applicable with persistence_mode = false or gpu_count = 0: ``skip_when`` in
+    # checks/registry.py, read by the runner before this module is imported.
 
     def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> bool:
         return int(nvml.nvmlDeviceGetPersistenceMode(handle)) == int(nvml.NVML_FEATURE_ENABLED)

@@ -6,17 +6,42 @@ written elsewhere (``xid``, ``burnin``, ``nccl``) are listed here too; a
 module that is not installed yet raises :class:`CheckNotInstalled`, which
 the runner reports as UNKNOWN "check not installed" while the other checks
 still run.
+
+A check can also say, as data (``skip_when``), for which profiles it does
+not apply ("profile expects no GPUs").  The runner reads that before
+importing the module, so a CPU node's health check imports none of the
+NVML checks; the checks themselves skip through the same data
+(:meth:`CheckSpec.not_applicable`), so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import CheckNotInstalled
 from ..model import Phase
 
 H, P, E, A, W = Phase.HEALTHCHECK, Phase.PROLOG, Phase.EPILOG, Phase.ACCEPTANCE, Phase.WATCH
+
+#: (profile key, value, reason): the check does not apply when the profile's
+#: ``key`` is ``value``.  The common one for NVML checks:
+NO_GPUS = ("gpu_count", 0, "profile expects no GPUs")
+
+
+def not_applicable(rules: tuple[tuple[str, Any, str], ...], profile: Any) -> str | None:
+    """The reason of the first rule the profile meets, else None.  A bool
+    value matches only that bool (``fabric_manager = false``, not None); a
+    number matches equal numbers that are not bools."""
+    for key, value, reason in rules:
+        actual = getattr(profile, key, None)
+        if isinstance(value, bool):
+            if actual is value:
+                return reason
+        elif not isinstance(actual, bool) and actual is not None and actual == value:
+            return reason
+    return None
 
 
 @dataclass(frozen=True)
@@ -30,13 +55,22 @@ class CheckSpec:
     timeout_s: float | None = None
     #: Uses NVML (skipped without loading it on nodes whose profile has no GPU).
     gpu: bool = False
+    #: Profiles this check does not apply to, in order: (key, value, reason).
+    skip_when: tuple[tuple[str, Any, str], ...] = ()
 
     @property
     def module(self) -> str:
         return self.target.partition(":")[0]
 
+    def not_applicable(self, profile: Any) -> str | None:
+        """Why this check does not apply to a node with ``profile`` (a
+        :class:`~slurm_hooks.profiles.Profile`), None when it may."""
+        return not_applicable(self.skip_when, profile)
+
 
 def _spec(name: str, target: str, phases: set[Phase], summary: str, **kw: object) -> CheckSpec:
+    if kw.get("gpu") and "skip_when" not in kw:
+        kw["skip_when"] = (NO_GPUS,)
     return CheckSpec(name, target, frozenset(phases), summary, **kw)  # type: ignore[arg-type]
 
 
@@ -87,6 +121,7 @@ CHECKS: dict[str, CheckSpec] = {
             {H, P, A},
             "NVSwitch fabric manager state (Hopper+)",
             gpu=True,
+            skip_when=(("fabric_manager", False, "profile expects no fabric manager"), NO_GPUS),
         ),
         _spec(
             "nvlink",
@@ -94,6 +129,7 @@ CHECKS: dict[str, CheckSpec] = {
             {H, E, A},
             "NVLink links down or error counters rising",
             gpu=True,
+            skip_when=(("nvlinks_per_gpu", 0, "profile expects no NVLink"), NO_GPUS),
         ),
         _spec(
             "pcie", f"{_M}.pcie:PcieCheck", {H, A}, "PCIe link width/generation below max", gpu=True
@@ -119,6 +155,10 @@ CHECKS: dict[str, CheckSpec] = {
             {H, A},
             "persistence mode on",
             gpu=True,
+            skip_when=(
+                ("persistence_mode", False, "profile does not require persistence mode"),
+                NO_GPUS,
+            ),
         ),
         _spec("ib", f"{_M}.ib:IbCheck", {H, A}, "InfiniBand/RoCE ports active at expected rate"),
         _spec("memory", f"{_M}.memory:MemoryCheck", {H, A}, "installed RAM vs profile"),
@@ -138,6 +178,7 @@ CHECKS: dict[str, CheckSpec] = {
             "short GPU burn-in vs TFLOP/s floor",
             timeout_s=120.0,
             gpu=True,
+            skip_when=(),  # decides for itself (Skipped)
         ),
         _spec(
             "nccl",
@@ -146,6 +187,7 @@ CHECKS: dict[str, CheckSpec] = {
             "NCCL all-reduce bus bandwidth vs floor",
             timeout_s=120.0,
             gpu=True,
+            skip_when=(),  # decides for itself (Skipped)
         ),
         _spec(
             "dcgm",
@@ -154,6 +196,7 @@ CHECKS: dict[str, CheckSpec] = {
             "DCGM diagnostics (dcgmi diag), where installed",
             timeout_s=900.0,
             gpu=True,
+            skip_when=(),  # decides for itself (Skipped)
         ),
     )
 }

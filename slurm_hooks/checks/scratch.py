@@ -1,5 +1,9 @@
 """Free space on the node-local scratch file system: jobs that cannot
-write their checkpoints or temporary files fail late and expensively."""
+write their checkpoints or temporary files fail late and expensively.
+
+Free space is ``os.statvfs`` through ``probes.host`` (psutil's
+``disk_usage`` semantics: free as an unprivileged user sees it); tests
+inject a psutil-shaped service ``psutil``."""
 
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from .base import CheckContext, ok
 GIB = 1024**3
 
 
-def _psutil() -> Any:
-    import psutil
+def _host() -> Any:
+    from ..probes.host import HOST
 
-    return psutil
+    return HOST
 
 
 class ScratchCheck:
@@ -30,7 +34,7 @@ class ScratchCheck:
         if not profile.scratch_path or profile.scratch_min_free_gb is None:
             return None
         try:
-            usage = ctx.service("psutil", _psutil).disk_usage(profile.scratch_path)
+            usage = ctx.service("psutil", _host).disk_usage(profile.scratch_path)
         except FileNotFoundError:
             return {"missing": True}
         return {"free": int(usage.free), "total": int(usage.total)}

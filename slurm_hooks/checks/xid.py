@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..model import Finding, Phase
-from ..xid.pci import GpuRef, gpu_map
 from ..xid.scan import ScanResult
 from ..xid.settings import XidSettings
 from ..xid.source import FileSource, JournalSource, KmsgSource, Source, scan_new
 from .base import CheckContext, ok
 
 if TYPE_CHECKING:
+    from ..xid.pci import GpuRef
     from ..xid.rules import Incident
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class XidData:
     scan: ScanResult
     history: tuple[Incident, ...]
     gpus: Mapping[str, GpuRef] = field(default_factory=dict)
+    #: When the events were read (epoch seconds); 0.0 when there were none.
     now: float = 0.0
 
 
@@ -67,6 +68,8 @@ def make_source(settings: XidSettings) -> Source:
 
 
 def _gpus(ctx: CheckContext, settings: XidSettings) -> dict[str, GpuRef]:
+    from ..xid.pci import gpu_map
+
     nvml: Any = ctx.services.get("nvml")
     if nvml is not None and not hasattr(nvml, "nvmlDeviceGetCount"):
         try:
@@ -86,12 +89,12 @@ class XidCheck:
     def gather(self, ctx: CheckContext) -> XidData:
         settings = XidSettings.from_mapping(ctx.settings)
         source = ctx.service("kernel_log", lambda: make_source(settings))
-        now = ctx.now().timestamp()
         result = scan_new(source, ctx.state_dir)
         if not result.aggregates:
             # The common case: one stat (file) or a short read (kmsg), no
-            # rules, catalogue or history loaded.
-            return XidData(scan=result, history=(), now=now)
+            # rules, catalogue, history or clock (judge needs no time).
+            return XidData(scan=result, history=())
+        now = ctx.now().timestamp()
         from ..xid.history import load_history, save_history
         from ..xid.rules import update_history
 

@@ -125,6 +125,7 @@ NVLINK_COUNTERS = {
     "crc_data": pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
     "ecc_data": pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA,
 }
+_NVLINK_COUNTER_NAMES = {v: k for k, v in NVLINK_COUNTERS.items()}
 
 _GPU_KEYS = {
     "name",
@@ -280,9 +281,14 @@ class Scenario:
 
 
 def _fake_uuid(index: int, bus: str) -> str:
-    import hashlib
+    try:
+        # CPython's built-in SHA-1: the same digest as hashlib's, without
+        # loading OpenSSL (~3 ms of a health check on the fake).
+        from _sha1 import sha1
+    except ImportError:  # a build without it
+        from hashlib import sha1
 
-    h = hashlib.sha1(f"{bus}/{index}".encode()).hexdigest()  # noqa: S324 - not security
+    h = sha1(f"{bus}/{index}".encode()).hexdigest()  # noqa: S324 - not security
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
@@ -369,9 +375,9 @@ class FakeNvml:
             sc = self._current()
             if self._refcount <= 0 and function not in ("nvmlInit", "nvmlInitWithFlags"):
                 _raise(pynvml.NVML_ERROR_UNINITIALIZED)
-        rules = list(sc.errors)
-        if gpu is not None and 0 <= gpu < len(sc.gpus):
-            rules += sc.gpus[gpu]["_errors"]
+        rules = sc.errors
+        if gpu is not None and 0 <= gpu < len(sc.gpus) and sc.gpus[gpu]["_errors"]:
+            rules = [*rules, *sc.gpus[gpu]["_errors"]]
         for rule in rules:
             if rule.function != function:
                 continue
@@ -592,11 +598,11 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
         gpu = self._link("nvmlDeviceGetNvLinkErrorCounter", handle, link)
-        names = {v: k for k, v in NVLINK_COUNTERS.items()}
-        if counter not in names:
+        name = _NVLINK_COUNTER_NAMES.get(counter)
+        if name is None:
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         per_link = gpu.get("nvlink_errors", {}).get(str(link), {})
-        value = per_link.get(names[counter], 0)
+        value = per_link.get(name, 0)
         if self._not_supported(value):
             _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(value)

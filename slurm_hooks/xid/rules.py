@@ -33,10 +33,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..model import Action, Component, Finding, Status, Value
+from .aggregate import XidAggregate
 from .catalogue import Catalogue, load_catalogue
 from .parser import nvlink5_info, nvlink_registers, recovery_action
 from .pci import GpuRef
-from .scan import XidAggregate
 from .settings import XidSettings
 
 CHECK = "xid"

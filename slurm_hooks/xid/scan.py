@@ -19,10 +19,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
+    from .aggregate import XidAggregate
     from .parser import XidEvent
 
 #: Lines longer than this are skipped and counted (the kernel's own limit is
@@ -96,35 +97,6 @@ class ScanStats:
 
 
 @dataclass(frozen=True)
-class XidAggregate:
-    """Identical events folded into one, with how many and when."""
-
-    kind: str
-    xid: int
-    pci: str | None
-    pid: int | None
-    name: str | None
-    message: str
-    count: int
-    raw_pci: str | None = None
-    switch: str | None = None
-    first_monotonic: float | None = None
-    last_monotonic: float | None = None
-    first_wall: float | None = None
-    last_wall: float | None = None
-    boot_id: str | None = None
-
-    @property
-    def code(self) -> str:
-        return f"SXID{self.xid}" if self.kind == "sxid" else f"XID{self.xid}"
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["code"] = self.code
-        return d
-
-
-@dataclass(frozen=True)
 class ScanResult:
     """What one scan found.  ``reset`` says why the cursor started over
     (``rotated``, ``truncated``, ``reboot``, ``corrupt``), None if it did not."""
@@ -140,19 +112,20 @@ class ScanResult:
         return sum(a.count for a in self.aggregates)
 
 
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_LONGNUM = re.compile(r"\b(?=[0-9a-fA-F_]*\d)[0-9a-fA-F_]{5,}\b")
-_SPACE = re.compile(r"\s+")
+_HEX = r"0x[0-9a-fA-F]+"
+_LONGNUM = r"\b(?=[0-9a-fA-F_]*\d)[0-9a-fA-F_]{5,}\b"
+_SPACE = r"\s+"
 
 
 @functools.lru_cache(maxsize=4096)
 def normalise_message(message: str) -> str:
     """The message with addresses, channel ids and other long numbers
     blanked, so one fault repeated with different addresses folds into one
-    aggregate; small numbers (GPC/TPC/SM, link) stay."""
-    text = _HEX.sub("0x#", message)
-    text = _LONGNUM.sub("#", text)
-    return _SPACE.sub(" ", text).strip()
+    aggregate; small numbers (GPC/TPC/SM, link) stay.  (Patterns compile on
+    the first event, through re's cache: a scan with none compiles none.)"""
+    text = re.sub(_HEX, "0x#", message)
+    text = re.sub(_LONGNUM, "#", text)
+    return re.sub(_SPACE, " ", text).strip()
 
 
 class _Agg:
@@ -178,6 +151,8 @@ class _Agg:
             self.last_wall = ev.wall
 
     def freeze(self, folded: bool) -> XidAggregate:
+        from .aggregate import XidAggregate
+
         ev = self.first
         return XidAggregate(
             kind=ev.kind,
@@ -452,3 +427,13 @@ def _peek(f: BinaryIO) -> bytes:
         except (OSError, ValueError):
             pass
     return b""
+
+
+def __getattr__(name: str) -> Any:
+    # XidAggregate lives in .aggregate, built on first use (see there).
+    if name == "XidAggregate":
+        from .aggregate import XidAggregate
+
+        globals()["XidAggregate"] = XidAggregate
+        return XidAggregate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
