@@ -37,7 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "Run a phase's health checks on this node and print the findings."),
     "watch": ("watch", "Follow the kernel log and NVML; drain a failing GPU node within a second."),
     "demo": ("demo", "Reproduce the self-healing demo end to end on this machine, measured."),
-    "acceptance": ("acceptance", "Run the acceptance checks a node must pass before it is resumed."),
+    "acceptance": (
+        "acceptance",
+        "Run the acceptance checks a node must pass before it is resumed.",
+    ),
     "preflight": ("preflight", "Multi-node all-reduce check of a job's nodes; drain the slow one."),
 }
 
