@@ -203,3 +203,30 @@ def test_session_inits_once_and_caches_identity() -> None:
     assert f.calls.count("nvmlDeviceGetUUID") == 1
     s.close()
     assert f.calls[-1] == "nvmlShutdown"
+
+
+def test_lost_gpu_fails_queries_through_a_handle_taken_before(tmp_path):
+    """A watcher keeps one NVML session: a GPU that falls off the bus after
+    its handle was taken must fail every query, as real NVML does."""
+    import json
+
+    import pynvml
+
+    from slurm_hooks.probes.fake_nvml import FakeNvml
+
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 2}))
+    nvml = FakeNvml(path)
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(1)
+    assert nvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU) > 0
+    path.write_text(
+        json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 2, "gpu": {"1": {"lost": True}}})
+    )
+    import os
+
+    os.utime(path, (1, 2_000_000_000))  # make sure the reload sees a new mtime
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        nvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        nvml.nvmlDeviceGetHandleByIndex(1)

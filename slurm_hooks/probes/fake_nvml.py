@@ -26,7 +26,8 @@ with every key optional::
     [defaults]                       # applied to every GPU, then [gpu.N]
     temperature = 34
     [gpu.3]
-    lost = true                      # handle by index raises GPU_IS_LOST (XID 79)
+    lost = true                      # every call on it raises GPU_IS_LOST (XID 79);
+                                     # "handle" / "queries": only that side fails
     ecc = { volatile_uncorrected = 2 }
     remap = { pending = true, unc = 1 }
     pcie = { gen = 4, width = 8 }
@@ -396,7 +397,9 @@ class FakeNvml:
             # The GPU vanished from the scenario after we handed out a handle.
             _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
         gpu = sc.gpus[handle.index]
-        if gpu.get("lost") == "queries":
+        if gpu.get("lost") in (True, "queries"):
+            # Real NVML fails every call on a GPU that fell off the bus, also
+            # through a handle taken before it fell (a watcher's long session).
             _raise(pynvml.NVML_ERROR_GPU_IS_LOST)
         return gpu
 
