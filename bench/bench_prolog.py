@@ -53,25 +53,12 @@ def main() -> int:
     lab = Lab(base, 2)
     lab.up()
     try:
-        hooks = labhooks.install(lab, gpus=4, prolog=False, reconfigure=False)
-        nodes = lab.base_dir / "nodes"
-        for n in lab.node_names:
-            nf = hooks.node(n)
-            (nf.dir / "engine.toml").write_text("[nccl]\nbusbw_gbps = 48\n")
-            nf.config.write_text(
-                nf.config.read_text()
-                + '\n[checks.burnin]\nengine = "fake"\n[checks.nccl]\nengine = "fake"\n'
-                + "[prolog]\ngres_gpus = false\n"
-            )
-        text = labhooks.render_lab_shim("prolog", lab, sys.executable)
-        head, sep, tail = text.rpartition("\nexec ")
-        extra = (
-            f'export SLURM_HOOKS_ENGINE_SCENARIO="{nodes}/$SLURMD_NODENAME/engine.toml"\n'
-            f'export SLURM_HOOKS_NVML_SCENARIO="{nodes}/$SLURMD_NODENAME/gpus.json"\n'
+        hooks = labhooks.install(
+            lab, gpus=4, prolog=True, prolog_settings={"gres_gpus": False}, reconfigure=False
         )
-        shim = lab.hooks_dir / "prolog-bench.sh"
-        shim.write_text(head + "\n" + extra + sep.lstrip("\n") + tail)
-        shim.chmod(0o755)
+        for n in lab.node_names:
+            hooks.set_engine(n, "[nccl]\nbusbw_gbps = 48\n")
+        shim = hooks.shims["prolog"]
         nf = hooks.node("n1")
         hook_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -81,8 +68,6 @@ def main() -> int:
             "SLURM_JOB_USER": "root",
             "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
             "SLURM_HOOKS_CONFIG": str(nf.config),
-            "SLURM_HOOKS_ENGINE_SCENARIO": str(nf.dir / "engine.toml"),
-            "SLURM_HOOKS_NVML_SCENARIO": str(nf.scenario),
             "SLURM_HOOKS_LOG_LEVEL": "WARNING",
         }
         hook = [sys.executable, "-m", "slurm_hooks", "hook", "prolog"]

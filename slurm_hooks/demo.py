@@ -1235,9 +1235,9 @@ class Demo:
             res = self.lab.run_on_node(
                 self.node,
                 [sys.executable, "-m", "slurm_hooks.demo", "acceptance", self.node],
+                # The node's config alone names its fake GPUs and engines.
                 env={
                     "SLURM_HOOKS_CONFIG": str(nf.config),
-                    "SLURM_HOOKS_NVML_SCENARIO": str(nf.scenario),
                     "SLURM_CONF": str(self.lab.slurm_conf),
                 },
                 timeout=600,
@@ -1378,19 +1378,25 @@ class Demo:
                             os.kill(int(pid), _signal.SIGTERM)
 
     def explore_hint(self) -> str:
+        """What ``--keep`` leaves behind, and what it does not: the bridge,
+        the Kubernetes stand-in and the watchers lived in the demo process."""
         d = str(self.base)
-        return "\n".join(
-            [
-                f"The lab is still running in {d}. Explore it:",
-                f'  eval "$(slurm-hooks lab env --dir {d})"',
-                "  sinfo -R; squeue; scontrol show job " + (self.job_id or ""),
-                f"  slurm-hooks history --audit {d}/nodes/{self.node or 'n1'}/audit.jsonl   "
-                "# if your history command takes a file",
-                f"  cat {d}/nodes/*/audit.jsonl | tail",
-                f"  tail {d}/shared/train/runs/{self.job_id}/metrics.rank0.jsonl",
-                f"Take it down with: slurm-hooks lab down --dir {d}",
-            ]
-        )
+        node = self.node or "n1"
+        lines = [
+            f"The Slurm lab is still running in {d} (slurmctld, slurmd, munged, and the",
+            "hooks in its slurm.conf). The Kubernetes bridge, the Kubernetes API stand-in",
+            "and the watchers ran inside the demo process and stopped with it: the",
+            "cluster objects are gone and nothing mirrors drains into Kubernetes now.",
+            "Explore what is left:",
+            f'  eval "$(slurm-hooks lab env --dir {d})"',
+            "  sinfo -R; squeue" + (f"; scontrol show job {self.job_id}" if self.job_id else ""),
+            f"  slurm-hooks history --audit-log {d}/nodes/{node}/audit.jsonl",
+            f"  tail {d}/nodes/*/audit.jsonl",
+        ]
+        if self.job_id:
+            lines.append(f"  tail {d}/shared/train/runs/{self.job_id}/metrics.rank0.jsonl")
+        lines.append(f"Take it down with: slurm-hooks lab down --dir {d}")
+        return "\n".join(lines)
 
 
 def _node_label(n: Any) -> str:

@@ -5,7 +5,10 @@ progress updates, the same failure messages), computed from a scenario, so
 the prolog on the lab runs the real parsers and judges on realistic text.
 It never measures anything.
 
-Scenario sources, merged in this order:
+Scenario sources, merged in this order (the checks pass the configured
+paths to :func:`load_scenario`: ``[checks] nvml_scenario`` and
+``[checks.burnin|nccl] fake_scenario``; the environment variables win over
+the configuration, as for the fake NVML):
 
 * the fake NVML scenario (``$SLURM_HOOKS_NVML_SCENARIO``): GPU count, names,
   UUIDs, temperatures; a GPU with ``lost`` set fails to initialise, one with
@@ -80,7 +83,8 @@ def _read(path: str) -> dict[str, Any]:
 def load_scenario(
     engine_path: str | None = None, nvml_path: str | None = None, *, gpu_count: int = 8
 ) -> EngineScenario:
-    """Build the scenario from the two files (either may be absent)."""
+    """Build the scenario from the two files (either may be absent); a path
+    not given falls back to its environment variable."""
     engine_path = engine_path or os.environ.get(ENV_ENGINE_SCENARIO)
     nvml_path = nvml_path or os.environ.get(ENV_NVML_SCENARIO)
     data = _read(engine_path) if engine_path else {}

@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .probes.commands import DEFAULT_PATH
 
@@ -33,8 +34,9 @@ DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 #: start, Slurm calls after the checks, and slack so slurmd never kills a
 #: hook that is about to report.
 TIMEOUT_MARGIN_S = 30
-#: Hook budget when the runner's own budget cannot be read.
-DEFAULT_HOOK_BUDGET_S = 90
+#: Hook budget when the config's own budgets cannot be read (the default
+#: [prolog] budget_s, 60 s; the epilog's default is 60 s too).
+DEFAULT_HOOK_BUDGET_S = 60
 #: Seconds a requeued job waits before it may start again is cred_expire+1;
 #: Slurm's default is 120.
 SUGGESTED_CRED_EXPIRE = 30
@@ -350,20 +352,33 @@ def install_config(path: str | os.PathLike[str], text: str, *, dry_run: bool = F
     return write_file(p, text, 0o644, dry_run=dry_run)
 
 
-def hook_budget_s() -> float:
-    """The longest phase budget of prolog/epilog from the runner, when the
-    runner publishes one; else DEFAULT_HOOK_BUDGET_S."""
-    try:
-        from . import runner  # noqa: F401  (optional: another stage)
+def hook_budget_s(cfg: Any = None) -> float:
+    """The longest budget of a hook that PrologEpilogTimeout bounds: the
+    prolog's ``[prolog] budget_s`` and the epilog's ``[checks] budget_s``
+    (their defaults when unset).  ``cfg``: a Config, a config file path, or
+    None for the config the hooks load (``$SLURM_HOOKS_CONFIG`` or the
+    default file); an unreadable config gives the defaults."""
+    from . import config as config_mod
+    from .errors import SlurmHooksError
 
-        budgets = getattr(runner, "PHASE_BUDGETS", None) or getattr(runner, "BUDGETS", None)
-        if isinstance(budgets, Mapping):
-            values = [float(v) for k, v in budgets.items() if str(k) in ("prolog", "epilog")]
-            if values:
-                return max(values)
-    except ImportError:
-        pass
-    return float(DEFAULT_HOOK_BUDGET_S)
+    try:
+        if cfg is None or isinstance(cfg, str | os.PathLike):
+            cfg = config_mod.load(cfg, validate=False)
+    except SlurmHooksError:
+        cfg = config_mod.Config(path=None, data={})
+    from .checks.settings import DEFAULT_BUDGETS, load_checks_config
+    from .model import Phase as RunPhase
+    from .prolog import PrologConfig
+
+    try:
+        prolog_s = cfg.section("prolog", PrologConfig).budget_s
+    except SlurmHooksError:
+        prolog_s = PrologConfig.budget_s
+    try:
+        epilog_s = load_checks_config(cfg).budget(RunPhase.EPILOG)
+    except SlurmHooksError:
+        epilog_s = DEFAULT_BUDGETS[RunPhase.EPILOG]
+    return float(max(prolog_s, epilog_s))
 
 
 # -- config file rendering (install's commented defaults, ``config show``) -----------

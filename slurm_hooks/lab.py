@@ -26,6 +26,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -165,6 +166,32 @@ def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
     except CommandError as exc:
         raise LabError(f"cannot create user {name!r}: {exc}") from exc
     return pwd.getpwnam(name)
+
+
+def can_traverse(path: str | os.PathLike[str], uid: int, gids: Iterable[int]) -> bool:
+    """Whether a process with ``uid`` and groups ``gids`` may enter the
+    directory ``path`` by its mode bits (``os.access`` answers for us, and
+    root may enter anything).  The kernel uses the first class that matches:
+    owner, then group, then other; ACLs are not read."""
+    st = os.stat(path)
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid in set(gids):
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def closed_parent(path: str | os.PathLike[str], user: str) -> Path | None:
+    """The first existing directory above ``path`` (from ``/`` down) that
+    ``user`` cannot enter, or None when every one is open to it."""
+    pw = pwd.getpwnam(user)
+    gids = os.getgrouplist(user, pw.pw_gid)
+    for parent in reversed(Path(path).absolute().parents):
+        if parent.is_dir() and not can_traverse(parent, pw.pw_uid, gids):
+            return parent
+    return None
 
 
 def slurm_version() -> tuple[int, int, int]:
@@ -467,7 +494,11 @@ class Lab:
         version = slurm_version()
         t0 = time.monotonic()
         b = self.base_dir
+        self._check_reachable()
+        created = [p for p in (b, *b.parents) if not p.exists()]
         b.mkdir(parents=True, exist_ok=True)
+        for p in created:
+            os.chmod(p, 0o755)  # ours: open them to munge and the job users
         os.chmod(b, 0o755)  # munge and job users must reach their parts
         for sub in ("ctld", "spool", "run", "log", "munge"):
             shutil.rmtree(b / sub, ignore_errors=True)
@@ -518,6 +549,20 @@ class Lab:
         self._write_state(state)
         log.info("lab up base=%s nodes=%d seconds=%.2f", b, len(names), state["startup_seconds"])
         return float(state["startup_seconds"])
+
+    def _check_reachable(self) -> None:
+        """munged runs as user munge and must reach its socket under the base
+        dir; a parent it cannot enter (a ``tempfile.mkdtemp`` directory is
+        0700) would make the lab fail later with an obscure munge error."""
+        closed = closed_parent(self.base_dir, "munge")
+        if closed is not None:
+            mode = stat.S_IMODE(closed.stat().st_mode)
+            raise LabError(
+                f"user munge cannot enter {closed} (mode {mode:04o}), a parent of the lab "
+                f"directory {self.base_dir}: munged could not reach its socket there. "
+                f"Run 'chmod o+x {closed}' or choose a lab directory under an open parent "
+                f"(e.g. {DEFAULT_DIR})"
+            )
 
     def _start_daemons(self, state: dict[str, Any], names: list[str]) -> None:
         b = self.base_dir

@@ -6,6 +6,10 @@ slurm-hooks can tell, with the only fakes at the outermost boundary:
 * per node ``<node_dir>/slurm-hooks.toml``: its own state dir, audit log,
   kernel log (a plain file, ``<node_dir>/kern.log``) and fake-NVML scenario
   (``<node_dir>/gpus.json``: N healthy GPUs of a preset, DGX bus ids);
+  burn-in and NCCL use the fake engines (``engine = "fake"``), which read
+  that scenario through the config and their own ``<node_dir>/engine.toml``
+  (empty: healthy; :meth:`LabHooks.set_engine`), so the prolog and
+  acceptance run on the lab from the node's config alone, no environment;
 * the shims ``slurm-hooks install`` writes (``install.render_shim``, with this
   interpreter), plus one line that picks the node's config by
   ``$SLURMD_NODENAME`` - all slurmd gives a HealthCheckProgram;
@@ -49,6 +53,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_NAME = "slurm-hooks.toml"
 SCENARIO_NAME = "gpus.json"
+ENGINE_SCENARIO_NAME = "engine.toml"
 KERN_LOG = "kern.log"
 AUDIT_NAME = "audit.jsonl"
 WATCH_LOG = "watch.log"
@@ -95,6 +100,8 @@ class NodeFiles:
     kern_log: Path
     scenario: Path
     audit_log: Path
+    #: The fake burn-in/NCCL scenario (``[checks.burnin|nccl] fake_scenario``).
+    engine_scenario: Path | None = None
 
 
 @dataclass
@@ -224,8 +231,19 @@ class LabHooks:
         self.set_gpu(node, index, lost="queries")
 
     def heal_gpus(self, node: str) -> None:
-        """Every GPU of the node healthy again."""
-        _write_atomic(self.node(node).scenario, _scenario_text(self.preset, self.gpus))
+        """Every GPU of the node healthy again (NVML and the fake engines)."""
+        nf = self.node(node)
+        _write_atomic(nf.scenario, _scenario_text(self.preset, self.gpus))
+        if nf.engine_scenario is not None:
+            _write_atomic(nf.engine_scenario, ENGINE_SCENARIO_DEFAULT)
+
+    def set_engine(self, node: str, text: str) -> None:
+        """Replace the node's fake burn-in/NCCL scenario (TOML, see
+        ``slurm_hooks.fake_engines``), e.g. ``"[burnin.gpu.2]\nerrors = 40\n"``."""
+        nf = self.node(node)
+        if nf.engine_scenario is None:
+            raise LabError(f"{node} has no fake engine scenario")
+        _write_atomic(nf.engine_scenario, text)
 
     # -- watchers ---------------------------------------------------------------
 
@@ -373,6 +391,12 @@ _DEFAULT_MESSAGES = {
 }
 
 
+#: A healthy node's fake engine scenario: the fake engines' defaults.
+ENGINE_SCENARIO_DEFAULT = (
+    "# fake burn-in/NCCL scenario (slurm_hooks.fake_engines); empty: healthy\n"
+)
+
+
 def _scenario_text(preset: str, gpus: int) -> str:
     return json.dumps({"preset": preset, "gpu_count": gpus, "gpu": {}}, indent=1) + "\n"
 
@@ -395,6 +419,7 @@ def render_node_config(
     webhook_url: str | None,
     policy: Mapping[str, Any] | None = None,
     watch: Mapping[str, Any] | None = None,
+    prolog: Mapping[str, Any] | None = None,
     slurm_timeout: float = 10.0,
 ) -> str:
     """The node's config file (every section the hooks and the watcher read)."""
@@ -415,10 +440,19 @@ def render_node_config(
         _table("general", {"state_dir": str(nf.state_dir), "slurm_timeout": slurm_timeout}),
         _table("checks", {"nvml_scenario": str(nf.scenario)}),
         _table("checks.xid", {"source": "file", "path": str(nf.kern_log)}),
+    ]
+    if nf.engine_scenario is not None:
+        # No GPU here: burn-in and NCCL print real tool output from the
+        # node's scenarios (gpus.json through [checks] nvml_scenario).
+        fake = {"engine": "fake", "fake_scenario": str(nf.engine_scenario)}
+        parts += [_table("checks.burnin", fake), _table("checks.nccl", fake)]
+    parts += [
         _table("policy", pol),
         _table("notify", notify),
         _table("metrics", {"enabled": False, "textfile_dir": str(nf.dir), "watch_port": 0}),
     ]
+    if prolog:
+        parts.append(_table("prolog", prolog))
     if watch:
         # Only when asked: until "watch" is in config.SECTIONS, the grace
         # worker (which validates the whole file) refuses an unknown section.
@@ -459,6 +493,7 @@ def install(
     healthcheck_interval: int | None = None,
     epilog: bool = False,
     prolog: bool | None = False,
+    prolog_settings: Mapping[str, Any] | None = None,
     policy: Mapping[str, Any] | None = None,
     watch: Mapping[str, Any] | None = None,
     python: str = sys.executable,
@@ -469,6 +504,10 @@ def install(
 
     ``healthcheck_interval`` None leaves HealthCheckProgram out (the watcher
     alone detects); ``prolog`` None means "if ``hook prolog`` exists".  The
+    prolog's burn-in and NCCL run the fake engines from each node's config.
+    ``prolog_settings`` is written as every node's ``[prolog]`` table: the
+    lab has no GPU GRES, so a prolog that should test GPUs for every job
+    needs ``{"gres_gpus": False}`` (else every job is CPU-only).  The
     existing state of each node (cursor, history, audit) is wiped: the
     installation starts clean."""
     if not lab.is_running():
@@ -487,11 +526,12 @@ def install(
             kern_log=d / KERN_LOG,
             scenario=d / SCENARIO_NAME,
             audit_log=d / AUDIT_NAME,
+            engine_scenario=d / ENGINE_SCENARIO_NAME,
         )
         files[node] = nf
         text = render_node_config(
             nf, breaker_file=breaker_file, grace_s=grace_s, webhook_url=webhook_url,
-            policy=policy, watch=watch,
+            policy=policy, watch=watch, prolog=prolog_settings,
         )  # fmt: skip
         _write_atomic(nf.config, text)
     phases = ["healthcheck", "epilog"]

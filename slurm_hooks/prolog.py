@@ -6,6 +6,14 @@ the fast GPU checks: ``runner.run_phase("prolog")``) happens only when the
 node's last pass is stale; otherwise only the warm checks run (``xid``: new
 kernel-log lines since the last scan).
 
+The warm ``xid`` scan advances the kernel-log cursor the watcher and the
+other hooks share, so it runs, with the engine call on what it found, under
+the node's detect lock (``state.DETECT_LOCK``), waited for at most
+``detect_lock_wait_s``.  When the lock stays busy the watcher is scanning
+and acting: the prolog skips the XID part this time and says so.  The lock
+is never held across the burn-in or NCCL (the watcher would wait for them),
+and the full run does not scan the kernel log again.
+
 A pass is cached in ``<state_dir>/prolog/pass.json`` (atomic JSON) and is
 good for ``validity_s`` unless any of these happened since:
 
@@ -40,10 +48,11 @@ is something to act on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +81,10 @@ class PrologConfig:
 
     #: How long a full pass stays good (no new XID, no fault in between).
     validity_s: float = 1800.0
-    #: The whole prolog: cache check, full run and the drain.
-    budget_s: float = 30.0
+    #: The whole prolog: cache check, full run and the drain.  The default
+    #: fits the default prolog burn-in (5 s + start-up) and NCCL sweep
+    #: (expected_s = 15) on an 8-GPU node with margin (docs/prolog.md).
+    budget_s: float = 60.0
     #: Seconds kept back from the checks for the drain (a few scontrol calls).
     engine_reserve_s: float = 5.0
     #: Skip the GPU work for jobs that were allocated no GPUs.
@@ -88,6 +99,9 @@ class PrologConfig:
     #: reason kept).  False: exit 1 and let Slurm requeue it (held unless
     #: SchedulerParameters has nohold_on_prolog_fail).
     requeue_on_fail: bool = True
+    #: Seconds to wait for the node's detect lock (the watcher holds it while
+    #: it scans and acts) before skipping this prolog's XID scan.
+    detect_lock_wait_s: float = 2.0
 
     def validate(self) -> None:
         if self.validity_s < 0:
@@ -96,6 +110,8 @@ class PrologConfig:
             raise ValueError("budget_s must be > 0")
         if not 0 <= self.engine_reserve_s < self.budget_s:
             raise ValueError("engine_reserve_s must be >= 0 and below budget_s")
+        if self.detect_lock_wait_s < 0:
+            raise ValueError("detect_lock_wait_s must be >= 0")
 
 
 # -- which GPUs the job has ------------------------------------------------------
@@ -434,19 +450,30 @@ def run_prolog(
     gpu = job_gpus(env, pc, rs.profile.gpu_count)
     step("setup", t0)
 
-    # 1. The warm checks: every prolog, cached or not.
+    # 1. The warm checks: every prolog, cached or not; scan and act under the
+    #    node's detect lock (shared kernel-log cursor), or not at all.
     t0 = clock()
     mark_before = xid_mark(state_dir)
-    warm = run(
-        "prolog", run_setup=rs, only=list(pc.warm_checks) or None, budget_s=budget.left(),
-        clock=clock,
-    ) if pc.warm_checks else None  # fmt: skip
-    warm_findings = tuple(warm.findings) if warm is not None else ()
-    step("warm", t0)
+    warm_findings: tuple[Finding, ...] = ()
+    engine = None
+    lock = (
+        _detect_lock(state_dir, pc.detect_lock_wait_s)
+        if pc.warm_checks
+        else contextlib.nullcontext(False)
+    )
+    with lock as locked:
+        if locked and pc.warm_checks:
+            warm = run(
+                "prolog", run_setup=rs, only=list(pc.warm_checks), budget_s=budget.left(),
+                clock=clock,
+            )  # fmt: skip
+            warm_findings = tuple(warm.findings)
+        step("warm", t0)
+        if any(f.is_problem for f in warm_findings):
+            cache.invalidate("warm checks found a problem")
+            engine = _act(engine_factory, cfg, node, warm_findings, steps, clock)
     new_xid = _is_new_xid(warm_findings) or xid_mark(state_dir) != mark_before
     if any(f.is_problem for f in warm_findings):
-        cache.invalidate("warm checks found a problem")
-        engine = _act(engine_factory, cfg, node, warm_findings, steps, clock)
         if engine is not None:
             code = _after_drain(engine, node, pc, env, job_id, steps, clock)
             return done("failed", _summary(warm_findings), exit_code=code, drained=True,
@@ -480,19 +507,24 @@ def run_prolog(
         return done("incomplete", f"no budget left for the full run ({why})",
                     findings=warm_findings, gpu=gpu)  # fmt: skip
     full_setup = rs
-    only: list[str] | None = None
     if gpu.devices is not None:
         full_setup = runner.setup(_with_devices(cfg, gpu.devices), node=node, services=services)
-        if len(gpu.devices) < 2:
-            # One GPU has no peer to all-reduce with.
-            only = [n for n in runner.plan("prolog", full_setup.checks) if n != "nccl"]
-    result = run("prolog", run_setup=full_setup, only=only, budget_s=left, clock=clock)
-    findings = tuple(result.findings)
+    # The warm checks just ran; the kernel log is scanned only under the lock.
+    skip = {*pc.warm_checks, *_LOCKED_CHECKS}
+    if gpu.devices is not None and len(gpu.devices) < 2:
+        skip.add("nccl")  # one GPU has no peer to all-reduce with
+    only = [n for n in runner.plan("prolog", full_setup.checks) if n not in skip]
+    if only:
+        result = run("prolog", run_setup=full_setup, only=only, budget_s=left, clock=clock)
+        full_findings, full_seconds = tuple(result.findings), result.seconds
+    else:
+        full_findings, full_seconds = (), 0.0
+    findings = warm_findings + full_findings
     step("full", t0)
-    failed = any(f.status is Status.FAIL for f in findings)
-    problems = [f for f in findings if f.is_problem]
+    failed = any(f.status is Status.FAIL for f in full_findings)
+    problems = [f for f in full_findings if f.is_problem]
     if failed or problems:
-        engine = _act(engine_factory, cfg, node, findings, steps, clock)
+        engine = _act(engine_factory, cfg, node, full_findings, steps, clock)
         if engine is not None:
             code = _after_drain(engine, node, pc, env, job_id, steps, clock)
             return done("failed", _summary(findings), exit_code=code, drained=True,
@@ -513,14 +545,37 @@ def run_prolog(
         boot_id=facts.boot_id,
         xid_mark=xid_mark(state_dir),
         job_id=job_id,
-        seconds=result.seconds,
+        seconds=full_seconds,
     )
     try:
         cache.write(passed)
     except OSError as exc:
         log.error("prolog: cannot cache the pass: %s", exc)
     step("cache_write", t0)
-    return done("passed", f"full run passed in {result.seconds:.1f}s", findings=findings, gpu=gpu)
+    return done("passed", f"full run passed in {full_seconds:.1f}s", findings=findings, gpu=gpu)
+
+
+#: Checks that read the kernel-log cursor the watcher shares: only under the lock.
+_LOCKED_CHECKS = frozenset({"xid"})
+
+
+@contextlib.contextmanager
+def _detect_lock(state_dir: str, wait_s: float) -> Iterator[bool]:
+    """The node's detect lock, waited for ``wait_s``: yields True while held,
+    False (after logging why) when the watcher kept it."""
+    from .state import DETECT_LOCK, StateStore
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(StateStore(state_dir).lock(DETECT_LOCK, timeout=wait_s))
+            held = True
+        except (StateError, OSError) as exc:
+            log.warning(
+                "prolog: detect lock busy for %.1fs (the watcher is scanning and acting): "
+                "XID scan skipped this time (%s)", wait_s, exc,
+            )  # fmt: skip
+            held = False
+        yield held
 
 
 def _summary(findings: Sequence[Finding]) -> str:

@@ -198,3 +198,22 @@ def test_cli_preflight_fake(tmp_path, monkeypatch, registered):
     assert doc["culprits"] == ["n4"] and doc["drained"] == []
     monkeypatch.setenv("SLURM_PROCID", "2")
     assert CliRunner().invoke(command, ["-c", str(cfg)]).exit_code == 0  # not rank 0
+
+
+def test_node_config_alone_feeds_the_fake_engines(node_cfg, monkeypatch):
+    """Acceptance with only the node's config (no SLURM_HOOKS_*_SCENARIO in
+    the environment, burn-in and NCCL on "auto"): the fake engines are
+    chosen and read the configured NVML scenario (GPU 2 lost here)."""
+    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO")
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO")
+    (node_cfg / "gpus.json").write_text(
+        json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {"2": {"lost": True}}})
+    )
+    text = (node_cfg / "cfg.toml").read_text().replace('engine = "fake"', 'engine = "auto"')
+    cfg = parse(text, path=str(node_cfg / "cfg.toml"))
+    eng = FakeEngine()
+    res = run_acceptance("n1", cfg, engine=eng, resume=False)
+    assert not res.passed
+    burn = [f for f in res.findings if f.check == "burnin" and f.status is Status.FAIL]
+    assert burn and burn[0].component.index == 2, res.detail
+    assert all("no burn-in engine" not in f.message for f in res.findings)

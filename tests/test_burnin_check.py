@@ -217,3 +217,30 @@ def test_dcgm_not_installed_is_not_applicable(no_scenarios, monkeypatch):
     c = ctx(phase=Phase.ACCEPTANCE, settings={"dcgmi": "dcgmi-not-here"})
     (f,) = run_check(DcgmCheck(), c)
     assert f.status.value == "OK" and "not installed" in f.message
+
+
+def test_configured_nvml_scenario_picks_the_fake_engines_without_environment(
+    no_scenarios, tmp_path
+):
+    """``[checks] nvml_scenario`` alone (what runner.setup hands the checks as
+    the NVML session) makes ``auto`` pick the fake engines, which read that
+    scenario; ``fake_scenario`` is read relative to the config file."""
+    from slurm_hooks import runner
+    from slurm_hooks.config import parse
+
+    (tmp_path / "nvml.toml").write_text(NVML_SCENARIO)
+    (tmp_path / "engine.toml").write_text("[nccl]\nbusbw_gbps = 250\n")
+    text = (
+        f'[general]\nstate_dir = "{tmp_path / "state"}"\n'
+        '[checks]\nnvml_scenario = "nvml.toml"\n'
+        '[checks.nccl]\nfake_scenario = "engine.toml"\n'
+    )
+    cfg = parse(text, path=str(tmp_path / "cfg.toml"), validate=False)
+    res = runner.run_phase("acceptance", cfg=cfg, node="n1", only=["burnin", "nccl"])
+    got = {(f.check, f.code, f.component.short()) for f in res.findings}
+    assert ("burnin", "BURNIN_FAILED", "gpu6") in got, res.findings  # the lost GPU of the scenario
+    assert all("no burn-in engine" not in f.message for f in res.findings)
+    (tmp_path / "nvml.toml").write_text('preset = "h100-sxm5-80gb"\ngpu_count = 8\n')
+    res = runner.run_phase("acceptance", cfg=cfg, node="n1", only=["nccl"])
+    (n,) = res.findings
+    assert n.values["busbw_gbps"] == pytest.approx(250, rel=0.02)  # from engine.toml, not 480

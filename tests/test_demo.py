@@ -257,3 +257,27 @@ def test_module_entry_usage_error():
     res = subprocess.run([sys.executable, "-m", "slurm_hooks.demo"], capture_output=True, text=True,
                          timeout=60, check=False)  # fmt: skip
     assert res.returncode == 2 and "usage" in res.stderr
+
+
+def test_keep_hint_is_honest_about_what_stopped(tmp_path):
+    """--keep leaves Slurm up, but the bridge, the Kubernetes stand-in and the
+    watchers lived in the demo process: the hint says so, names commands that
+    exist, and how to take the lab down."""
+    from click.testing import CliRunner
+
+    from slurm_hooks.cli.history import command as history
+
+    d = demo.Demo(DemoOptions(base_dir=str(tmp_path / "lab"), keep=True))
+    d.job_id, d.node = "12", "n3"
+    hint = d.explore_hint()
+    assert f"slurm-hooks lab down --dir {tmp_path / 'lab'}" in hint
+    for stopped in ("bridge", "Kubernetes API stand-in", "watchers", "stopped"):
+        assert stopped in hint
+    assert "scontrol show job 12" in hint and "metrics.rank0.jsonl" in hint
+    # The history line uses the command's real option.
+    line = next(x for x in hint.splitlines() if "slurm-hooks history" in x)
+    opts = [p.split("=")[0] for p in line.split() if p.startswith("--")]
+    for opt in opts:
+        assert opt in CliRunner().invoke(history, ["--help"]).output
+    empty = demo.Demo(DemoOptions(base_dir=str(tmp_path / "lab"), keep=True)).explore_hint()
+    assert "runs//" not in empty and "show job \n" not in empty + "\n"

@@ -264,3 +264,23 @@ def test_installed_glob_prolog_runs_on_the_lab(fresh_lab, job_dir, tmp_path):
         )
     finally:
         lab.reset()
+
+
+def test_prolog_epilog_timeout_follows_the_prolog_budget(tmp_path, monkeypatch):
+    """PrologEpilogTimeout bounds the prolog: it follows [prolog] budget_s
+    (and the epilog's budget), plus the margin."""
+    from slurm_hooks.prolog import PrologConfig
+
+    monkeypatch.delenv("SLURM_HOOKS_CONFIG", raising=False)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[prolog]\nbudget_s = 120\n")
+    assert inst.hook_budget_s(cfg) == 120
+    s = {x.key: x for x in inst.recommended_settings("/p", hook_budget_s=inst.hook_budget_s(cfg))}
+    assert s["PrologEpilogTimeout"].value == str(120 + inst.TIMEOUT_MARGIN_S)
+    cfg.write_text("[checks]\nbudget_s = { epilog = 200 }\n")
+    assert inst.hook_budget_s(cfg) == 200
+    # Defaults: the default prolog budget, never below it.
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(tmp_path / "missing.toml"))
+    assert inst.hook_budget_s() >= PrologConfig().budget_s
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(cfg))
+    assert inst.hook_budget_s() == 200

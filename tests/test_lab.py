@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,36 @@ def _alive(pid: int) -> bool:
 def test_down_of_empty_dir_is_noop(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert Lab(tmp_path).down() is False
     assert not Lab(tmp_path).status().running
+
+
+def test_lab_under_a_closed_parent_is_refused_with_the_fix() -> None:
+    """A lab dir under a 0700 directory (tempfile.mkdtemp) is unreachable for
+    munged (user munge): up() refuses before starting anything, naming the
+    directory and the fix; directories it creates itself are opened."""
+    from slurm_hooks.lab import can_traverse, closed_parent, missing_prerequisites
+
+    problems = missing_prerequisites()
+    if problems:
+        pytest.skip("; ".join(problems))
+    import pwd
+
+    munge = pwd.getpwnam("munge")
+    parent = tempfile.mkdtemp(prefix="slurm-hooks-closed-")  # 0700, owned by root
+    try:
+        base = os.path.join(parent, "lab")
+        assert closed_parent(base, "munge") == Path(parent)
+        with pytest.raises(LabError, match=rf"{parent}.*chmod o\+x {parent}"):
+            Lab(base, 1).up()
+        assert not os.path.exists(os.path.join(base, "lab.json"))
+        # Owned by munge, 0700 is fine; group munge needs g+x; root's 0701 too.
+        os.chown(parent, munge.pw_uid, munge.pw_gid)
+        assert can_traverse(parent, munge.pw_uid, [munge.pw_gid])
+        os.chown(parent, 0, munge.pw_gid)
+        assert not can_traverse(parent, munge.pw_uid, [munge.pw_gid])
+        os.chmod(parent, 0o710)
+        assert can_traverse(parent, munge.pw_uid, [munge.pw_gid])
+        os.chown(parent, 0, 0)
+        os.chmod(parent, 0o701)
+        assert closed_parent(base, "munge") is None
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)

@@ -5,6 +5,7 @@ verdicts with a fake engine and fake NVML/engines (no GPU here)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -199,14 +200,16 @@ class FakeEngine:
 
 @pytest.fixture
 def node_files(tmp_path, monkeypatch):
+    """A node's files; the config alone names the fake GPUs and engines (no
+    environment), as on a lab node."""
     gpus = tmp_path / "gpus.json"
     gpus.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {}}))
     engine = tmp_path / "engine.toml"
     engine.write_text("[burnin]\ngflops = 51000\n")
     kern = tmp_path / "kern.log"
     kern.write_text("")
-    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(gpus))
-    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(engine))
+    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
     return tmp_path
 
 
@@ -221,8 +224,10 @@ source = "file"
 path = "{d / "kern.log"}"
 [checks.burnin]
 engine = "fake"
+fake_scenario = "engine.toml"
 [checks.nccl]
 engine = "fake"
+fake_scenario = "engine.toml"
 [prolog]
 gres_gpus = false
 {extra}
@@ -312,7 +317,8 @@ def test_policy_declines_drain_job_runs(node_files):
 
 
 def test_cpu_only_job_skips_gpu_work(node_files):
-    cfg = config(node_files).__class__(path=None, data={**config(node_files).data, "prolog": {}})
+    base = config(node_files)
+    cfg = base.__class__(path=base.path, data={**base.data, "prolog": {}})
     eng = FakeEngine()
     out = run_prolog({"SLURM_JOB_ID": "3"}, cfg, node="n1", engine_factory=lambda c: eng)
     assert out.verdict == "cpu_only" and out.exit_code == 0
@@ -334,8 +340,8 @@ def test_budget_too_small_for_full_run_is_incomplete_not_a_fault(node_files):
         return run_phase(phase, **kw)
 
     eng = FakeEngine()
-    out = run_prolog({}, config(node_files), node="n1", clock=clock, run_phase=slow_run,
-                     engine_factory=lambda c: eng)  # fmt: skip
+    out = run_prolog({}, config(node_files, "budget_s = 30"), node="n1", clock=clock,
+                     run_phase=slow_run, engine_factory=lambda c: eng)  # fmt: skip
     assert out.verdict == "incomplete" and out.exit_code == 0
     assert "no budget left" in out.why and eng.handled == []
 
@@ -353,7 +359,9 @@ def test_budget_passed_to_the_full_run(node_files):
                run_phase=spy, engine_factory=lambda c: FakeEngine())  # fmt: skip
     (warm_only, warm_budget), (full_only, full_budget) = seen
     assert warm_only == ["xid"] and warm_budget <= 20
-    assert full_only is None and full_budget <= 16.0
+    # The warm xid scan is not repeated (it ran under the detect lock).
+    assert "xid" not in full_only and {"burnin", "nccl", "gpu_lost"} <= set(full_only)
+    assert full_budget <= 16.0
 
 
 def test_unknown_check_means_no_cache(node_files):
@@ -374,3 +382,187 @@ def test_hook_main_never_fails_the_job_on_our_own_errors(monkeypatch, tmp_path):
     bad.write_text("[prolog]\nbudget_s = -1\n")
     monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(bad))
     assert prolog.hook_main() == 0
+
+
+# -- the config alone picks the fake engines ---------------------------------------------
+
+
+def test_configured_scenario_is_enough_without_environment(node_files):
+    """[checks] nvml_scenario (and fake_scenario) reach burn-in and NCCL with
+    engine "auto": no SLURM_HOOKS_*_SCENARIO in the environment."""
+    (node_files / "gpus.json").write_text(
+        json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {"3": {"lost": True}}})
+    )
+    cfg = config(node_files)
+    data = dict(cfg.data)
+    data["checks"] = {**data["checks"], "burnin": {}, "nccl": {}}  # engine = "auto"
+    cfg = cfg.__class__(path=cfg.path, data=data)
+    eng = FakeEngine()
+    out = run_prolog({"SLURM_JOB_ID": "5"}, cfg, node="n1", engine_factory=lambda c: eng)
+    burn = [f for f in out.findings if f.check == "burnin" and f.status is Status.FAIL]
+    assert burn and burn[0].component.index == 3, out.findings  # the configured lost GPU
+    assert "no burn-in engine" not in out.why
+    assert out.verdict == "failed" and out.drained
+
+
+# -- the default budget ------------------------------------------------------------------------
+
+#: Assumed wall times on a real 8-GPU H100 node (CUDA context and NCCL
+#: communicator set-up on 8 GPUs dominate; the sweeps themselves take well
+#: under a second): gpu_burn start-up and teardown, all_reduce_perf -g 8.
+GPU_BURN_START_S = 5.0
+ALL_REDUCE_PERF_S = 8.0
+
+
+def test_default_prolog_fits_its_budget_on_an_8_gpu_node(tmp_path, monkeypatch):
+    """With every default (budget, burn-in duration, NCCL sweep), a cold
+    prolog on an 8-GPU node runs burn-in AND NCCL and caches the pass.  The
+    real engines are used with a clock that advances as long as they would
+    take; their outputs are recorded real ones."""
+    from slurm_hooks.nccl.engines import parse_size
+    from slurm_hooks.probes.commands import CommandResult
+
+    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 8, "gpu": {}}))
+    (tmp_path / "kern.log").write_text("")
+    nccl_text = (Path(__file__).parent / "data" / "nccl" / "h100_8gpu_ok.txt").read_text()
+    from slurm_hooks.fake_engines import gpu_burn_output, load_scenario
+
+    clock = Clock(0.0)
+    ran = []
+
+    def real_node_run(argv, **kw):
+        tool = Path(argv[0]).name
+        ran.append(tool)
+        if tool == "gpu_burn":
+            duration = int(argv[-1])
+            clock.t += duration + GPU_BURN_START_S
+            out = gpu_burn_output(load_scenario(None, str(gpus)), duration)
+        else:
+            clock.t += ALL_REDUCE_PERF_S
+            # the prolog sweep stops at its max_bytes: keep the recorded rows up to it
+            top = parse_size(argv[argv.index("-e") + 1])
+            out = "\n".join(
+                line for line in nccl_text.splitlines()
+                if not line.strip() or line.lstrip().startswith("#")
+                or not line.split()[0].isdigit() or int(line.split()[0]) <= top
+            ) + "\n"  # fmt: skip
+        return CommandResult(tuple(argv), 0, out, "", 1.0)
+
+    text = f"""
+[general]
+state_dir = "{tmp_path / "state"}"
+[checks]
+nvml_scenario = "{gpus}"
+[checks.xid]
+source = "file"
+path = "{tmp_path / "kern.log"}"
+[checks.burnin]
+engine = "gpu_burn"
+[checks.nccl]
+engine = "nccl-tests"
+[prolog]
+gres_gpus = false
+"""
+    cfg = parse(text, path=str(tmp_path / "cfg.toml"), validate=False)
+    out = run_prolog({"SLURM_JOB_ID": "1"}, cfg, node="n1", clock=clock,
+                     services={"run": real_node_run}, engine_factory=lambda c: FakeEngine())  # fmt: skip
+    assert ran == ["gpu_burn", "all_reduce_perf"], out.findings
+    assert out.verdict == "passed", out.why
+    pc = PrologConfig()
+    assert out.seconds <= pc.budget_s - pc.engine_reserve_s - 10  # with margin
+    assert PassCache(tmp_path / "state" / "prolog" / "pass.json").read() is not None
+
+
+# -- the detect lock ------------------------------------------------------------------------
+
+
+def test_xid_scan_and_act_hold_the_detect_lock_not_the_burnin(node_files):
+    """The warm xid scan and the engine call on it run under the node's
+    detect lock; the burn-in and NCCL run without it."""
+    import fcntl
+
+    from slurm_hooks.state import DETECT_LOCK, StateStore
+
+    lock_file = node_files / "state" / "locks" / f"{DETECT_LOCK}.lock"
+
+    def held() -> bool:
+        StateStore(node_files / "state")  # the prolog creates the lock file
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    lock_file.parent.mkdir(parents=True)
+    seen = []
+
+    def spy(phase, **kw):
+        from slurm_hooks.runner import run_phase
+
+        seen.append((tuple(kw.get("only") or ()), held()))
+        return run_phase(phase, **kw)
+
+    class LockSpyEngine(FakeEngine):
+        def handle(self, node, findings):
+            seen.append(("engine", held()))
+            return super().handle(node, findings)
+
+    with open(node_files / "kern.log", "a") as fh:
+        fh.write(XID79)
+    out = run_prolog({}, config(node_files, "requeue_on_fail = false"), node="n1",
+                     run_phase=spy, engine_factory=lambda c: LockSpyEngine())  # fmt: skip
+    assert out.verdict == "failed"
+    assert seen == [(("xid",), True), ("engine", True)]
+    seen.clear()
+    assert run_prolog({}, config(node_files), node="n1", run_phase=spy,
+                      engine_factory=lambda c: LockSpyEngine()).verdict == "passed"  # fmt: skip
+    (warm, warm_held), (full, full_held) = seen
+    assert warm == ("xid",) and warm_held
+    assert "burnin" in full and "xid" not in full and not full_held
+
+
+def test_busy_detect_lock_skips_the_xid_part(node_files, caplog):
+    """While the watcher holds the detect lock, the prolog waits about
+    detect_lock_wait_s, then skips the xid scan (the watcher is handling it),
+    says so in the log, and still does its GPU work."""
+    import logging
+    import threading
+    import time
+
+    from slurm_hooks.state import DETECT_LOCK, StateStore
+
+    held, release = threading.Event(), threading.Event()
+
+    def watcher():
+        with StateStore(node_files / "state").lock(DETECT_LOCK):
+            held.set()
+            release.wait(10)
+
+    with open(node_files / "kern.log", "a") as fh:
+        fh.write(XID79)
+    t = threading.Thread(target=watcher)
+    t.start()
+    eng = FakeEngine()
+    try:
+        held.wait(5)
+        t0 = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="slurm_hooks.prolog"):
+            out = run_prolog({}, config(node_files, "detect_lock_wait_s = 0.3"), node="n1",
+                             engine_factory=lambda c: eng)  # fmt: skip
+        waited = time.monotonic() - t0
+    finally:
+        release.set()
+        t.join()
+    assert waited >= 0.3
+    assert "xid" not in {f.check for f in out.findings}  # not scanned: the XID is still unread
+    assert out.verdict == "passed" and eng.handled == []
+    assert "XID scan skipped" in caplog.text and "detect lock busy" in caplog.text
+    # Next time the lock is free: the XID is found and acted on.
+    out = run_prolog({}, config(node_files), node="n1", engine_factory=lambda c: eng)
+    assert out.verdict == "failed" and eng.handled[0][0].code.startswith("XID")

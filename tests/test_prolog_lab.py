@@ -1,8 +1,9 @@
 """The prolog on the real Slurm lab (slurmd runs our hook before each job).
 
 Each node gets its own config, state dir, kernel log, fake-NVML scenario
-(``slurm_hooks.labhooks``) and a fake burn-in/NCCL scenario; the prolog shim
-is the installed one plus the per-node scenario.  Measured behaviour these
+and fake burn-in/NCCL scenario (``slurm_hooks.labhooks.install(prolog=True)``);
+the prolog shim is the installed one, and the node's config alone picks the
+fake engines and their scenarios.  Measured behaviour these
 tests pin down: a failing prolog drains with OUR reason (Slurm keeps it),
 the job is requeued by the prolog itself and runs on another node; a warm
 cache makes the next job cost only the warm checks; a CPU-only job skips
@@ -33,40 +34,34 @@ sleep {sleep}
 PREFLIGHT = "import sys; from slurm_hooks.cli.preflight import command; command(sys.argv[1:])"
 
 
-def node_config(hooks, node: str, prolog: str = "gres_gpus = false") -> None:
+def add_preflight(hooks, node: str) -> None:
     nf = hooks.node(node)
-    base = nf.config.read_text().split("\n# --- prolog tests ---\n")[0]
-    nf.config.write_text(
-        base + '\n# --- prolog tests ---\n[checks.burnin]\nengine = "fake"\n'
-        '[checks.nccl]\nengine = "fake"\n'
-        f'[prolog]\n{prolog}\n[preflight]\nfake_scenarios = "{nf.dir.parent}/{{node}}/engine.toml"\n'
-    )
+    with open(nf.config, "a") as fh:
+        fh.write(f'\n[preflight]\nfake_scenarios = "{nf.dir.parent}/{{node}}/engine.toml"\n')
+
+
+def set_gres_gpus(hooks, node: str, value: bool) -> None:
+    nf = hooks.node(node)
+    text = nf.config.read_text()
+    nf.config.write_text(text.replace("gres_gpus = false", f"gres_gpus = {str(value).lower()}"))
 
 
 @pytest.fixture
 def prolog_lab(fresh_lab):
+    """The lab with labhooks' prolog: each node's config alone makes burn-in
+    and NCCL use the fake engines on its gpus.json and engine.toml (no
+    environment).  The lab has no GPU GRES: every job is a GPU job."""
     from slurm_hooks import labhooks
 
     lab = fresh_lab
-    hooks = labhooks.install(lab, gpus=4, prolog=False, reconfigure=False)
-    shim = lab.hooks_dir / "prolog-test.sh"
-    text = labhooks.render_lab_shim("prolog", lab, sys.executable)
-    nodes = lab.base_dir / "nodes"
-    head, sep, tail = text.rpartition("\nexec ")
-    extra = (
-        f'export SLURM_HOOKS_ENGINE_SCENARIO="{nodes}/$SLURMD_NODENAME/engine.toml"\n'
-        f'export SLURM_HOOKS_NVML_SCENARIO="{nodes}/$SLURMD_NODENAME/gpus.json"\n'
-    )
-    shim.write_text(head + "\n" + extra + sep.lstrip("\n") + tail)
-    shim.chmod(0o755)
+    hooks = labhooks.install(lab, gpus=4, prolog=True, prolog_settings={"gres_gpus": False})
     for node in lab.node_names:
-        (hooks.node(node).dir / "engine.toml").write_text("[nccl]\nbusbw_gbps = 48\n")
-        node_config(hooks, node)
-    lab.reconfigure(f"Prolog={shim}\nPrologFlags=Alloc")
+        hooks.set_engine(node, "[nccl]\nbusbw_gbps = 48\n")
+        add_preflight(hooks, node)
     try:
         yield lab, hooks
     finally:
-        hooks.close(reconfigure=False)
+        hooks.close()
         lab.reset()
 
 
@@ -121,7 +116,7 @@ def test_bad_gpu_drained_with_our_reason_and_job_runs_elsewhere(prolog_lab, job_
 
 def test_cpu_only_job_skips_gpu_work(prolog_lab, job_dir):
     lab, hooks = prolog_lab
-    node_config(hooks, "n1", "gres_gpus = true")  # GRES cluster: no SLURM_JOB_GPUS = CPU job
+    set_gres_gpus(hooks, "n1", True)  # GRES cluster: no SLURM_JOB_GPUS = CPU job
     (hooks.node("n1").dir / "engine.toml").write_text("[burnin.gpu.2]\nerrors = 40\n")
     job_id = job(lab, job_dir, "-w", "n1")
     done(lab, job_id)

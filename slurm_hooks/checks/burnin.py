@@ -3,7 +3,7 @@
 ``[checks.burnin]`` settings (all optional)::
 
     engine = "auto"          # auto | gpu_burn | torch | fake
-    duration_s = 10          # prolog burn; acceptance uses acceptance_duration_s
+    duration_s = 5           # prolog burn; acceptance uses acceptance_duration_s
     acceptance_duration_s = 60
     gpu_burn = "gpu_burn"    # binary (PATH or absolute); gpu_burn_dir holds compare.ptx
     gpu_burn_args = []       # e.g. ["-tc"]
@@ -13,9 +13,11 @@
     fail_below_median = 0.20
     tflops_floor = 45.0      # overrides the profile's burnin_min_tflops (fp32)
     devices = [0, 1]         # only these GPUs (e.g. the job's); default all
+    fake_scenario = "engine.toml"  # the fake engine's scenario (lab, tests)
 
 ``auto`` picks the fake when a fake NVML or engine scenario is configured
-(lab, tests), else gpu_burn when installed (starts fast, reference tool),
+(``[checks] nvml_scenario``, ``fake_scenario``, or their environment
+variables; lab, tests), else gpu_burn when installed (starts fast, reference tool),
 else torch when installed, else reports UNKNOWN.  A burn that cannot
 finish inside the hook's deadline is not started (UNKNOWN "skipped: budget").
 """
@@ -44,7 +46,9 @@ ENGINES = ("auto", "gpu_burn", "torch", "fake")
 @dataclass(frozen=True)
 class BurninSettings:
     engine: str = "auto"
-    duration_s: float = 10.0
+    #: The prolog's burn: short, so that with NCCL it fits [prolog] budget_s
+    #: (docs/prolog.md); acceptance burns acceptance_duration_s.
+    duration_s: float = 5.0
     acceptance_duration_s: float = 60.0
     gpu_burn: str = "gpu_burn"
     gpu_burn_dir: str | None = None
@@ -64,6 +68,9 @@ class BurninSettings:
     tflops_floor_tf32: float | None = None
     tflops_floor_fp64: float | None = None
     max_temp_c: float | None = None
+    #: The fake engine's scenario file (TOML/JSON, see slurm_hooks.fake_engines);
+    #: relative to the config file.  Lab and tests only.
+    fake_scenario: str | None = None
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
@@ -79,10 +86,10 @@ def load_settings(ctx: CheckContext, check: str) -> BurninSettings:
     return _engine_check.load_settings(BurninSettings, ctx, check)
 
 
-def choose_engine(s: BurninSettings) -> str | None:
+def choose_engine(s: BurninSettings, ctx: CheckContext | None = None) -> str | None:
     if s.engine != "auto":
         return s.engine
-    if _engine_check.fake_configured():
+    if _engine_check.fake_configured(ctx, s.fake_scenario):
         return "fake"
     if shutil.which(s.gpu_burn, path=commands.command_env()["PATH"]):
         return "gpu_burn"
@@ -114,7 +121,7 @@ class BurninCheck:
         s = load_settings(ctx, self.name)
         if ctx.profile.get("gpu_count") == 0:
             return Skipped("not applicable: profile expects no GPUs")
-        engine = choose_engine(s)
+        engine = choose_engine(s, ctx)
         if engine is None:
             raise RuntimeError(f"no burn-in engine: neither {s.gpu_burn!r} nor torch is installed")
         duration = s.acceptance_duration_s if ctx.phase is Phase.ACCEPTANCE else s.duration_s
@@ -129,7 +136,10 @@ class BurninCheck:
             from ..burnin.gpu_burn import parse_gpu_burn
             from ..fake_engines import gpu_burn_output, load_scenario
 
-            sc = load_scenario(gpu_count=int(ctx.profile.get("gpu_count") or 8))
+            where = _engine_check.fake_scenarios(ctx, s.fake_scenario)
+            sc = load_scenario(
+                where.engine, where.nvml, gpu_count=int(ctx.profile.get("gpu_count") or 8)
+            )
             return parse_gpu_burn(gpu_burn_output(sc, int(duration)))
         if engine == "gpu_burn":
             from ..burnin.gpu_burn import build_argv, run_gpu_burn

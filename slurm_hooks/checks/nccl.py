@@ -5,16 +5,19 @@
     engine = "auto"              # auto | nccl-tests | torch | fake
     all_reduce_perf = "all_reduce_perf"
     min_bytes = "32M"
-    max_bytes = "1G"             # prolog sweep; acceptance uses acceptance_max_bytes
+    max_bytes = "512M"           # prolog sweep; acceptance uses acceptance_max_bytes
     acceptance_max_bytes = "8G"
     iters = 20
     busbw_floor_gbps = 400       # overrides the profile's nccl_min_busbw_gbps
     floor_fail_fraction = 0.85
     large_min_bytes = 268435456  # rows judged for bandwidth
-    expected_s = 20              # how long a run takes here, for the budget
+    expected_s = 15              # how long a prolog run takes here, for the budget
+    acceptance_expected_s = 60
     devices = [0, 1, 2, 3]       # only these GPUs; default all (profile gpu_count)
+    fake_scenario = "engine.toml"  # the fake engine's scenario (lab, tests)
 
-``auto``: the fake when a fake scenario is configured, else nccl-tests when
+``auto``: the fake when a fake scenario is configured (``[checks]
+nvml_scenario``, ``fake_scenario`` or their environment variables), else nccl-tests when
 installed, else torch.distributed when torch is installed.
 """
 
@@ -44,16 +47,23 @@ class NcclSettings:
     engine: str = "auto"
     all_reduce_perf: str = "all_reduce_perf"
     min_bytes: str = "32M"
-    max_bytes: str = "1G"
+    #: The prolog's sweep: 32M..512M still has two rows at or above
+    #: large_min_bytes to judge; acceptance sweeps to acceptance_max_bytes.
+    max_bytes: str = "512M"
     acceptance_max_bytes: str = "8G"
     iters: int = 20
     warmup: int = 5
     busbw_floor_gbps: float | None = None
     floor_fail_fraction: float = 0.85
     large_min_bytes: int = 256 * 1024 * 1024
-    expected_s: float = 20.0
+    #: Seconds a prolog run may take (process start, CUDA and NCCL init on
+    #: every GPU, the short sweep), asked of the budget before starting.
+    expected_s: float = 15.0
     acceptance_expected_s: float = 60.0
     devices: tuple[int, ...] | None = None
+    #: The fake engine's scenario file (see slurm_hooks.fake_engines);
+    #: relative to the config file.  Lab and tests only.
+    fake_scenario: str | None = None
 
     def validate(self) -> None:
         if self.engine not in ENGINES:
@@ -64,10 +74,10 @@ def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
     return _engine_check.load_settings(NcclSettings, ctx, check)
 
 
-def choose_engine(s: NcclSettings) -> str | None:
+def choose_engine(s: NcclSettings, ctx: CheckContext | None = None) -> str | None:
     if s.engine != "auto":
         return s.engine
-    if _engine_check.fake_configured():
+    if _engine_check.fake_configured(ctx, s.fake_scenario):
         return "fake"
     if shutil.which(s.all_reduce_perf, path=commands.command_env()["PATH"]):
         return "nccl-tests"
@@ -100,7 +110,7 @@ class NcclCheck:
         s = load_settings(ctx, self.name)
         if ctx.profile.get("gpu_count") == 0:
             return Skipped("not applicable: profile expects no GPUs")
-        engine = choose_engine(s)
+        engine = choose_engine(s, ctx)
         if engine is None:
             raise RuntimeError(
                 f"no all-reduce engine: neither {s.all_reduce_perf!r} nor torch is installed"
@@ -118,7 +128,8 @@ class NcclCheck:
             from ..nccl.engines import parse_size
             from ..nccl.parser import parse_nccl_tests
 
-            sc = load_scenario(gpu_count=ngpus or 8)
+            where = _engine_check.fake_scenarios(ctx, s.fake_scenario)
+            sc = load_scenario(where.engine, where.nvml, gpu_count=ngpus or 8)
             text = all_reduce_perf_output(
                 sc, min_bytes=parse_size(s.min_bytes), max_bytes=parse_size(max_bytes)
             )

@@ -34,7 +34,7 @@ from .registry import CHECKS
 #: PrologEpilogTimeout; keep these below it.
 DEFAULT_BUDGETS: dict[str, float] = {
     Phase.HEALTHCHECK: 30.0,
-    Phase.PROLOG: 150.0,
+    Phase.PROLOG: 60.0,  # the prolog hook passes [prolog] budget_s; this is the CLI's
     Phase.EPILOG: 60.0,
     Phase.ACCEPTANCE: 1800.0,
     Phase.WATCH: 20.0,

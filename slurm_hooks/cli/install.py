@@ -92,7 +92,7 @@ def command(
         click.echo(f"{ch.path}: {verb}{ch.change}")
 
     settings = inst.recommended_settings(
-        prefix_abs, hook_budget_s=budget if budget is not None else inst.hook_budget_s()
+        prefix_abs, hook_budget_s=budget if budget is not None else inst.hook_budget_s(config_abs)
     )
     running: dict[str, str] = {}
     check_error = None

@@ -93,6 +93,11 @@ class NvmlSession:
         self._identities: dict[int, Component] = {}
 
     @property
+    def scenario(self) -> str | None:
+        """The fake-NVML scenario file this session uses, None for real NVML."""
+        return None if self._scenario is None else os.fspath(self._scenario)
+
+    @property
     def loaded(self) -> bool:
         return self._initialized
 
