@@ -64,3 +64,32 @@ def test_gpu_map_falls_back_to_procfs(tmp_path: Path) -> None:
     assert gpu_map(fake(), str(tmp_path))["0000:86:00.0"].index == 1
     assert gpu_map(None, str(tmp_path / "missing")) == {}
     assert lookup(None, {}) is None
+
+
+def test_lost_gpu_is_named_from_the_map_kept_while_it_answered(tmp_path: Path) -> None:
+    """XID 79: NVML can no longer name the GPU that fell off the bus, but the
+    drain reason must still say which GPU it was."""
+    import json
+
+    from slurm_hooks.xid.pci import load_known, remember
+
+    scenario = tmp_path / "gpus.json"
+    gpus = {"0": {"pci_bus_id": "00000000:3B:00.0"}, "1": {"pci_bus_id": "00000000:86:00.0"}}
+    scenario.write_text(json.dumps({"gpu_count": 2, "gpu": gpus}))
+    nv = FakeNvml(str(scenario))
+    nv.nvmlInit()
+    state = str(tmp_path / "state")
+    kept = remember(state, nv, now=1000.0)
+    assert kept is not None and kept["0000:86:00.0"].index == 1
+    assert remember(state, nv, now=1001.0) is None  # unchanged and fresh: no rewrite
+
+    gpus["1"]["lost"] = True
+    scenario.write_text(json.dumps({"gpu_count": 2, "gpu": gpus}))
+    import os
+
+    os.utime(scenario, (1, 2_000_000_000))
+    assert remember(state, nv, now=5000.0) is None  # incomplete: the last full map stays
+    now_seen = gpus_from_nvml(nv)
+    assert list(now_seen) == ["0000:3b:00.0"]  # the sibling is still named
+    ref = lookup("0000:86:00.0", gpu_map(nv, str(tmp_path / "no-procfs"), load_known(state)))
+    assert ref is not None and ref.index == 1 and ref.uuid == kept["0000:86:00.0"].uuid

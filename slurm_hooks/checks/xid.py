@@ -67,17 +67,37 @@ def make_source(settings: XidSettings) -> Source:
     )
 
 
-def _gpus(ctx: CheckContext, settings: XidSettings) -> dict[str, GpuRef]:
-    from ..xid.pci import gpu_map
-
+def _nvml_module(ctx: CheckContext, *, only_if_loaded: bool = False) -> Any:
     nvml: Any = ctx.services.get("nvml")
     if nvml is not None and not hasattr(nvml, "nvmlDeviceGetCount"):
+        if only_if_loaded and not getattr(nvml, "loaded", False):
+            return None
         try:
             nvml = nvml.nvml  # an NvmlSession: the initialised module
         except Exception as exc:  # noqa: BLE001 - fall back to procfs
             log.info("xid: NVML unavailable for GPU names error=%s", exc)
             nvml = None
-    return gpu_map(nvml, settings.proc_gpus)
+    return nvml
+
+
+def _gpus(ctx: CheckContext, settings: XidSettings) -> dict[str, GpuRef]:
+    from ..xid.pci import gpu_map, load_known
+
+    return gpu_map(_nvml_module(ctx), settings.proc_gpus, load_known(ctx.state_dir))
+
+
+def _remember_gpus(ctx: CheckContext) -> None:
+    """Keep the GPU map while every GPU answers, for the day one falls off
+    the bus.  Only when another check already opened NVML this run: the
+    XID fast path never pays for an NVML start."""
+    nvml = _nvml_module(ctx, only_if_loaded=True)
+    if nvml is None:
+        return
+    import time
+
+    from ..xid.pci import remember
+
+    remember(ctx.state_dir, nvml, now=time.time())
 
 
 class XidCheck:
@@ -93,6 +113,7 @@ class XidCheck:
         if not result.aggregates:
             # The common case: one stat (file) or a short read (kmsg), no
             # rules, catalogue, history or clock (judge needs no time).
+            _remember_gpus(ctx)
             return XidData(scan=result, history=())
         now = ctx.now().timestamp()
         from ..xid.history import load_history, save_history

@@ -58,14 +58,69 @@ def gpus_from_nvml(nvml: Any) -> dict[str, GpuRef]:
     function names).  The caller has already called ``nvmlInit``."""
     out: dict[str, GpuRef] = {}
     for i in range(int(nvml.nvmlDeviceGetCount())):
-        handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        pci = normalise_pci(nvml.nvmlDeviceGetPciInfo(handle).busId)
-        uuid = nvml.nvmlDeviceGetUUID(handle)
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            pci = normalise_pci(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+        except Exception as exc:  # noqa: BLE001 - a lost GPU must not hide its siblings
+            log.info("NVML cannot name GPU %d error=%s", i, exc)
+            continue
         if isinstance(uuid, bytes):
             uuid = uuid.decode("ascii", errors="replace")
         if pci:
             out[pci] = GpuRef(pci=pci, index=i, uuid=uuid)
     return out
+
+
+#: The last GPU map NVML gave while every GPU answered, kept in the state dir:
+#: a GPU that fell off the bus (XID 79) can no longer be named by NVML, and
+#: its bus id alone is a poor thing to put in a drain reason.
+KNOWN_GPUS_FILE = "gpu-map.json"
+#: Refresh the kept map at most this often (seconds) when nothing changed.
+KNOWN_GPUS_REFRESH_S = 600.0
+
+
+def load_known(state_dir: str) -> dict[str, GpuRef]:
+    from .cursor import load_json, state_path
+
+    data = load_json(state_path(state_dir, KNOWN_GPUS_FILE))
+    out: dict[str, GpuRef] = {}
+    if isinstance(data, dict) and isinstance(data.get("gpus"), list):
+        for g in data["gpus"]:
+            if isinstance(g, dict) and isinstance(g.get("pci"), str):
+                idx = g.get("index")
+                out[g["pci"]] = GpuRef(
+                    g["pci"], idx if isinstance(idx, int) else None, g.get("uuid")
+                )
+    return out
+
+
+def remember(state_dir: str, nvml: Any, *, now: float) -> dict[str, GpuRef] | None:
+    """Keep NVML's map when every GPU answered and it changed (or is old);
+    returns the map kept, None when nothing was written."""
+    import os
+
+    from .cursor import state_path, write_json_atomic
+
+    path = state_path(state_dir, KNOWN_GPUS_FILE)
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        current = gpus_from_nvml(nvml)
+    except Exception as exc:  # noqa: BLE001 - best effort, never fails a check
+        log.debug("cannot read the GPU map error=%s", exc)
+        return None
+    if not current or len(current) != count:
+        return None  # some GPU did not answer: keep the last complete map
+    try:
+        fresh = now - os.stat(path).st_mtime < KNOWN_GPUS_REFRESH_S
+    except OSError:
+        fresh = False
+    if fresh and load_known(state_dir) == current:
+        return None
+    write_json_atomic(
+        path, {"gpus": [{"pci": g.pci, "index": g.index, "uuid": g.uuid} for g in current.values()]}
+    )
+    return current
 
 
 def gpus_from_procfs(root: str = PROC_GPUS) -> dict[str, GpuRef]:
@@ -102,17 +157,20 @@ def gpus_from_procfs(root: str = PROC_GPUS) -> dict[str, GpuRef]:
     return out
 
 
-def gpu_map(nvml: Any | None = None, proc_root: str = PROC_GPUS) -> dict[str, GpuRef]:
-    """Bus id -> GpuRef: NVML when a module is given and answers, else procfs.
-    Never raises: an unknown GPU is named by its bus id alone."""
+def gpu_map(
+    nvml: Any | None = None, proc_root: str = PROC_GPUS, known: Mapping[str, GpuRef] | None = None
+) -> dict[str, GpuRef]:
+    """Bus id -> GpuRef: what NVML names now, completed by procfs and by the
+    last map kept while every GPU answered (``known``).  Never raises: a GPU
+    nobody can name is named by its bus id alone."""
+    found: dict[str, GpuRef] = {}
     if nvml is not None:
         try:
             found = gpus_from_nvml(nvml)
-            if found:
-                return found
         except Exception as exc:  # noqa: BLE001 - any NVML failure falls back to procfs
             log.info("NVML GPU map failed, using procfs error=%s", exc)
-    return gpus_from_procfs(proc_root)
+    out = {**(known or {}), **gpus_from_procfs(proc_root), **found}
+    return out
 
 
 def lookup(pci: str | None, gpus: Mapping[str, GpuRef]) -> GpuRef | None:

@@ -523,7 +523,12 @@ def _finding(
     }
     values.update(extra)
     where = component.short() if component.kind == "gpu" else (g.switch or component.short())
-    text = f"{g.code} {name} on {where}: {first.message}"
+    msg = (first.message or "").strip()
+    # Most lines repeat the catalogue's name ("GPU has fallen off the bus."):
+    # say it once; keep the line's own words when they add something.
+    same = msg.rstrip(". ").lower() == str(name).rstrip(". ").lower()
+    detail = name if (same or not msg) else f"{name}: {msg}"
+    text = f"{g.code} on {where}: {detail}"
     if g.count > 1:
         text += f" (x{g.count})"
     if v.note:
