@@ -329,6 +329,9 @@ def render(summary: FleetSummary, width: int = 80) -> list[Line]:
             "bad" if summary.breaker.lower() in ("open", "tripped") else "title",
         )
     ]
+    code_w = min(
+        24, max([10, *(len(g.code) for g in summary.groups if g.owner is ReasonOwner.OURS)])
+    )
     current: ReasonOwner | None = None
     for group in summary.groups:
         if group.owner is not current:
@@ -338,7 +341,7 @@ def render(summary: FleetSummary, width: int = 80) -> list[Line]:
         count = f"({len(group.rows)})"
         age = format_age(group.oldest_age_s)
         if group.owner is ReasonOwner.OURS:
-            head = f"  {group.code:<10} {count:>5} {_clip(group.nodes, width - 25)}"
+            head = f"  {group.code:<{code_w}} {count:>5} {_clip(group.nodes, width - 15 - code_w)}"
             out.append(Line(head, "bad"))
             for r in group.rows:
                 repl = "repl=" + r.replacement if r.replacement else ""
