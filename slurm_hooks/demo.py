@@ -575,14 +575,14 @@ def build_timeline(
     """The demo_plot Timeline of a run (times relative to ``t0``)."""
     from .demo_plot import Event, Timeline, loss_from_metrics
 
-    evs = [Event(t - t0, label[:48], kind) for t, label, kind in events]
+    evs = [Event(t - t0, label[:40], kind) for t, label, kind in events]
     for s in report.steps:
         spec = STEP_BY_KEY.get(s.key)
         label = s.title
         if s.key == "resumed" and report.training.resumed_from is not None:
             label = f"resumed from step {report.training.resumed_from}"
         elif s.key in ("drained", "running_again") and s.detail:
-            label = f"{s.title}: {s.detail.removeprefix('sinfo -R: ')}"[:48]
+            label = f"{s.title}: {s.detail.removeprefix('sinfo -R: ')}"[:40]
         evs.append(Event(s.t - t0, label, spec.kind if spec else "info"))
     loss, marks = loss_from_metrics(metrics, t0)
     return Timeline(
