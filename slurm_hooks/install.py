@@ -381,7 +381,34 @@ def hook_budget_s(cfg: Any = None) -> float:
     return float(max(prolog_s, epilog_s))
 
 
-# -- config file rendering (install's commented defaults, ``config show``) -----------
+# -- config file rendering (install's commented defaults, ``config show``, docs) ----
+#
+# One walk over a section's dataclass (``config_tables``) gives the TOML tables
+# and keys with type, default and ``#:`` comment; the commented defaults file,
+# ``config show`` and docs/configuration.md (tools/gen_config_docs.py) are all
+# rendered from it, so they cannot disagree about which keys exist.
+
+#: Placeholder for a user-chosen table name (``[profiles.<name>]``).
+PLACEHOLDER = "<name>"
+
+#: ``[checks]`` keys: ChecksConfig parses itself and has no ``#:`` comments.
+CHECKS_KEY_DOCS: Mapping[str, str] = {
+    "timeout_s": "Seconds one check may take when neither its table nor the check itself "
+    "sets timeout_s.",
+    "budget_s": "Seconds each phase may take in total, per phase (healthcheck, prolog, "
+    "epilog, acceptance, watch); a phase left out keeps its default. The prolog hook "
+    "uses [prolog] budget_s instead.",
+    "nvml_scenario": "Fake NVML scenario file (lab, demo and tests only; relative to the "
+    "config file); unset: the real NVML.",
+    "sysfs_root": "Where sysfs is mounted (PCIe and InfiniBand checks read it).",
+}
+#: Keys every ``[checks.<name>]`` table takes (``checks.base.COMMON_SETTINGS``);
+#: the runner reads them, not the check.
+COMMON_CHECK_KEY_DOCS: Mapping[str, str] = {
+    "enabled": "false: the check never runs, in any phase.",
+    "timeout_s": "Seconds one run may take; unset: [checks] timeout_s.",
+    "phases": "Phases the check runs in (default: the ones it is registered for).",
+}
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -447,9 +474,123 @@ def toml_value(value: object) -> str | None:
     return _toml_str(str(value))
 
 
+def toml_literal(value: object) -> str | None:
+    """:func:`toml_value`, with plain tables as inline tables (``{}``,
+    ``{ prolog = 60.0 }``)."""
+    import dataclasses
+
+    if isinstance(value, Mapping) and not dataclasses.is_dataclass(value):
+        items = []
+        for k, v in value.items():
+            lit = toml_literal(v)
+            if lit is None:
+                return None
+            items.append(f"{_toml_key(str(k))} = {lit}")
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    return toml_value(value)
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One key of a TOML table: what the docs and the defaults file show."""
+
+    name: str
+    #: Human-readable type ("float", "list of str", "str or unset").
+    type: str
+    value: object
+    #: False for a required key (no default).
+    has_value: bool = True
+    doc: str = ""
+    #: The key holds one sub-table per name (``[policy.repeat.<name>]``):
+    #: those tables follow; the key itself is not written as ``key = ...``.
+    tables: bool = False
+
+
+@dataclass(frozen=True)
+class TableDoc:
+    """One TOML table (``[bridge.lending]``) and its keys, in field order."""
+
+    name: str
+    summary: str = ""
+    #: "module:Class" defining the keys ("" for raw tables).
+    source: str = ""
+    keys: tuple[KeyDoc, ...] = ()
+
+
+def type_name(tp: Any) -> str:
+    """A TOML-minded name for a field annotation."""
+    import dataclasses
+    import types as pytypes
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return "any"
+    if origin in (typing.Union, pytypes.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        name = " or ".join(type_name(a) for a in rest)
+        return name + (" or unset" if len(rest) < len(args) else "")
+    if origin in (tuple, list):
+        return f"list of {type_name(args[0])}" if args else "list"
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        vt = args[1] if len(args) == 2 else Any
+        if dataclasses.is_dataclass(vt):
+            return "tables"
+        return "table" if vt is Any else f"table of {type_name(vt)}"
+    if dataclasses.is_dataclass(tp):
+        return "table"
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp)
+
+
+def _spec_of(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _summary(cls: type) -> str:
+    """The class docstring as one line, without a leading ``[name]`` label
+    (the heading says it) and without dataclass's generated signature."""
+    import inspect
+    import re
+
+    doc = cls.__dict__.get("__doc__") or ""
+    if not doc.strip() or doc.startswith(f"{cls.__name__}("):
+        return ""
+    text = " ".join(inspect.cleandoc(doc).split())
+    text = re.sub(r"^``\[[^\]]+\]``\s*[.:]?\s*", "", text)
+    return text[:1].upper() + text[1:]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+
+
+def _dataclass_arg(tp: Any, *, mapping: bool) -> type | None:
+    """``DC`` for ``Mapping[str, DC]`` (mapping) or ``DC | None`` (not)."""
+    import dataclasses
+    import types as pytypes
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if mapping:
+        ok = origin in (dict, Mapping) and len(args) == 2
+        cand = args[1] if ok else None
+    else:
+        ok = origin in (typing.Union, pytypes.UnionType) and type(None) in args
+        rest = [a for a in args if a is not type(None)] if ok else []
+        cand = rest[0] if len(rest) == 1 else None
+    return cand if isinstance(cand, type) and dataclasses.is_dataclass(cand) else None
+
+
 def _field_values(obj_or_cls: object) -> list[tuple[str, object, bool]]:
-    """(name, value, has_value) for an instance or, for a class whose fields
-    are not all defaulted, its defaults."""
+    """(name, value, has_value) for an instance or, for a class, its
+    defaults (has_value False: the field has none)."""
     import dataclasses
 
     out = []
@@ -467,64 +608,203 @@ def _field_values(obj_or_cls: object) -> list[tuple[str, object, bool]]:
     return out
 
 
+def config_tables(name: str, obj_or_cls: object) -> list[TableDoc]:
+    """The TOML tables of section ``name``: for a class, every key with its
+    default (user-named tables as ``<name>`` templates); for an instance,
+    its values.  ``[checks]`` and ``[profiles]`` parse themselves and are
+    walked through their registries."""
+    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
+    spec = _spec_of(cls)
+    if spec == "slurm_hooks.checks.settings:ChecksConfig":
+        return _checks_tables(name, obj_or_cls)
+    if spec == "slurm_hooks.profiles:Profiles":
+        return _profiles_tables(name, obj_or_cls)
+    return _dataclass_tables(name, obj_or_cls)
+
+
+def _dataclass_tables(
+    name: str, obj_or_cls: object, *, skip: Iterable[str] = (), fallback_summary: str = ""
+) -> list[TableDoc]:
+    import dataclasses
+
+    is_cls = isinstance(obj_or_cls, type)
+    cls = obj_or_cls if is_cls else type(obj_or_cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
+    docs = field_docs(cls)  # type: ignore[arg-type]
+    skip = set(skip)
+    keys: list[KeyDoc] = []
+    subs: list[TableDoc] = []
+    for key, value, has in _field_values(obj_or_cls):
+        if key in skip:
+            continue
+        tp = hints.get(key, Any)
+        doc = docs.get(key, "")
+        sub = f"{name}.{_toml_key(key)}"
+        if dataclasses.is_dataclass(value):
+            subs.extend(_dataclass_tables(sub, value, fallback_summary=doc))
+            continue
+        optional_dc = _dataclass_arg(tp, mapping=False)
+        if is_cls and value is None and optional_dc is not None:
+            subs.extend(_dataclass_tables(sub, optional_dc, fallback_summary=doc))
+            continue
+        per_name = _dataclass_arg(tp, mapping=True)
+        if per_name is not None and isinstance(value, Mapping):
+            keys.append(KeyDoc(key, type_name(tp), value, has, doc, tables=True))
+            if is_cls:
+                subs.extend(
+                    _dataclass_tables(f"{sub}.{PLACEHOLDER}", per_name, fallback_summary=doc)
+                )
+            for k, v in value.items():
+                subs.extend(_dataclass_tables(f"{sub}.{_toml_key(str(k))}", v))
+            continue
+        if isinstance(value, Mapping) and any(isinstance(v, Mapping) for v in value.values()):
+            keys.append(KeyDoc(key, type_name(tp), value, has, doc, tables=True))
+            for k, v in value.items():
+                raw = tuple(KeyDoc(str(kk), "", vv) for kk, vv in v.items())
+                subs.append(TableDoc(f"{sub}.{_toml_key(str(k))}", keys=raw))
+            continue
+        keys.append(KeyDoc(key, type_name(tp), value, has, doc))
+    summary = _summary(cls) or fallback_summary  # type: ignore[arg-type]
+    return [TableDoc(name, summary, _spec_of(cls), tuple(keys)), *subs]  # type: ignore[arg-type]
+
+
+def check_settings_class(check: str) -> type | None:
+    """The dataclass holding ``[checks.<check>]``'s own keys (None: only the
+    common ones).  A check that validates its table itself (no
+    ``settings_class``) counts when its module uses exactly one
+    ``*Settings`` dataclass (the xid check's ``XidSettings``)."""
+    import dataclasses
+    import importlib
+
+    from .checks.registry import CHECKS, load_class
+    from .checks.settings import settings_class
+
+    check_cls = load_class(CHECKS[check])
+    target = settings_class(check_cls)
+    if target is not False:
+        return target  # type: ignore[return-value]
+    module = importlib.import_module(check_cls.__module__)
+    found = [
+        v
+        for k, v in vars(module).items()
+        if k.endswith("Settings") and isinstance(v, type) and dataclasses.is_dataclass(v)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _checks_tables(name: str, obj_or_cls: object) -> list[TableDoc]:
+    from .checks.base import COMMON_SETTINGS
+    from .checks.registry import CHECKS
+    from .checks.settings import DEFAULT_BUDGETS
+    from .config import from_mapping
+    from .errors import CheckNotInstalled
+    from .model import Phase
+
+    is_cls = isinstance(obj_or_cls, type)
+    cls = obj_or_cls if is_cls else type(obj_or_cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
+    top: list[KeyDoc] = []
+    for key, value, has in _field_values(obj_or_cls):
+        if key in ("tables", "path"):  # the per-check tables below; the file's path
+            continue
+        if key == "budget_s":
+            value = {str(ph): s for ph, s in DEFAULT_BUDGETS.items()} | {
+                str(ph): s
+                for ph, s in value.items()  # type: ignore[attr-defined]
+            }
+        top.append(KeyDoc(key, type_name(hints.get(key, Any)), value, has, CHECKS_KEY_DOCS[key]))
+    summary = (
+        "Runner settings. Each check also reads its own table, [checks.<check>], "
+        "below: the common keys enabled, timeout_s and phases, and the check's own."
+    )
+    tables = [TableDoc(name, summary, _spec_of(cls), tuple(top))]  # type: ignore[arg-type]
+    for check, spec in CHECKS.items():
+        table = f"{name}.{check}"
+        if is_cls:
+            enabled, timeout, phases, raw = True, spec.timeout_s, spec.phases, {}
+        else:
+            cfg: Any = obj_or_cls
+            enabled, timeout = cfg.enabled(check), cfg.timeout(check)
+            phases, raw = cfg.phases(check), cfg.table(check)
+        keys = [
+            KeyDoc("enabled", "bool", enabled, True, COMMON_CHECK_KEY_DOCS["enabled"]),
+            KeyDoc(
+                "timeout_s", "float or unset", timeout, True, COMMON_CHECK_KEY_DOCS["timeout_s"]
+            ),
+            KeyDoc(
+                "phases",
+                "list of str",
+                [str(p) for p in Phase if p in phases],
+                True,
+                COMMON_CHECK_KEY_DOCS["phases"],
+            ),
+        ]
+        source, subs = "", []
+        try:
+            target = check_settings_class(check)
+        except CheckNotInstalled:
+            target = None
+        if target is not None:
+            own = {k: v for k, v in raw.items() if k not in COMMON_SETTINGS}
+            settings = target if is_cls else from_mapping(target, own, path=cfg.path, prefix=table)
+            walked = _dataclass_tables(table, settings, skip=COMMON_SETTINGS)
+            keys.extend(walked[0].keys)
+            source, subs = walked[0].source, walked[1:]
+        tables.append(
+            TableDoc(table, spec.summary[:1].upper() + spec.summary[1:] + ".", source, tuple(keys))
+        )
+        tables.extend(subs)
+    return tables
+
+
+def _profiles_tables(name: str, obj_or_cls: object) -> list[TableDoc]:
+    from .profiles import Profile
+
+    is_cls = isinstance(obj_or_cls, type)
+    cls = obj_or_cls if is_cls else type(obj_or_cls)
+    tables = [TableDoc(name, _summary(cls), _spec_of(cls))]  # type: ignore[arg-type]
+    named = {PLACEHOLDER: Profile} if is_cls else dict(obj_or_cls.profiles)  # type: ignore[attr-defined]
+    for key, prof in named.items():
+        sub = PLACEHOLDER if key == PLACEHOLDER else _toml_key(key)
+        tables.extend(_dataclass_tables(f"{name}.{sub}", prof, skip=("name",)))
+    return tables
+
+
 def _doc_lines(doc: str) -> list[str]:
     import textwrap
 
-    return [f"# {line}" for line in textwrap.wrap(doc, 76)] or ["#"]
+    lines = textwrap.wrap(doc, 76, break_long_words=False, break_on_hyphens=False)
+    return [f"# {line}" for line in lines] or ["#"]
 
 
 def render_table(
     name: str, obj_or_cls: object, *, commented: bool = False, with_docs: bool = True
 ) -> list[str]:
-    """``[name]`` and its keys; nested dataclasses and tables become
-    ``[name.key]`` sub-tables.  ``commented`` prefixes every key line with
-    ``# `` (the defaults file: every key documented, none set)."""
-    import dataclasses
-
-    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
-    docs = field_docs(cls) if with_docs else {}
+    """``[name]`` and its keys, then its sub-tables (``[name.key]``,
+    ``[checks.<check>]``, ``[profiles.<name>]``).  ``commented`` prefixes
+    every key line with ``# `` (the defaults file: every key documented,
+    none set)."""
     c = "# " if commented else ""
-    lines = [f"{c}[{name}]"]
-    subtables: list[tuple[str, object]] = []
-    for key, value, has in _field_values(obj_or_cls):
-        if dataclasses.is_dataclass(value):
-            subtables.append((f"{name}.{_toml_key(key)}", value))
-            continue
-        if isinstance(value, Mapping):
-            if value and all(dataclasses.is_dataclass(v) for v in value.values()):
-                for k, v in value.items():
-                    subtables.append((f"{name}.{_toml_key(key)}.{_toml_key(str(k))}", v))
+    lines: list[str] = []
+    said: set[tuple[str, str]] = set()  # (key, doc) already written: said once is enough
+    for i, table in enumerate(config_tables(name, obj_or_cls)):
+        if i:
+            lines.append("")
+        lines.append(f"{c}[{table.name}]")
+        if with_docs and table.summary:
+            lines.extend(_doc_lines(table.summary))
+        for key in table.keys:
+            if key.tables:
                 continue
-            if value and any(isinstance(v, Mapping) for v in value.values()):
-                for k, v in value.items():
-                    subtables.append((f"{name}.{_toml_key(key)}.{_toml_key(str(k))}", v))
-                continue
-            if not value:
-                if with_docs and key in docs:
-                    lines.extend(_doc_lines(docs[key]))
-                lines.append(f"# {_toml_key(key)} = {{}}  (table, empty)")
-                continue
-            inline = ", ".join(f"{_toml_key(str(k))} = {toml_value(v)}" for k, v in value.items())
-            if with_docs and key in docs:
-                lines.extend(_doc_lines(docs[key]))
-            lines.append(f"{c}{_toml_key(key)} = {{ {inline} }}")
-            continue
-        if with_docs and key in docs:
-            lines.extend(_doc_lines(docs[key]))
-        literal = toml_value(value) if has else None
-        if literal is None:
-            lines.append(f"# {_toml_key(key)} = " + ("(required)" if not has else "(unset)"))
-        else:
-            lines.append(f"{c}{_toml_key(key)} = {literal}")
-    for sub_name, sub in subtables:
-        lines.append("")
-        if isinstance(sub, Mapping):
-            lines.append(f"{c}[{sub_name}]")
-            for k, v in sub.items():
-                lit = toml_value(v)
-                lines.append(f"{c}{_toml_key(str(k))} = {lit}" if lit else f"# {k} = (table)")
-        else:
-            lines.extend(render_table(sub_name, sub, commented=commented, with_docs=with_docs))
+            if with_docs and key.doc and (key.name, key.doc) not in said:
+                said.add((key.name, key.doc))
+                lines.extend(_doc_lines(key.doc))
+            literal = toml_literal(key.value) if key.has_value else None
+            if literal is None:
+                state = "(unset)" if key.has_value else "(required)"
+                lines.append(f"# {_toml_key(key.name)} = {state}")
+            else:
+                lines.append(f"{c}{_toml_key(key.name)} = {literal}")
     return lines
 
 
@@ -545,6 +825,12 @@ def resolve_sections(
     return classes, errors
 
 
+def section_order(names: Iterable[str]) -> list[str]:
+    """``general`` first, then alphabetical: the defaults file, ``config
+    show`` and the reference all list sections in this order."""
+    return sorted(names, key=lambda n: (n != "general", n))
+
+
 def default_config_text(sections: Mapping[str, str] | None = None) -> str:
     """The config file ``install`` writes when there is none: every section
     and key with its default, commented out, so the file changes nothing
@@ -554,9 +840,10 @@ def default_config_text(sections: Mapping[str, str] | None = None) -> str:
         "# slurm-hooks configuration (TOML).  Every key below is commented out and shows",
         "# its default; uncomment and edit what you need.  Check the file with",
         "#   slurm-hooks config validate /etc/slurm-hooks/config.toml",
-        "# Reference: docs/configuration.md",
+        f"# {PLACEHOLDER} in a table name stands for a name of your choice",
+        "# ([profiles.h100], [policy.repeat.XID13]).  Reference: docs/configuration.md",
     ]
-    for name in sorted(classes, key=lambda n: (n != "general", n)):
+    for name in section_order(classes):
         out.append("")
         out.extend(render_table(name, classes[name], commented=True))
     return "\n".join(out) + "\n"

@@ -102,6 +102,7 @@ def _remember_gpus(ctx: CheckContext) -> None:
 
 class XidCheck:
     name: ClassVar[str] = "xid"
+    settings_class: ClassVar[type] = XidSettings
     phases: ClassVar[frozenset[Phase]] = frozenset(
         {Phase.HEALTHCHECK, Phase.EPILOG, Phase.PROLOG, Phase.WATCH}
     )

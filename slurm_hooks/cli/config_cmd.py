@@ -66,7 +66,7 @@ def show(config_path: str | None, no_docs: bool) -> None:
     cfg = config_mod.load(config_path)
     classes, broken = inst.resolve_sections()
     click.echo(f"# effective slurm-hooks configuration; file: {cfg.path or '(none, defaults)'}")
-    for name in sorted(classes, key=lambda n: (n != "general", n)):
+    for name in inst.section_order(classes):
         obj = cfg.section(name, classes[name])
         click.echo("")
         for line in inst.render_table(name, obj, with_docs=not no_docs):
