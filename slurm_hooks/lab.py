@@ -207,6 +207,25 @@ def slurm_version() -> tuple[int, int, int]:
         raise LabError(str(exc)) from exc
 
 
+def rest_plugin(version: Sequence[int]) -> str:
+    """slurmrestd's ``-s`` value for the slurmctld endpoints alone: one plugin
+    per OpenAPI version up to 23.02, then ``openapi/slurmctld`` (the plugin
+    type 23.11 and 24.11 report in their answers' ``meta``)."""
+    major_minor = (int(version[0]), int(version[1]))
+    if major_minor < (23, 2):
+        return "openapi/v0.0.38"
+    if major_minor < (23, 11):
+        return "openapi/v0.0.39"
+    return "openapi/slurmctld"
+
+
+def rest_api(version: Sequence[int]) -> str:
+    """The OpenAPI version a RestClient should ask this lab's slurmrestd for."""
+    from .slurm.rest_backend import api_for_version
+
+    return api_for_version(version)
+
+
 def missing_prerequisites() -> list[str]:
     """Why a lab cannot start here (empty when it can): not root, programs or
     the munge key missing."""
@@ -866,13 +885,12 @@ class Lab:
         sock = rest_dir / "rest.sock"
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
-        major, minor, _ = parse.parse_version(state.get("slurm_version", "22.05"))
-        plugin = "openapi/v0.0.38" if (major, minor) < (23, 2) else None
+        plugin = rest_plugin(parse.parse_version(state.get("slurm_version", "22.05")))
         argv = ["env", "SLURMRESTD_SECURITY=disable_user_check", "slurmrestd"]
         argv += ["-f", str(self.slurm_conf), "-a", "rest_auth/local"]
-        if plugin:
-            # Without it the dbv0.0.38 plugin aborts: no slurmdbd here.
-            argv += ["-s", plugin]
+        # Only the slurmctld part: the accounting plugin (dbv0.0.38 on 22.05)
+        # aborts or fails without a slurmdbd, which the lab does not run.
+        argv += ["-s", plugin]
         argv.append(f"unix:{sock}")
         state["pids"]["slurmrestd"] = self._spawn("slurmrestd", argv)
         state["rest_socket"] = str(sock)

@@ -58,7 +58,8 @@ NODE_KEYS = frozenset(
     Partitions BootTime SlurmdStartTime LastBusyTime ResumeAfterTime CfgTRES AllocTRES
     CapWatts CurrentWatts AveWatts ExtSensorsJoules ExtSensorsWatts ExtSensorsTemp Reason
     Comment Extra InstanceId InstanceType NextState Topology CoreSpecCount CPUSpecList
-    MemSpecLimit LastBusyTime Cluster""".split()
+    MemSpecLimit LastBusyTime Cluster CpuBind BcastAddr RestrictedCoresPerGPU
+    ReservationName""".split()
 )
 _NODE_FREE_TEXT = frozenset({"Reason", "Comment", "Extra", "OS"})
 
@@ -359,14 +360,66 @@ def parse_nodes_json(text: str) -> list[NodeState]:
 
 
 def nodes_from_doc(doc: Any) -> list[NodeState]:
+    """A ``nodes`` document, or the ``sinfo`` document that ``sinfo --json``
+    prints from 23.02 on (one record per node group and partition)."""
     if not isinstance(doc, Mapping):
         raise SlurmError("nodes: JSON is not an object")
     _json_errors(doc, "nodes")
+    if "nodes" not in doc and isinstance(doc.get("sinfo"), list):
+        return nodes_from_sinfo(doc["sinfo"])
     seen: dict[str, NodeState] = {}
     for obj in doc.get("nodes") or []:
         if isinstance(obj, Mapping) and obj.get("name"):
             node = node_from_json(obj)
             seen.setdefault(node.name, node)
+    return list(seen.values())
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def nodes_from_sinfo(records: Sequence[Any]) -> list[NodeState]:
+    """23.02+ ``sinfo --json``: each record covers a group of nodes in one
+    partition (``sinfo -N --json``: one node).  A node listed under several
+    partitions becomes one NodeState with all of them.  CPU counts are per
+    record, so they are kept only for one-node records."""
+    seen: dict[str, NodeState] = {}
+    for rec in records:
+        if not isinstance(rec, Mapping):
+            continue
+        names = [str(n) for n in _get(rec, "nodes", "nodes") or [] if n]
+        raw_state = _get(rec, "node", "state") or []
+        if isinstance(raw_state, str):
+            raw_state = [raw_state]
+        state, flags = parse_state("+".join(str(s) for s in raw_state))
+        reason = _get(rec, "reason", "description") or None
+        user = _get(rec, "reason", "user") or None
+        features = str(_get(rec, "features", "total") or "")
+        partition = _get(rec, "partition", "name")
+        one = len(names) == 1
+        for name in names:
+            prev = seen.get(name)
+            parts = prev.partitions if prev else ()
+            if partition and partition not in parts:
+                parts = (*parts, str(partition))
+            seen[name] = NodeState(
+                name=name,
+                state=state,
+                flags=flags,
+                reason=str(reason) if reason else None,
+                reason_user=str(user) if user and reason else None,
+                reason_time=_epoch(_get(rec, "reason", "time")) if reason else None,
+                partitions=parts,
+                features=tuple(f for f in features.split(",") if f and f != "(null)"),
+                gres=str(_get(rec, "gres", "total") or "") or None,
+                cpus=_int(_get(rec, "cpus", "total")) if one else None,
+                alloc_cpus=_int(_get(rec, "cpus", "allocated")) if one else None,
+            )
     return list(seen.values())
 
 
@@ -376,6 +429,43 @@ def _user(value: str | None) -> str | None:
     if value is None:
         return None
     return value.split("(", 1)[0] or value
+
+
+#: Job state flags in the order ``job_state_string()`` (src/common/
+#: slurm_protocol_defs.c) lets them win over the base state: squeue ``%T`` and
+#: ``scontrol show job`` print this one word.
+JOB_STATE_FLAG_ORDER: Sequence[str] = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+)
+
+
+def job_state_name(value: Any) -> str:
+    """A JSON ``job_state`` as the one word squeue prints.
+
+    v0.0.38 gives that word (``"COMPLETING"``); v0.0.39+ gives the base state
+    then the flags (``["COMPLETED", "COMPLETING"]``, ``["PENDING",
+    "REQUEUED"]``), and the first element alone would call a job that is
+    still completing on its nodes finished."""
+    if isinstance(value, str):
+        return value.upper() or "UNKNOWN"
+    if not isinstance(value, Sequence) or not value:
+        return "UNKNOWN"
+    words = [str(v).upper() for v in value]
+    for flag in JOB_STATE_FLAG_ORDER:
+        if flag in words[1:]:
+            return flag
+    return words[0]
 
 
 def job_from_fields(fields: Mapping[str, str]) -> JobInfo:

@@ -33,6 +33,28 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API = "v0.0.38"
 
+#: The newest OpenAPI plugin each Slurm release serves (slurmrestd also keeps
+#: the two before it; 24.11 serves v0.0.40, v0.0.41 and v0.0.42).  The
+#: 23.11 and 24.11 values are what slurmrestd reported in its ``meta`` in the
+#: recorded answers under tests/data/slurm/.
+NEWEST_API: Sequence[tuple[tuple[int, int], str]] = (
+    ((24, 11), "v0.0.42"),
+    ((24, 5), "v0.0.41"),
+    ((23, 11), "v0.0.40"),
+    ((23, 2), "v0.0.39"),
+)
+
+
+def api_for_version(version: Sequence[int]) -> str:
+    """The OpenAPI version to ask a slurmrestd of this Slurm ``version`` for:
+    the newest it serves (v0.0.38 before 23.02).  Releases after 24.11 get
+    v0.0.42 too, which they still serve."""
+    major_minor = (int(version[0]), int(version[1]))
+    for since, api in NEWEST_API:
+        if major_minor >= since:
+            return api
+    return DEFAULT_API
+
 
 def _api_tuple(api: str) -> tuple[int, ...]:
     return tuple(int(p) for p in api.lstrip("v").split("."))
@@ -50,15 +72,13 @@ def _str(value: Any) -> str | None:
 
 def job_from_json(obj: Mapping[str, Any]) -> JobInfo:
     """One job object: v0.0.38 (``job_state: 'RUNNING'``, plain ints) or
-    newer (``job_state: ['RUNNING']``, ``{"set":..,"number":..}`` numbers)."""
-    state = obj.get("job_state")
-    if isinstance(state, list):
-        state = state[0] if state else "UNKNOWN"
+    newer (``job_state: ['RUNNING']`` or ``['COMPLETED', 'COMPLETING']``,
+    ``{"set":..,"number":..}`` numbers; ``batch_host: ""`` while pending)."""
     requeue = obj.get("requeue")
     return JobInfo(
         job_id=str(parse._int(obj.get("job_id"))),
         user=_str(obj.get("user_name")),
-        state=str(state or "UNKNOWN").upper(),
+        state=parse.job_state_name(obj.get("job_state")),
         nodes=_str(obj.get("nodes")) or "",
         batch_host=_str(obj.get("batch_host")),
         requeue=bool(requeue) if requeue is not None else None,
@@ -271,8 +291,9 @@ class RestClient:
             doc = self._request("GET", "ping")
         except SlurmError:
             return False
-        pings = doc.get("pings") or []
-        return any(str(_first(p.get("ping"))).upper() == "UP" for p in pings if isinstance(p, dict))
+        # v0.0.38 says "ping": "UP"; v0.0.40+ (23.11, 24.11) "pinged": "UP".
+        pings = [p for p in doc.get("pings") or [] if isinstance(p, dict)]
+        return any(str(_first(p.get("pinged", p.get("ping")))).upper() == "UP" for p in pings)
 
     def __repr__(self) -> str:
         return f"RestClient(base={self.base!r}, api={self.api!r})"
