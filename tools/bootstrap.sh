@@ -7,13 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-for p in slurmctld slurmd slurm-client munge slurmrestd util-linux procps; do
+# python3-numpy: the demo's training job runs as an unprivileged user with
+# Debian's python3, which cannot read a virtualenv under a private /root.
+for p in slurmctld slurmd slurm-client munge slurmrestd util-linux procps python3 python3-venv python3-numpy; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
-command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
-if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-  need_pkgs+=(python3-venv)
-fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bootstrap: need root to install: ${need_pkgs[*]}" >&2; exit 2
