@@ -28,11 +28,14 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import StateError
-from .policy.breaker import Trip
-from .policy.history import FaultEvent, NodeHistory
+
+if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
+    # on a healthy node open the state store but never decide anything.
+    from .policy.breaker import Trip
+    from .policy.history import FaultEvent, NodeHistory
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +158,8 @@ class StateStore:
             return data
 
     def history(self, node: str) -> NodeHistory:
+        from .policy.history import FaultEvent, NodeHistory
+
         data = self.read_node(node)
         faults = tuple(
             FaultEvent(
@@ -297,6 +302,8 @@ class BreakerLatch:
             os.close(fd)
 
     def read(self) -> dict[str, Trip]:
+        from .policy.breaker import Trip
+
         data = read_json(self.path) or {}
         trips = {}
         for part, t in (data.get("trips") or {}).items():

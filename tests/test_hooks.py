@@ -68,7 +68,8 @@ def test_healthy_node_does_not_even_import_the_engine(tmp_path):
     code = (
         "import sys\nfrom slurm_hooks import hooks\n"
         "rc = hooks.main(['healthcheck'])\n"
-        "print(rc, 'slurm_hooks.actions' in sys.modules, 'slurm_hooks.slurm.cli_backend' in sys.modules)\n"
+        "print(rc, *(m in sys.modules for m in "
+        "('slurm_hooks.actions', 'slurm_hooks.slurm.cli_backend', 'slurm_hooks.policy')))\n"
     )
     env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
@@ -79,4 +80,4 @@ def test_healthy_node_does_not_even_import_the_engine(tmp_path):
         timeout=60,
         check=True,
     ).stdout.split()
-    assert out == ["0", "False", "False"]
+    assert out == ["0", "False", "False", "False"]
