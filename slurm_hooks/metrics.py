@@ -39,10 +39,14 @@ class MetricsConfig:
     #: node_exporter's ``--collector.textfile.directory`` (Debian's
     #: prometheus-node-exporter reads /var/lib/prometheus/node-exporter).
     textfile_dir: str = DEFAULT_TEXTFILE_DIR
-    #: Address and port the watcher and the bridge serve ``/metrics`` on;
-    #: port 0 turns the endpoint off.
+    #: Address the watcher serves ``/metrics`` on (the bridge always listens
+    #: on all addresses).
     listen_addr: str = "0.0.0.0"
+    #: Port of ``slurm-hooks watch``'s ``/metrics``; 0 turns it off (the
+    #: ``--metrics-port`` option wins).
     watch_port: int = 9839
+    #: Meant for the bridge's ``/metrics``, but not read at present: the
+    #: bridge serves on ``[bridge] metrics_port`` (default 0, off).
     bridge_port: int = 9840
 
     def validate(self) -> None:

@@ -56,9 +56,15 @@ class PreflightConfig:
     busbw_floor_gbps: float = 40.0
     #: auto (fake when a scenario template is set, else nccl-tests), nccl-tests, fake.
     engine: str = "auto"
+    #: nccl-tests' all_reduce_perf (an MPI build), started by srun on every
+    #: node: a name on the nodes' PATH, or an absolute path.
     all_reduce_perf: str = "all_reduce_perf"
+    #: Smallest message of the sweep (``-b``; K/M/G are powers of 1024).
     min_bytes: str = "256M"
+    #: Largest message (``-e``); sizes double from min_bytes.  The median bus
+    #: bandwidth of the largest size's rows is compared with the floor.
     max_bytes: str = "1G"
+    #: Timed iterations per message size (``-n``).
     iters: int = 20
     #: GPUs (ranks) per node; 0 means the profile's gpu_count (else 1).
     gpus_per_node: int = 0

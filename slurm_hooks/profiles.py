@@ -66,10 +66,21 @@ class IbExpect(_MappingView):
     up (``mlx5_0`` means port 1, or ``mlx5_0/2``); ``count`` is how many
     ports matching ``device_pattern`` (and ``link_layer``) must be up."""
 
+    #: Ports that must be present (those matching device_pattern and
+    #: link_layer, or the named devices); fewer is IB_PORT_MISSING (drain).
+    #: Unset: not counted.
     count: int | None = None
+    #: Least link rate, Gb/s, of every active checked port; slower is IB_RATE
+    #: (drain).  Unset: not judged.
     rate_gbps: float | None = None
+    #: Ports that must exist and be active: ``mlx5_0`` (port 1) or
+    #: ``mlx5_0/2``.  When set, device_pattern and link_layer are not used.
     devices: tuple[str, ...] = ()
+    #: Shell-style pattern (fnmatch, case-sensitive) of the RDMA device names
+    #: checked when devices is empty, e.g. ``"mlx5_*"``.
     device_pattern: str = "*"
+    #: Only ports of this link layer: "InfiniBand" or "Ethernet" (RoCE);
+    #: unset: both.
     link_layer: str | None = None
 
     def validate(self) -> None:
@@ -101,29 +112,53 @@ class Profile(_MappingView):
     nodes: str | None = None
     #: Another profile (in this file, else a shipped example) to start from.
     base: str | None = None
+    #: Free text for people; no check reads it.
     description: str = ""
+    #: GPUs NVML must see: fewer is GPU_COUNT FAIL (reboot), more a WARN
+    #: (wrong profile?).  0: a node without GPUs, the GPU checks are skipped.
     gpu_count: int | None = None
     #: Case-insensitive substring of ``nvmlDeviceGetName`` ("H100", "A100-SXM4-80GB").
     gpu_model: str | None = None
+    #: Least PCIe generation (1..7) each GPU's link must be able to reach
+    #: (NVML's max generation); lower is PCIE_DOWNTRAINED (drain).
     pcie_gen: int | None = None
+    #: Expected PCIe link width per GPU (16 for x16); the check wants the
+    #: larger of this and the GPU's own max width, narrower is a FAIL (drain).
     pcie_width: int | None = None
+    #: NVLinks each GPU must have up; 0 skips the nvlink check; unset: the
+    #: links NVML reports are checked, without a count.
     nvlinks_per_gpu: int | None = None
     #: Exact version, or a dotted prefix ("550" accepts 550.54.15).
     driver_version: str | None = None
+    #: Oldest acceptable driver, dotted ("535.104"): compared number by
+    #: number; older is DRIVER_VERSION (drain).
     driver_min_version: str | None = None
     #: Installed RAM in GiB (2 TB on the spec sheet = 2048); see [checks.memory] tolerance.
     memory_gb: float | None = None
     ib: IbExpect | None = None
+    #: Absolute mount points that must be mounted, not read-only and (with
+    #: [checks.mounts] write_test) writable; a miss drains the node.
     mounts: tuple[str, ...] = ()
+    #: Absolute path whose file system's free space is checked; checked only
+    #: together with scratch_min_free_gb.
     scratch_path: str | None = None
+    #: Least free space on scratch_path, GiB; less (or a missing path) is a
+    #: FAIL (drain).  Needs scratch_path.
     scratch_min_free_gb: float | None = None
+    #: GPU temperature (deg C) at which gpu_temp WARNs; overrides
+    #: [checks.gpu_temp] warn_c, and is the burn-in's default max_temp_c.
     gpu_temp_warn_c: float | None = None
+    #: GPU temperature (deg C) at which gpu_temp FAILs (drain); overrides
+    #: [checks.gpu_temp] fail_c.  Must be above gpu_temp_warn_c.
     gpu_temp_fail_c: float | None = None
     #: True: fabric manager must report completed; False: skip; None: check where NVML reports it.
     fabric_manager: bool | None = None
+    #: True or unset: WARN for a GPU with persistence mode off; False: skip.
     persistence_mode: bool | None = True
     #: Floors for the burn-in and NCCL checks (checks/burnin.py, checks/nccl.py).
     burnin_min_tflops: float | None = None
+    #: Intra-node all-reduce bus bandwidth floor, GB/s, for the NCCL check
+    #: ([checks.nccl] busbw_floor_gbps overrides it).
     nccl_min_busbw_gbps: float | None = None
     #: Site- or check-specific SKU values with no key of their own yet.
     extra: Mapping[str, Any] = field(default_factory=dict)

@@ -73,6 +73,7 @@ class WatchConfig:
     #: After the engine failed (Slurm unreachable), retry the findings it
     #: could not act on after this long, doubling up to ``retry_max_s``.
     retry_s: float = 1.0
+    #: Ceiling of that doubling delay, seconds.
     retry_max_s: float = 60.0
 
     def validate(self) -> None:

@@ -142,13 +142,17 @@ def test_checks_section_values(tmp_path: Path) -> None:
         tmp_path,
         "[checks]\ntimeout_s = 3\nbudget_s = { prolog = 40 }\n"
         '[checks.pcie]\nenabled = false\n[checks.ecc]\ntimeout_s = 1.5\nphases = ["healthcheck"]\n'
-        "[checks.xid]\nanything = 1\n",
+        "[checks.xid]\nrepeat_count = 4\n",
     )
     cc = load_checks_config(cfg, deep=True)
     assert cc.timeout("gpu_temp") == 3 and cc.timeout("ecc") == 1.5 and cc.timeout("mounts") == 15.0
     assert cc.budget("prolog") == 40 and cc.budget("healthcheck") == 30
     assert not cc.enabled("pcie") and cc.enabled("ecc")
     assert [str(p) for p in cc.phases("ecc")] == ["healthcheck"]
+    # A typo in a check's own table is refused on load, naming the key.
+    bad = write(tmp_path, "[checks.xid]\nanything = 1\n")
+    with pytest.raises(ConfigError, match="checks.xid.anything"):
+        load_checks_config(bad, deep=True)
 
 
 def test_as_section_class_with_proposed_config_hook(tmp_path: Path) -> None:

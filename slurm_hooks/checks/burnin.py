@@ -45,28 +45,63 @@ ENGINES = ("auto", "gpu_burn", "torch", "fake")
 
 @dataclass(frozen=True)
 class BurninSettings:
+    #: "auto" (the fake when a scenario is configured, else gpu_burn when on
+    #: PATH, else torch when importable, else UNKNOWN), "gpu_burn", "torch" or "fake".
     engine: str = "auto"
     #: The prolog's burn: short, so that with NCCL it fits [prolog] budget_s
     #: (docs/prolog.md); acceptance burns acceptance_duration_s.
     duration_s: float = 5.0
+    #: Seconds of burn during acceptance (gpu_burn takes whole seconds).
     acceptance_duration_s: float = 60.0
+    #: The gpu_burn binary: a name looked up on PATH, or an absolute path.
     gpu_burn: str = "gpu_burn"
+    #: Working directory for gpu_burn, where it finds ``compare.ptx``;
+    #: unset: the hook's own working directory.
     gpu_burn_dir: str | None = None
+    #: Extra gpu_burn options placed before the duration, e.g. ``["-tc"]``
+    #: (tensor cores: measured as tf32) or ``["-d"]`` (doubles: fp64).
     gpu_burn_args: tuple[str, ...] = ()
+    #: torch engine only: side of the square matrices multiplied.
     size: int = 8192
+    #: torch engine only: precisions burned one after another ("bf16", "fp16",
+    #: "fp32"), each for an equal share of the duration; the first one is the
+    #: figure compared between sibling GPUs.  fp32 runs with TF32 off.
     dtypes: tuple[str, ...] = ("bf16", "fp32")
     #: Seconds on top of the burn: start-up (torch import, CUDA init), teardown.
     overhead_s: float | None = None
+    #: Only these GPU indices (through CUDA_VISIBLE_DEVICES for gpu_burn;
+    #: findings keep the node's numbering); unset: every GPU.
     devices: tuple[int, ...] | None = None
+    #: WARN when a GPU's TFLOP/s is this fraction below the median of the
+    #: other GPUs on the node (0.10: under 90 % of it).
     warn_below_median: float = 0.10
+    #: FAIL (drain) when a GPU is this fraction below that median; must be
+    #: at least warn_below_median and below 1.
     fail_below_median: float = 0.20
+    #: The sibling comparison is made only when at least this many *other*
+    #: GPUs produced a figure.
     min_siblings: int = 2
+    #: Below a TFLOP/s floor is WARN; below floor * this fraction is FAIL
+    #: (drain).  In (0, 1].
     floor_fail_fraction: float = 0.85
+    #: Per-GPU fp32 TFLOP/s floor; overrides the profile's burnin_min_tflops.
+    #: A floor is judged only for a precision the engine measured.  Unset:
+    #: the profile's.
     tflops_floor: float | None = None
+    #: Per-GPU bf16 TFLOP/s floor (torch engine); overrides the profile's
+    #: ``extra.burnin_min_tflops_bf16``.
     tflops_floor_bf16: float | None = None
+    #: Per-GPU fp16 TFLOP/s floor (torch engine); overrides the profile's
+    #: ``extra.burnin_min_tflops_fp16``.
     tflops_floor_fp16: float | None = None
+    #: Per-GPU tf32 TFLOP/s floor (gpu_burn with ``-tc``); overrides the
+    #: profile's ``extra.burnin_min_tflops_tf32``.
     tflops_floor_tf32: float | None = None
+    #: Per-GPU fp64 TFLOP/s floor (gpu_burn with ``-d``); overrides the
+    #: profile's ``extra.burnin_min_tflops_fp64``.
     tflops_floor_fp64: float | None = None
+    #: WARN (no drain) when a GPU got hotter than this (deg C) during the burn;
+    #: unset: the profile's gpu_temp_warn_c, and not judged when that is unset too.
     max_temp_c: float | None = None
     #: The fake engine's scenario file (TOML/JSON, see slurm_hooks.fake_engines);
     #: relative to the config file.  Lab and tests only.

@@ -28,10 +28,18 @@ from .base import CheckContext
 
 @dataclass(frozen=True)
 class DcgmSettings:
+    #: ``dcgmi diag -r LEVEL``, 1..4: 1 quick, 2 medium (minutes), 3 and 4 long.
     level: int = 2
+    #: The dcgmi binary: a name looked up on PATH, or an absolute path.  Not
+    #: installed: the check is skipped as not applicable (OK).
     dcgmi: str = "dcgmi"
+    #: Seconds the diag takes here: with less time left it is not started
+    #: (UNKNOWN "skipped: budget"); it is killed after twice this long
+    #: (sooner at the hook's deadline).
     expected_s: float = 180.0
+    #: Treat a DCGM test's warning as FAIL (drain) instead of WARN.
     warn_is_fail: bool = False
+    #: Only these GPU indices (``-i``); unset: every GPU.
     devices: tuple[int, ...] | None = None
 
     def validate(self) -> None:

@@ -17,7 +17,11 @@ from .gpubase import GpuCheck, GpuData
 
 @dataclass(frozen=True)
 class Settings:
+    #: WARN at or above this GPU temperature (deg C); the profile's
+    #: gpu_temp_warn_c, when set, wins.
     warn_c: float = 85.0
+    #: FAIL (drain) at or above this temperature (deg C), above warn_c; the
+    #: profile's gpu_temp_fail_c, when set, wins.
     fail_c: float = 89.0
 
     def validate(self) -> None:

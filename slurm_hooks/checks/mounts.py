@@ -25,6 +25,8 @@ from .base import CheckContext, ok
 
 @dataclass(frozen=True)
 class Settings:
+    #: Create and remove a file on each of the profile's mounts that is not
+    #: read-only; a failure is MOUNT_NOT_WRITABLE, a hang MOUNT_HUNG (drain).
     write_test: bool = True
     #: Seconds the create+remove of the test file may take per mount.
     write_timeout_s: float = 5.0

@@ -44,22 +44,43 @@ ENGINES = ("auto", "nccl-tests", "torch", "fake")
 
 @dataclass(frozen=True)
 class NcclSettings:
+    #: "auto" (the fake when a scenario is configured, else nccl-tests when
+    #: all_reduce_perf is on PATH, else torch.distributed when torch is
+    #: importable, else UNKNOWN), "nccl-tests", "torch" or "fake".
     engine: str = "auto"
+    #: nccl-tests' all_reduce_perf binary: a name looked up on PATH, or an
+    #: absolute path.  Run as one process driving every GPU (``-g``).
     all_reduce_perf: str = "all_reduce_perf"
+    #: Smallest message of the sweep, as nccl-tests reads sizes (K/M/G are
+    #: powers of 1024); sizes double up to the maximum.
     min_bytes: str = "32M"
     #: The prolog's sweep: 32M..512M still has two rows at or above
     #: large_min_bytes to judge; acceptance sweeps to acceptance_max_bytes.
     max_bytes: str = "512M"
+    #: Largest message of the acceptance sweep (same size syntax).
     acceptance_max_bytes: str = "8G"
+    #: Timed iterations per message size (``-n``).
     iters: int = 20
+    #: Untimed warm-up iterations per message size (``-w``).
     warmup: int = 5
+    #: Healthy bus bandwidth floor, GB/s, for the median of the large-message
+    #: rows; overrides the profile's nccl_min_busbw_gbps.  Unset (and no
+    #: profile floor): bandwidth is reported, not judged.
     busbw_floor_gbps: float | None = None
+    #: Below the floor is WARN; below floor * this fraction is FAIL (drain).
+    #: In (0, 1].
     floor_fail_fraction: float = 0.85
+    #: Bytes (an integer, not a size string): rows at or above this size are
+    #: judged for bandwidth; with none, the largest size's rows.
     large_min_bytes: int = 256 * 1024 * 1024
     #: Seconds a prolog run may take (process start, CUDA and NCCL init on
     #: every GPU, the short sweep), asked of the budget before starting.
     expected_s: float = 15.0
+    #: The same for the acceptance sweep.  Either run is killed after three
+    #: times its expected seconds (sooner when the deadline or timeout_s is nearer).
     acceptance_expected_s: float = 60.0
+    #: Only these GPU indices (one rank each, through CUDA_VISIBLE_DEVICES
+    #: for nccl-tests); unset: the profile's gpu_count, else NVML's count.
     devices: tuple[int, ...] | None = None
     #: The fake engine's scenario file (see slurm_hooks.fake_engines);
     #: relative to the config file.  Lab and tests only.

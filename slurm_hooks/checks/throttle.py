@@ -32,7 +32,11 @@ REASONS = {
 
 @dataclass(frozen=True)
 class Settings:
+    #: Active clock event reasons (names from REASONS: gpu_idle, sw_power_cap,
+    #: hw_slowdown, ...) that make a GPU FAIL (drain); wins over warn_reasons.
     fail_reasons: tuple[str, ...] = ("hw_slowdown", "hw_thermal", "hw_power_brake")
+    #: Active reasons that make a GPU WARN (no action); reasons in neither
+    #: list are ignored.
     warn_reasons: tuple[str, ...] = ("sw_thermal",)
 
     def validate(self) -> None:

@@ -29,11 +29,15 @@ class LendingConfig:
     is drained with our ``LEND`` reason, and comes back the moment pending
     jobs need it.  Off by default."""
 
+    #: Turn lending on; it then needs a demand source: pod_selector,
+    #: priority_classes or demand_configmap.
     enabled: bool = False
     #: Which Slurm nodes may be lent: in any of these partitions (empty: any),
     #: with all of these features, and in this hostlist (empty: any).
     partitions: tuple[str, ...] = ()
+    #: Slurm features a node must all have to be lent (empty: no condition).
     features: tuple[str, ...] = ()
+    #: Slurm hostlist (``gpu[001-016]``) of the nodes that may be lent; empty: any.
     nodes: str = ""
     #: A node must have been idle in Slurm this long before it is lent.
     idle_seconds: float = 900.0
@@ -41,10 +45,13 @@ class LendingConfig:
     min_idle_nodes: int = 1
     #: At most this share of the nodes in scope is lent at once.
     max_lent_fraction: float = 0.5
+    #: At most this many nodes are newly lent per reconcile pass (0: lend none).
     max_lend_per_pass: int = 2
     #: Hysteresis: a lent node stays lent at least this long, and a node
     #: handed back stays in Slurm at least this long before it is lent again.
     min_lend_seconds: float = 600.0
+    #: Seconds a node handed back to Slurm stays there before it may be lent
+    #: again (counted from our reclaimed-at annotation).
     min_slurm_seconds: float = 1800.0
     #: A freshly lent node is assumed to serve the pending pods for this long
     #: (the scheduler needs a moment): it is subtracted from pod demand.
@@ -52,21 +59,31 @@ class LendingConfig:
     #: Demand: Pending, unschedulable pods matching this label selector or
     #: with one of these priority classes (both empty: pods give no demand).
     pod_selector: str = ""
+    #: Pods whose ``priorityClassName`` is one of these count as inference
+    #: demand too (either match suffices).
     priority_classes: tuple[str, ...] = ()
+    #: Namespace the pending pods are listed in; empty: all namespaces.
     pod_namespace: str = ""
     #: Demand: ``namespace/name`` of a ConfigMap whose ``demand_key`` holds
     #: the number of nodes Kubernetes wants lent (a target, not an increment).
     demand_configmap: str = ""
+    #: Key in the ConfigMap's ``data`` holding that target; a missing key, a
+    #: missing ConfigMap or a value that is not an integer >= 0 means no target.
     demand_key: str = "nodes"
     #: GPUs a pending pod asks for are counted through this resource; a node
     #: whose Slurm Gres names no GPU count is assumed to have gpus_per_node.
     gpu_resource: str = "nvidia.com/gpu"
+    #: GPUs per node: pending pods' GPUs are packed into nodes of this size
+    #: (a pod asking for none takes a whole node), and a node whose Gres names
+    #: no GPU count is taken to have this many.  At least 1.
     gpus_per_node: int = 8
     #: Label set to "true" on a lent node (inference pods select on it).
     lent_label: str = "slurm-hooks.io/lent"
     #: Taint every Slurm-owned node carries so inference pods stay off it
     #: (empty: no taint; the label alone steers inference pods).
     reserve_taint_key: str = "slurm-hooks.io/reserved"
+    #: Effect of that taint: "NoSchedule", "PreferNoSchedule" or "NoExecute"
+    #: (NoExecute also evicts pods already there that do not tolerate it).
     reserve_taint_effect: str = "NoSchedule"
     #: Pending-job reasons (prefixes of squeue's %r) that lent nodes can cure.
     reclaim_reasons: tuple[str, ...] = (
@@ -79,6 +96,8 @@ class LendingConfig:
     #: before ``on_drain_timeout`` applies: "wait" (keep trying) or "force"
     #: (delete the remaining pods and hand the node back).
     drain_timeout: float = 600.0
+    #: "wait": keep evicting until the budgets allow it; "force": past
+    #: ``drain_timeout``, delete the remaining pods and resume the node in Slurm.
     on_drain_timeout: str = "wait"
     #: The free text of the LEND reason.
     reason_text: str = "lent to kubernetes inference"
@@ -120,7 +139,11 @@ class BridgeConfig:
     #: "same": the names match; "label": the Kubernetes node carrying
     #: ``node_label=<slurm name>``; "template": ``node_template.format(name=...)``.
     node_mapping: str = "same"
+    #: With ``node_mapping = "label"``: the Node label whose value is the
+    #: Slurm node name (nodes without it are not mapped).
     node_label: str = "slurm.node"
+    #: With ``node_mapping = "template"``: a ``str.format`` pattern that must
+    #: contain ``{name}`` (the Slurm node name), e.g. ``"{name}.k8s.example"``.
     node_template: str = "{name}"
     #: Label selector restricting the one Node LIST per pass (empty: all nodes).
     node_selector: str = ""
@@ -132,6 +155,8 @@ class BridgeConfig:
     foreign_prefixes: tuple[str, ...] = ()
     #: Taint added to every node we cordon.
     taint_key: str = "slurm-hooks.io/fault"
+    #: Effect of that taint (its value is the fault code): "NoSchedule",
+    #: "PreferNoSchedule" or "NoExecute" (also evicts pods that do not tolerate it).
     taint_effect: str = "NoSchedule"
     #: Prefix of the annotations that record what we did (our state).
     annotation_prefix: str = "slurm-hooks.io"
@@ -143,9 +168,12 @@ class BridgeConfig:
     replacement: str = "none"
     #: Cluster API: "annotate" (remediate-machine annotation) or "delete" the Machine.
     capi_mode: str = "annotate"
+    #: API version of ``cluster.x-k8s.io`` Machines in the request path.
     capi_version: str = "v1beta1"
     #: Namespace of Machines when the Node lacks ``cluster.x-k8s.io/cluster-namespace``.
     capi_namespace: str = "default"
+    #: With ``replacement = "webhook"``: where replacement requests are POSTed
+    #: (required then; https://, plain http only to 127.0.0.1 or localhost).
     webhook_url: str = ""
     #: Environment variable holding a bearer token for the webhook (never the token itself).
     webhook_token_env: str = ""
@@ -162,17 +190,28 @@ class BridgeConfig:
     spare_reasons: tuple[str, ...] = ()
     #: Plan and log, change nothing.
     dry_run: bool = False
+    #: Act only while holding a coordination.k8s.io Lease, so that one of
+    #: several bridge replicas acts; a replica that cannot renew it follows.
+    #: Not used with dry_run.
     leader_election: bool = True
+    #: Name of that Lease (in ``namespace``).
     lease_name: str = "slurm-hooks-bridge"
     #: Seconds a leader's lease lasts without renewal; must exceed ``interval``.
     lease_duration: int = 90
-    #: Kubernetes API: seconds per call and retries (with backoff) per call.
+    #: Kubernetes API: seconds per call.
     api_timeout: float = 10.0
+    #: Retries per Kubernetes API call, with exponential backoff: connection
+    #: errors, and 429/5xx answers to GET/PUT/DELETE (not POST/PATCH); the
+    #: replacement webhook's POSTs use it too.  0: no retries.
     api_retries: int = 3
-    #: With ``[general] slurm_backend = "rest"``: slurmrestd's URL, the user
-    #: and the environment variable holding its JWT.
+    #: With ``[general] slurm_backend = "rest"``: slurmrestd's URL
+    #: (``http://host:6820``); required then, the bridge has no unix-socket
+    #: option.  Ignored with the other backends.
     slurm_rest_url: str = ""
+    #: Sent as ``X-SLURM-USER-NAME`` with the JWT (only when a token is set).
     slurm_rest_user: str = ""
+    #: Name of the environment variable holding slurmrestd's JWT (never the
+    #: token itself); unset or empty: no token header is sent.
     slurm_rest_token_env: str = "SLURM_JWT"
     #: 0: no metrics endpoint.
     metrics_port: int = 0

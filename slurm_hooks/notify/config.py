@@ -11,14 +11,18 @@ class NotifyConfig:
 
     #: Slack-compatible incoming webhook (POST JSON {"text": ...}); empty: off.
     webhook_url: str = ""
+    #: Seconds per webhook POST attempt (connect and read; > 0).
     webhook_timeout: float = 5.0
     #: Retries on connection errors and 429/5xx, with exponential backoff.
     webhook_retries: int = 3
+    #: Backoff factor in seconds: the wait before retry n is about
+    #: ``webhook_backoff * 2 ** (n - 1)`` (urllib3's Retry).
     webhook_backoff: float = 0.5
     #: Mail command as an argument list; the message goes to its stdin.
     #: Placeholders: {user} {node} {job} {subject} {incident} {code}.
     #: e.g. ["/usr/bin/mail", "-s", "{subject}", "{user}@example.org"].  Empty: off.
     mail_argv: tuple[str, ...] = ()
+    #: Seconds the mail command may run before it is killed (> 0).
     mail_timeout: float = 10.0
     #: Leave a note on the job itself (which node, which fault, requeued).
     job_comment: bool = True

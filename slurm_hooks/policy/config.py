@@ -17,7 +17,10 @@ class RepeatRule:
     """Escalate a fault code that repeats on one node: ``count`` occurrences
     (this one included) within ``window_s`` seconds turn into ``action``."""
 
+    #: Occurrences of the code on one node (per GPU or other component when
+    #: the finding names one), this one included, that escalate; >= 1.
     count: int = 3
+    #: Seconds back over which occurrences are counted (> 0).
     window_s: float = 3600.0
     #: "drain" or "replace".
     action: str = "drain"
@@ -52,9 +55,12 @@ class PolicyConfig:
 
     #: App-level faults (action restart_app) that repeat this often on a node drain it.
     app_fault_repeat_count: int = 3
+    #: Seconds back over which those repeats are counted (per code and component).
     app_fault_repeat_window_s: float = 3600.0
     #: Drain-level faults on the same node within the window escalate to replace.
     replace_after: int = 3
+    #: Seconds back over which drain-level faults count towards replace_after
+    #: (default 7 days).
     replace_window_s: float = 7 * 86400.0
     #: Per fault code overrides, e.g. ``[policy.repeat.XID13] count = 2``.
     repeat: Mapping[str, RepeatRule] = field(default_factory=_no_overrides)
@@ -63,8 +69,13 @@ class PolicyConfig:
     #: min(breaker_max_nodes, max(breaker_min_nodes, floor(share * size))) nodes
     #: whose reason is ours and was set within the window.
     breaker_max_share: float = 0.10
+    #: Hard cap on that limit, whatever the partition's size (>= 1).
     breaker_max_nodes: int = 20
+    #: The limit never goes below this (small partitions; 0 allowed), nor
+    #: above the partition's size.
     breaker_min_nodes: int = 1
+    #: Seconds back: only drains whose reason time falls inside count (a
+    #: reason with no time always counts).
     breaker_window_s: float = 3600.0
     #: Latch file that keeps a trip until ``slurm-hooks breaker reset``.  Put it
     #: on a file system every node mounts so every node sees the trip; empty
@@ -72,9 +83,10 @@ class PolicyConfig:
     #: count is still fleet-wide).
     breaker_state_file: str = ""
 
-    #: A node we resumed that fails again this many times within the window is
-    #: drained with code FLAPPING and left for a human.
+    #: A node that we resumed this many times within the window and that fails
+    #: again is drained with code FLAPPING and left for a human.
     flap_count: int = 3
+    #: Seconds back over which our resumes of the node are counted (default 1 day).
     flap_window_s: float = 86400.0
 
     #: Resume our drained nodes automatically once acceptance passed after the fault.

@@ -23,12 +23,22 @@ class XidSettings:
     source: str = "auto"
     #: The kernel-log file for ``source = "file"`` (syslog, kern.log, lab file).
     path: str = ""
+    #: The kernel's record device for ``source = "kmsg"`` (and for ``auto``,
+    #: which uses it when it is readable).
     kmsg_path: str = KMSG_PATH
+    #: This boot's id: a kmsg cursor saved under another boot id is dropped
+    #: (sequence numbers restart at boot) and the log is read from its start.
     boot_id_path: str = BOOT_ID_PATH
+    #: The journalctl binary for ``source = "journal"`` (``journalctl -k -o
+    #: json``, resumed with ``--after-cursor``).
     journalctl: str = "journalctl"
+    #: Seconds one journalctl call may take before it is killed (> 0).
     journal_timeout: float = 30.0
     #: First run without a cursor: read everything there is, or start at the end.
     first_run: str = "all"
+    #: Longest kernel-log line (bytes) to parse; longer ones would be skipped
+    #: and counted as oversized.  At least 1024.  Validated only: the scanner
+    #: is not given it and always uses 65536.
     max_line: int = MAX_LINE
     #: Where GPU index/UUID come from when NVML is not injected.
     proc_gpus: str = "/proc/driver/nvidia/gpus"
@@ -39,6 +49,8 @@ class XidSettings:
     repeat_count: int = 3
     #: ... within this many seconds.
     repeat_window_s: float = 86400.0
+    #: Events with no process id that follow the previous one within this
+    #: many seconds belong to the same burst (one incident).
     burst_s: float = 60.0
     #: XID 48 with XID 63/64 on the same GPU within this window: drain and reset.
     pair_window_s: float = 3600.0
