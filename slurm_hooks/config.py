@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import os
 import tomllib
 import types
@@ -33,6 +34,11 @@ class GeneralConfig:
 
     #: Where the per-node state store, audit log and cursors live.
     state_dir: str = "/var/lib/slurm-hooks"
+    #: Log level of the hooks and the watcher: a logging level name (DEBUG,
+    #: INFO, WARNING, ERROR, CRITICAL; any case).  ``SLURM_HOOKS_LOG_LEVEL``
+    #: wins, and the watcher's ``--log-level`` or ``-v``.  The admin CLI does
+    #: not read it (it loads the config per command): ``-v``, else
+    #: ``SLURM_HOOKS_LOG_LEVEL``, else WARNING.
     log_level: str = "INFO"
     #: Slurm access backend: "cli" (scontrol/sinfo), "rest" (slurmrestd) or "pyslurm".
     slurm_backend: str = "cli"
@@ -40,6 +46,13 @@ class GeneralConfig:
     observe_only: bool = False
     #: Seconds any one scontrol/sinfo call may take.
     slurm_timeout: float = 10.0
+
+    def validate(self) -> None:
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise ValueError(
+                f"log_level must be a logging level name (DEBUG, INFO, WARNING, ERROR,"
+                f" CRITICAL), got {self.log_level!r}"
+            )
 
 
 #: section name -> "module:Class", imported only when the section is read or

@@ -41,6 +41,8 @@ ENGINE_MIN_S = 8.0
 PHASES = ("healthcheck", "epilog", "prolog")
 #: Seconds to wait for the watcher to finish acting before giving up this run.
 DETECT_LOCK_WAIT_S = 15.0
+#: Environment variable that sets the log level; it wins over ``[general] log_level``.
+ENV_LOG_LEVEL = "SLURM_HOOKS_LOG_LEVEL"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -49,8 +51,10 @@ def main(argv: Sequence[str]) -> int:
         print(f"usage: python3 -m slurm_hooks hook {{{'|'.join(PHASES)}}}", file=sys.stderr)
         return 2
     phase = argv[0]
+    # Set up before the config is read, so that a config error is logged;
+    # [general] log_level applies once it is (apply_log_level).
     logging.basicConfig(
-        level=os.environ.get("SLURM_HOOKS_LOG_LEVEL", "INFO").upper(),
+        level=(os.environ.get(ENV_LOG_LEVEL) or "INFO").upper(),
         stream=sys.stderr,
         format=f"%(asctime)s %(levelname)s slurm-hooks[{phase}] %(name)s %(message)s",
     )
@@ -65,6 +69,7 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         cfg = config_mod.load(validate=False)
+        apply_log_level(cfg)
         node = node_name()
         # The watcher, the health check and the epilog share one kernel-log
         # cursor: scan-then-act under one lock, so no XID is handled (or
@@ -74,6 +79,15 @@ def main(argv: Sequence[str]) -> int:
     except SlurmHooksError as exc:
         log.error("hook %s could not run: %s", phase, exc)
         return 0 if phase == "epilog" else 2
+
+
+def apply_log_level(cfg: Config) -> None:
+    """``[general] log_level`` for the rest of the run, unless
+    SLURM_HOOKS_LOG_LEVEL chose the level (one run is debugged through the
+    environment, whatever the config says).  Raises ConfigError for a level
+    that is not a logging level name."""
+    if not os.environ.get(ENV_LOG_LEVEL):
+        logging.getLogger().setLevel(cfg.general.log_level.upper())
 
 
 def _run_and_act(phase: str, cfg: Config, node: str, t0: float) -> int:

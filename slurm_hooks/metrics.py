@@ -39,20 +39,16 @@ class MetricsConfig:
     #: node_exporter's ``--collector.textfile.directory`` (Debian's
     #: prometheus-node-exporter reads /var/lib/prometheus/node-exporter).
     textfile_dir: str = DEFAULT_TEXTFILE_DIR
-    #: Address the watcher serves ``/metrics`` on (the bridge always listens
-    #: on all addresses).
+    #: Address ``slurm-hooks watch`` serves ``/metrics`` on.  The watcher
+    #: only: the bridge serves on ``[bridge] metrics_port``, on all addresses.
     listen_addr: str = "0.0.0.0"
     #: Port of ``slurm-hooks watch``'s ``/metrics``; 0 turns it off (the
     #: ``--metrics-port`` option wins).
     watch_port: int = 9839
-    #: Meant for the bridge's ``/metrics``, but not read at present: the
-    #: bridge serves on ``[bridge] metrics_port`` (default 0, off).
-    bridge_port: int = 9840
 
     def validate(self) -> None:
-        for name in ("watch_port", "bridge_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise ValueError(f"{name} must be a port number (0 turns it off)")
+        if not 0 <= self.watch_port <= 65535:
+            raise ValueError("watch_port must be a port number (0 turns it off)")
         if not self.textfile_dir:
             raise ValueError("textfile_dir must not be empty")
 

@@ -657,10 +657,14 @@ def _after_drain(
 def hook_main(t0: float | None = None) -> int:
     """What ``python3 -m slurm_hooks hook prolog`` runs (logging set up by
     the caller).  0: the job may start; 1: the node failed and we drained it."""
+    from . import config as config_mod
     from .errors import SlurmHooksError
+    from .hooks import apply_log_level
 
     try:
-        outcome = run_prolog()
+        cfg = config_mod.load(validate=False)
+        apply_log_level(cfg)
+        outcome = run_prolog(cfg=cfg)
     except SlurmHooksError as exc:
         # Our own trouble must not cost the job or the node: no drain, exit 0.
         log.error("hook prolog could not run: %s", exc)

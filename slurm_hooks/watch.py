@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, SlurmHooksError
+from .hooks import ENV_LOG_LEVEL
 from .model import Finding, Phase, Status
 
 log = logging.getLogger("slurm_hooks.watch")  # also under python -m
@@ -545,10 +546,13 @@ def run_watch(
     node: str | None = None,
     once: bool = False,
     metrics_port: int | None = None,
+    config_log_level: bool = True,
 ) -> int:
     """What ``slurm-hooks watch`` and ``python -m slurm_hooks.watch`` do.
     Returns the exit status: 0; with ``once`` 1 when a check FAILed and 2
-    when acting failed."""
+    when acting failed.  ``config_log_level``: take the log level from
+    ``[general] log_level`` unless SLURM_HOOKS_LOG_LEVEL is set (callers
+    pass False when a flag chose it)."""
     from . import config as config_mod
     from .metrics import MetricsConfig
     from .runner import node_name
@@ -556,6 +560,8 @@ def run_watch(
     if config_path:
         config_path = os.path.abspath(config_path)  # the grace worker runs in /
     cfg = config_mod.load(config_path, validate=False)
+    if config_log_level and not os.environ.get(ENV_LOG_LEVEL):
+        set_log_level(cfg.general.log_level)
     node = node or node_name()
     watcher = Watcher(cfg, node)
     if once:
@@ -591,6 +597,17 @@ def quiet_runner(level: str | int) -> None:
     numeric = level if isinstance(level, int) else logging.getLevelName(str(level).upper())
     if not isinstance(numeric, int) or numeric > logging.DEBUG:
         logging.getLogger("slurm_hooks.runner").setLevel(logging.WARNING)
+    else:
+        logging.getLogger("slurm_hooks.runner").setLevel(logging.NOTSET)
+
+
+def set_log_level(level: str) -> None:
+    """The watcher's level after the config is read: the root logger's, and
+    our package follows it (``slurm-hooks watch`` raised it to INFO before)."""
+    level = level.upper()
+    logging.getLogger().setLevel(level)
+    logging.getLogger("slurm_hooks").setLevel(logging.NOTSET)
+    quiet_runner(level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -603,9 +620,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--node")
     p.add_argument("--once", action="store_true")
     p.add_argument("--metrics-port", type=int)
-    p.add_argument("--log-level", default=os.environ.get("SLURM_HOOKS_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-level",
+        help="default: $SLURM_HOOKS_LOG_LEVEL, else [general] log_level (INFO until it is read)",
+    )
     args = p.parse_args(argv)
-    level = args.log_level.upper()
+    level = (args.log_level or os.environ.get(ENV_LOG_LEVEL) or "INFO").upper()
     logging.basicConfig(
         level=level,
         stream=sys.stderr,
@@ -618,6 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             node=args.node,
             once=args.once,
             metrics_port=args.metrics_port,
+            config_log_level=args.log_level is None,
         )
     except ConfigError as exc:
         print(f"slurm-hooks: error: {exc}", file=sys.stderr)

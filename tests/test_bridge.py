@@ -393,3 +393,27 @@ def test_cordon_cap_defers(api):
     ).reconcile_once()
     assert [x.step.node for x in r.results] == ["n1", "n2"]
     assert [d.slurm_node for d in r.plan.deferred] == ["n3"]
+
+
+def test_rest_backend_without_url_is_refused_naming_the_key(tmp_path):
+    """The rest backend needs ``[bridge] slurm_rest_url``: say so at start-up
+    instead of the backend's "give exactly one of socket= or url="."""
+    from click.testing import CliRunner
+
+    from slurm_hooks.cli import main
+
+    with pytest.raises(ValueError, match="slurm_rest_url is required"):
+        BridgeConfig().validate(slurm_backend="rest")
+    BridgeConfig(slurm_rest_url="http://127.0.0.1:6820").validate(slurm_backend="rest")
+    BridgeConfig().validate(slurm_backend="cli")
+    BridgeConfig().validate()  # on load: [general] is another section
+    conf = tmp_path / "c.toml"
+    conf.write_text('[general]\nslurm_backend = "rest"\n')
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("")
+    r = CliRunner().invoke(
+        main, ["bridge", "run", "--once", "--config", str(conf), "--kubeconfig", str(kubeconfig)]
+    )
+    assert r.exit_code != 0
+    assert f"{conf}:bridge.slurm_rest_url: slurm_rest_url is required" in r.output
+    assert "socket=" not in r.output

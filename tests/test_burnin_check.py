@@ -244,3 +244,34 @@ def test_configured_nvml_scenario_picks_the_fake_engines_without_environment(
     res = runner.run_phase("acceptance", cfg=cfg, node="n1", only=["nccl"])
     (n,) = res.findings
     assert n.values["busbw_gbps"] == pytest.approx(250, rel=0.02)  # from engine.toml, not 480
+
+
+@pytest.mark.parametrize(("duration", "whole"), [(0.5, "1"), (2.01, "3"), (3, "3")])
+def test_fractional_duration_is_rounded_up_for_gpu_burn(no_scenarios, duration, whole):
+    """gpu_burn takes whole seconds: 0.5 must burn 1 s, not 0 (int() truncated)."""
+    text = (DATA / "gpu_burn" / "slow_gpu5.txt").read_text()
+    seen = {}
+
+    def fake_run(argv, **kw):
+        seen["argv"], seen["kw"] = argv, kw
+        return CommandResult(tuple(argv), 0, text, "", 10.0)
+
+    c = ctx(settings={"engine": "gpu_burn", "duration_s": duration}, services={"run": fake_run})
+    BurninCheck().gather(c)
+    assert seen["argv"][-1] == whole
+    assert seen["kw"]["timeout"] == pytest.approx(int(whole) + 6 + 30)
+    # the budget is asked for the rounded burn: 1 + 6 s overhead does not fit in 6.8 s
+    short = ctx(
+        settings={"engine": "gpu_burn", "duration_s": 0.5, "deadline": time.monotonic() + 6.8},
+        services={"run": fake_run},
+    )
+    assert isinstance(BurninCheck().gather(short), Skipped)
+
+
+def test_fractional_duration_is_rounded_up_for_the_fake_engine(monkeypatch, tmp_path):
+    sc = tmp_path / "engines.json"
+    sc.write_text(json.dumps({"burnin": {"gflops": 50000}}))
+    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(sc))
+    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
+    run = BurninCheck().gather(ctx(settings={"engine": "fake", "duration_s": 0.5}))
+    assert run.duration_s == 1.0

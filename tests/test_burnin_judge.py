@@ -186,3 +186,19 @@ def test_thresholds_from_profile_and_settings():
 
 def test_status_enum_values_are_used():
     assert all(isinstance(f.status, Status) for f in judge_burnin(run(gpu(0))))
+
+
+def test_judge_defaults_are_the_settings_defaults():
+    """``[checks.burnin]`` documents its defaults on BurninSettings; the judge
+    (fed the raw table, unset keys absent) must use the same ones."""
+    import dataclasses
+
+    from slurm_hooks.burnin.judge import thresholds_from
+    from slurm_hooks.checks.burnin import BurninSettings
+
+    s = BurninSettings()
+    t = thresholds_from({}, {})
+    for name in ("warn_below_median", "fail_below_median", "min_siblings", "floor_fail_fraction"):
+        assert getattr(t, name) == getattr(s, name), name
+    explicit = {k: v for k, v in dataclasses.asdict(s).items() if v is not None}
+    assert thresholds_from({}, explicit) == t

@@ -123,3 +123,62 @@ def test_run_torch_burnin_without_cuda_raises():
 
     with pytest.raises(RuntimeError, match="no CUDA"):
         run_torch_burnin(TorchBurninConfig(), torch_module=NoCuda)
+
+
+@pytest.mark.parametrize(
+    ("devices", "count", "want"),
+    [
+        (None, 4, [0, 1, 2, 3]),
+        ((), 4, [0, 1, 2, 3]),
+        ([], 2, [0, 1]),
+        ((2, 5), 8, [2, 5]),
+        ((), 0, []),
+    ],
+)
+def test_gpu_indices_empty_means_every_gpu(devices, count, want):
+    """``devices = []`` is "all GPUs" for gpu_burn, nccl-tests and dcgmi; the
+    torch engines read it the same way (it used to mean "no GPU")."""
+    from slurm_hooks.burnin.torch_engine import gpu_indices
+
+    assert gpu_indices(devices, count) == want
+
+
+class _PastTheDeviceCheck(Exception):
+    pass
+
+
+class _FakeTorch:
+    """Just enough torch for the engines to choose their GPUs."""
+
+    class cuda:  # noqa: N801 - torch's name
+        @staticmethod
+        def is_available():
+            return True
+
+        @staticmethod
+        def device_count():
+            return 2
+
+    @property
+    def backends(self):
+        raise _PastTheDeviceCheck
+
+
+def test_torch_burnin_with_empty_devices_burns_every_gpu():
+    from slurm_hooks.burnin.torch_engine import run_torch_burnin
+
+    with pytest.raises(_PastTheDeviceCheck):  # not RuntimeError("no GPU to burn")
+        run_torch_burnin(TorchBurninConfig(devices=()), torch_module=_FakeTorch())
+
+
+def test_torch_all_reduce_with_empty_devices_uses_every_gpu(monkeypatch):
+    import multiprocessing
+
+    from slurm_hooks.nccl.engines import TorchNcclConfig, run_torch_all_reduce
+
+    def get_context(method):
+        raise _PastTheDeviceCheck
+
+    monkeypatch.setattr(multiprocessing, "get_context", get_context)
+    with pytest.raises(_PastTheDeviceCheck):  # not RuntimeError("no GPU")
+        run_torch_all_reduce(TorchNcclConfig(devices=()), torch_module=_FakeTorch())

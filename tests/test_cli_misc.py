@@ -177,3 +177,31 @@ def test_module_objects_are_click_commands():
 
     for mod in (status, history, install, config_cmd, completion):
         assert isinstance(mod.command, click.Command)
+
+
+@pytest.mark.parametrize(
+    ("verbose", "env", "want"),
+    [
+        (0, None, 30),
+        (1, None, 20),
+        (2, None, 10),
+        (0, "error", 40),
+        (1, "ERROR", 20),
+        (2, "ERROR", 10),
+    ],
+)
+def test_setup_logging_verbose_wins_over_the_environment(monkeypatch, verbose, env, want):
+    """-v, else SLURM_HOOKS_LOG_LEVEL, else WARNING (the CLI reads no
+    [general] log_level: the config is loaded per command)."""
+    import logging
+
+    from slurm_hooks.cli import setup_logging
+
+    seen = {}
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: seen.update(kw))
+    if env:
+        monkeypatch.setenv("SLURM_HOOKS_LOG_LEVEL", env)
+    else:
+        monkeypatch.delenv("SLURM_HOOKS_LOG_LEVEL", raising=False)
+    setup_logging(verbose)
+    assert seen["level"] == want

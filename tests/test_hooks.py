@@ -81,3 +81,45 @@ def test_healthy_node_does_not_even_import_the_engine(tmp_path):
         check=True,
     ).stdout.split()
     assert out == ["0", "False", "False", "False"]
+
+
+@pytest.fixture
+def root_level():
+    """The root logger's level, restored after the test (hooks set it)."""
+    import logging
+
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(5)  # a sentinel no config sets
+    yield root
+    root.setLevel(old)
+
+
+def test_config_log_level_applies_after_loading(node_config, monkeypatch, root_level):
+    """``[general] log_level`` sets the level once the config is read, unless
+    SLURM_HOOKS_LOG_LEVEL chose one."""
+    import os
+
+    monkeypatch.setattr(hooks, "_run_and_act", lambda *a: 0)
+    monkeypatch.delenv("SLURM_HOOKS_LOG_LEVEL", raising=False)
+    cfg = os.environ["SLURM_HOOKS_CONFIG"]
+    with open(cfg, "a") as f:
+        f.write('log_level = "warning"\n')
+    assert hooks.main(["healthcheck"]) == 0
+    assert root_level.level == 30
+    root_level.setLevel(5)
+    monkeypatch.setenv("SLURM_HOOKS_LOG_LEVEL", "DEBUG")
+    assert hooks.main(["healthcheck"]) == 0
+    assert root_level.level == 5  # the environment wins: the config's level is not applied
+
+
+def test_invalid_config_log_level_is_a_config_error(node_config, monkeypatch, root_level):
+    import os
+
+    ran = []
+    monkeypatch.setattr(hooks, "_run_and_act", lambda *a: ran.append(a) or 0)
+    monkeypatch.delenv("SLURM_HOOKS_LOG_LEVEL", raising=False)
+    with open(os.environ["SLURM_HOOKS_CONFIG"], "a") as f:
+        f.write('log_level = "LOUD"\n')
+    assert hooks.main(["healthcheck"]) == 2 and ran == []
+    assert hooks.main(["epilog"]) == 0 and ran == []

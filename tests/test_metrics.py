@@ -127,3 +127,20 @@ def test_config_section_validates():
     bad = config.parse("[metrics]\nwatch_port = 70000\n", path="c.toml", validate=False)
     with pytest.raises(ConfigError, match="c.toml:metrics"):
         bad.section("metrics", metrics.MetricsConfig)
+
+
+def test_bridge_port_is_gone_the_bridge_has_its_own_key():
+    """``[metrics] bridge_port`` was never read; a config that sets it is
+    refused by name rather than silently ignored (the bridge's port is
+    ``[bridge] metrics_port``)."""
+    import pytest
+
+    from slurm_hooks import config
+    from slurm_hooks.errors import ConfigError
+    from slurm_hooks.k8s.settings import BridgeConfig
+
+    bad = config.parse("[metrics]\nbridge_port = 9840\n", path="c.toml", validate=False)
+    with pytest.raises(ConfigError, match="metrics.bridge_port"):
+        bad.section("metrics", metrics.MetricsConfig)
+    cfg = config.parse("[bridge]\nmetrics_port = 9840\n", validate=False)
+    assert cfg.section("bridge", BridgeConfig).metrics_port == 9840

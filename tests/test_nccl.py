@@ -201,3 +201,21 @@ def test_run_all_reduce_perf():
 
     r = run_all_reduce_perf(["x"], timeout=30, run=crash)
     assert not r.completed and r.errors
+
+
+def test_judge_defaults_are_the_settings_defaults():
+    """``[checks.nccl]`` documents its defaults on NcclSettings; the judge
+    (fed the raw table, unset keys absent) must use the same ones."""
+    import dataclasses
+
+    from slurm_hooks.checks.nccl import NcclSettings
+    from slurm_hooks.nccl.judge import thresholds_from
+
+    s = NcclSettings()
+    t = thresholds_from({}, {})
+    assert (t.floor_fail_fraction, t.large_min_bytes) == (
+        s.floor_fail_fraction,
+        s.large_min_bytes,
+    )
+    explicit = {k: v for k, v in dataclasses.asdict(s).items() if v is not None}
+    assert thresholds_from({}, explicit) == t

@@ -566,3 +566,29 @@ def test_busy_detect_lock_skips_the_xid_part(node_files, caplog):
     # Next time the lock is free: the XID is found and acted on.
     out = run_prolog({}, config(node_files), node="n1", engine_factory=lambda c: eng)
     assert out.verdict == "failed" and eng.handled[0][0].code.startswith("XID")
+
+
+def test_hook_main_applies_the_config_log_level(monkeypatch, tmp_path):
+    import logging
+
+    from slurm_hooks import prolog
+
+    conf = tmp_path / "c.toml"
+    conf.write_text('[general]\nlog_level = "ERROR"\n')
+    monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(conf))
+    monkeypatch.delenv("SLURM_HOOKS_LOG_LEVEL", raising=False)
+    seen = []
+
+    class Outcome:
+        exit_code = 0
+
+    monkeypatch.setattr(prolog, "run_prolog", lambda cfg=None: seen.append(cfg) or Outcome())
+    root = logging.getLogger()
+    old = root.level
+    try:
+        root.setLevel(5)
+        assert prolog.hook_main() == 0
+        assert root.level == logging.ERROR
+        assert seen[0].path == str(conf)  # the config read once, handed on
+    finally:
+        root.setLevel(old)

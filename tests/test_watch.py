@@ -307,3 +307,67 @@ def test_daemon_stops_cleanly_on_sigterm(node_cfg):
     assert rc == 0, err
     assert "SIGTERM, stopping" in err and "stopped (" in err
     assert "Traceback" not in err
+
+
+# -- log level ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def levels():
+    """Root, package and runner logger levels, restored after the test."""
+    import logging
+
+    names = ("", "slurm_hooks", "slurm_hooks.runner")
+    old = {n: logging.getLogger(n).level for n in names}
+    logging.getLogger().setLevel(5)
+    yield {n: logging.getLogger(n) for n in names}
+    for n, lvl in old.items():
+        logging.getLogger(n).setLevel(lvl)
+
+
+class _IdleWatcher:
+    def __init__(self, cfg, node, **kw):
+        from slurm_hooks.watch import WatchStats
+
+        self.stats = WatchStats()
+
+    def once(self):
+        return []
+
+
+@pytest.mark.parametrize(
+    ("env", "flag", "want"),
+    [(None, True, 10), ("ERROR", True, 5), (None, False, 5)],
+)
+def test_run_watch_takes_the_config_log_level(tmp_path, monkeypatch, levels, env, flag, want):
+    """``[general] log_level`` applies unless SLURM_HOOKS_LOG_LEVEL or a flag chose."""
+    from slurm_hooks import watch
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[general]\nstate_dir = "{tmp_path}"\nlog_level = "debug"\n')
+    if env:
+        monkeypatch.setenv("SLURM_HOOKS_LOG_LEVEL", env)
+    else:
+        monkeypatch.delenv("SLURM_HOOKS_LOG_LEVEL", raising=False)
+    monkeypatch.setattr(watch, "Watcher", _IdleWatcher)
+    levels["slurm_hooks"].setLevel(20)  # as `slurm-hooks watch` leaves it
+    rc = watch.run_watch(config_path=str(conf), node="n1", once=True, config_log_level=flag)
+    assert rc == 0
+    assert levels[""].level == want
+    if want == 10:
+        # our package follows the root, and the runner's per-run lines are back at DEBUG
+        assert levels["slurm_hooks"].getEffectiveLevel() == 10
+        assert levels["slurm_hooks.runner"].getEffectiveLevel() == 10
+
+
+def test_watch_flags_win_over_the_config_log_level(tmp_path, monkeypatch, levels):
+    from slurm_hooks import watch
+    from slurm_hooks.cli import main as cli_main
+
+    seen = []
+    monkeypatch.setattr(watch, "run_watch", lambda **kw: seen.append(kw["config_log_level"]) or 0)
+    assert watch.main(["--once", "--log-level", "ERROR"]) == 0
+    assert watch.main(["--once"]) == 0
+    assert CliRunner().invoke(cli_main, ["-v", "watch", "--once"]).exit_code == 0
+    assert CliRunner().invoke(cli_main, ["watch", "--once"]).exit_code == 0
+    assert seen == [False, True, False, True]

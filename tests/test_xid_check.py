@@ -116,3 +116,29 @@ def test_make_source(tmp_path: Path) -> None:
     assert isinstance(make_source(XidSettings(source="kmsg")), KmsgSource)
     auto = make_source(XidSettings(kmsg_path=str(tmp_path / "no-kmsg")))
     assert isinstance(auto, JournalSource)
+
+
+def test_max_line_reaches_the_scanner(tmp_path: Path) -> None:
+    """``[checks.xid] max_line`` is what the scan skips lines by, not 64 KiB."""
+    log = tmp_path / "node.log"
+    long79 = (
+        "[5.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name="
+        + "p" * 2000
+        + ", GPU has fallen off the bus.\n"
+    )
+    log.write_text(long79)
+    now = datetime.now(UTC)
+    c = ctx(tmp_path, log, now)
+    (f,) = run(XidCheck(), c)
+    assert f.code == "XID79"  # 2 KiB: well under the default
+    small = CheckContext(
+        node="gpu01",
+        phase=Phase.HEALTHCHECK,
+        settings={**c.settings, "max_line": 1024},
+        state_dir=str(tmp_path / "state-small"),
+        now=lambda: now,
+    )
+    data = XidCheck().gather(small)
+    assert data.scan.aggregates == () and data.scan.stats.oversized == 1
+    (f,) = XidCheck().judge(data, small)
+    assert f.status is Status.OK and f.values["oversized"] == 1

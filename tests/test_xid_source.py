@@ -270,3 +270,38 @@ def test_journal_failure_is_an_error(tmp_path: Path) -> None:
 
     with pytest.raises(KernelLogError, match="Failed to open journal"):
         scan_new(JournalSource(run=run), str(tmp_path))
+
+
+def test_scan_new_max_line(tmp_path: Path) -> None:
+    """Lines over ``max_line`` are skipped and counted; a larger limit than
+    the 64 KiB default is honoured by the parser too."""
+    big = (
+        "[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name="
+        + "p" * 70_000
+        + ", GPU has fallen off the bus.\n"
+    )
+    log = tmp_path / "kern.log"
+    log.write_text(line(13) + big)
+    res = scan_new(FileSource(str(log)), str(tmp_path / "a"))
+    assert xids(res) == [13] and res.stats.oversized == 1
+    res = scan_new(FileSource(str(log)), str(tmp_path / "b"), max_line=128 * 1024)
+    assert xids(res) == [13, 79] and res.stats.oversized == 0
+    res = scan_new(FileSource(str(log)), str(tmp_path / "c"), max_line=1024)
+    assert xids(res) == [13] and res.stats.oversized == 1
+
+
+def test_journal_max_line_applies_to_the_record(tmp_path: Path) -> None:
+    msg = (
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name="
+        + "p" * 2000
+        + ", GPU has fallen off the bus."
+    )
+    rec = json.dumps({"MESSAGE": msg, "__CURSOR": "s=1", "__MONOTONIC_TIMESTAMP": "5000000"})
+
+    def run(argv: list[str], **kw: Any) -> CommandResult:
+        return CommandResult(tuple(argv), 0, rec + "\n", "", 0.1)
+
+    res = scan_new(JournalSource(run=run), str(tmp_path / "a"))
+    assert xids(res) == [79]
+    res = scan_new(JournalSource(run=run), str(tmp_path / "b"), max_line=1024)
+    assert xids(res) == [] and res.stats.oversized == 1

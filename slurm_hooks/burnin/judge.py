@@ -53,6 +53,7 @@ class BurninThresholds:
 
 
 _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp64")
+_DEFAULTS = BurninThresholds()
 
 
 def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> BurninThresholds:
@@ -75,12 +76,15 @@ def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> 
         if v is not None:
             floors[d] = float(v)
     max_temp = settings.get("max_temp_c", profile.get("gpu_temp_warn_c"))
+    # Unset keys take BurninThresholds' defaults, which [checks.burnin]'s
+    # settings class (checks/burnin.py BurninSettings) takes too: one place.
+    d = _DEFAULTS
     t = BurninThresholds(
-        warn_below_median=float(settings.get("warn_below_median", 0.10)),
-        fail_below_median=float(settings.get("fail_below_median", 0.20)),
-        min_siblings=int(settings.get("min_siblings", 2)),
+        warn_below_median=float(settings.get("warn_below_median", d.warn_below_median)),
+        fail_below_median=float(settings.get("fail_below_median", d.fail_below_median)),
+        min_siblings=int(settings.get("min_siblings", d.min_siblings)),
         floors=tuple(sorted(floors.items())),
-        floor_fail_fraction=float(settings.get("floor_fail_fraction", 0.85)),
+        floor_fail_fraction=float(settings.get("floor_fail_fraction", d.floor_fail_fraction)),
         max_temp_c=None if max_temp is None else float(max_temp),
         gpu_count=profile.get("gpu_count"),
     )

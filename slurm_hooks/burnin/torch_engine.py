@@ -46,9 +46,18 @@ class TorchBurninConfig:
     sibling_rtol: float = 1e-6
     #: Side of the small product checked against the float64 reference.
     ref_size: int = 48
+    #: CUDA device indices; unset or empty: every visible GPU (see gpu_indices).
     devices: tuple[int, ...] | None = None
     #: Seconds allowed for every worker to finish after the burn should have ended.
     join_grace_s: float = 30.0
+
+
+def gpu_indices(devices: Sequence[int] | None, count: int) -> list[int]:
+    """The GPUs a torch engine runs on: ``devices``, or every one of the
+    ``count`` visible GPUs when it is unset *or empty*.  ``devices = []``
+    means all GPUs for gpu_burn, nccl-tests and dcgmi (no
+    CUDA_VISIBLE_DEVICES, no ``-i``); the torch engines read it the same way."""
+    return list(devices) if devices else list(range(count))
 
 
 @dataclass
@@ -148,7 +157,7 @@ def run_torch_burnin(
     torch = torch_module
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
-    devices = list(cfg.devices if cfg.devices is not None else range(torch.cuda.device_count()))
+    devices = gpu_indices(cfg.devices, torch.cuda.device_count())
     if not devices:
         raise RuntimeError("no GPU to burn")
     torch.backends.cuda.matmul.allow_tf32 = False

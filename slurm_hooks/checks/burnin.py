@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import shutil
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..burnin.budget import Skipped, budget_shortfall, command_timeout
-from ..burnin.judge import judge_burnin, thresholds_from
+from ..burnin.judge import BurninThresholds, judge_burnin, thresholds_from
 from ..burnin.model import BurninRun, GpuBurnin
 from ..model import Finding, Phase
 from ..probes import commands
@@ -49,9 +50,11 @@ class BurninSettings:
     #: PATH, else torch when importable, else UNKNOWN), "gpu_burn", "torch" or "fake".
     engine: str = "auto"
     #: The prolog's burn: short, so that with NCCL it fits [prolog] budget_s
-    #: (docs/prolog.md); acceptance burns acceptance_duration_s.
+    #: (docs/prolog.md); acceptance burns acceptance_duration_s.  gpu_burn
+    #: (and the fake engine) take whole seconds: a fraction is rounded up
+    #: (0.5 burns 1 s), and the budget is asked for the rounded time.
     duration_s: float = 5.0
-    #: Seconds of burn during acceptance (gpu_burn takes whole seconds).
+    #: Seconds of burn during acceptance (rounded up the same way).
     acceptance_duration_s: float = 60.0
     #: The gpu_burn binary: a name looked up on PATH, or an absolute path.
     gpu_burn: str = "gpu_burn"
@@ -70,20 +73,20 @@ class BurninSettings:
     #: Seconds on top of the burn: start-up (torch import, CUDA init), teardown.
     overhead_s: float | None = None
     #: Only these GPU indices (through CUDA_VISIBLE_DEVICES for gpu_burn;
-    #: findings keep the node's numbering); unset: every GPU.
+    #: findings keep the node's numbering); unset or empty: every GPU.
     devices: tuple[int, ...] | None = None
     #: WARN when a GPU's TFLOP/s is this fraction below the median of the
     #: other GPUs on the node (0.10: under 90 % of it).
-    warn_below_median: float = 0.10
+    warn_below_median: float = BurninThresholds.warn_below_median
     #: FAIL (drain) when a GPU is this fraction below that median; must be
     #: at least warn_below_median and below 1.
-    fail_below_median: float = 0.20
+    fail_below_median: float = BurninThresholds.fail_below_median
     #: The sibling comparison is made only when at least this many *other*
     #: GPUs produced a figure.
-    min_siblings: int = 2
+    min_siblings: int = BurninThresholds.min_siblings
     #: Below a TFLOP/s floor is WARN; below floor * this fraction is FAIL
     #: (drain).  In (0, 1].
-    floor_fail_fraction: float = 0.85
+    floor_fail_fraction: float = BurninThresholds.floor_fail_fraction
     #: Per-GPU fp32 TFLOP/s floor; overrides the profile's burnin_min_tflops.
     #: A floor is judged only for a precision the engine measured.  Unset:
     #: the profile's.
@@ -160,6 +163,8 @@ class BurninCheck:
         if engine is None:
             raise RuntimeError(f"no burn-in engine: neither {s.gpu_burn!r} nor torch is installed")
         duration = s.acceptance_duration_s if ctx.phase is Phase.ACCEPTANCE else s.duration_s
+        if engine in ("gpu_burn", "fake"):
+            duration = math.ceil(duration)  # whole seconds; never 0 for 0.5
         overhead = s.overhead_s if s.overhead_s is not None else _OVERHEAD.get(engine, 10.0)
         short = budget_shortfall(ctx, duration + overhead)
         if short:

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 from ..burnin.budget import Skipped, budget_shortfall, command_timeout
 from ..model import Finding, Phase
-from ..nccl.judge import judge_nccl, thresholds_from
+from ..nccl.judge import NcclThresholds, judge_nccl, thresholds_from
 from ..nccl.model import NcclRun
 from ..probes import commands
 from . import _engine_check
@@ -69,10 +69,10 @@ class NcclSettings:
     busbw_floor_gbps: float | None = None
     #: Below the floor is WARN; below floor * this fraction is FAIL (drain).
     #: In (0, 1].
-    floor_fail_fraction: float = 0.85
+    floor_fail_fraction: float = NcclThresholds.floor_fail_fraction
     #: Bytes (an integer, not a size string): rows at or above this size are
     #: judged for bandwidth; with none, the largest size's rows.
-    large_min_bytes: int = 256 * 1024 * 1024
+    large_min_bytes: int = NcclThresholds.large_min_bytes
     #: Seconds a prolog run may take (process start, CUDA and NCCL init on
     #: every GPU, the short sweep), asked of the budget before starting.
     expected_s: float = 15.0
@@ -80,7 +80,8 @@ class NcclSettings:
     #: times its expected seconds (sooner when the deadline or timeout_s is nearer).
     acceptance_expected_s: float = 60.0
     #: Only these GPU indices (one rank each, through CUDA_VISIBLE_DEVICES
-    #: for nccl-tests); unset: the profile's gpu_count, else NVML's count.
+    #: for nccl-tests); unset or empty: every GPU (the profile's gpu_count,
+    #: else NVML's count).
     devices: tuple[int, ...] | None = None
     #: The fake engine's scenario file (see slurm_hooks.fake_engines);
     #: relative to the config file.  Lab and tests only.

@@ -110,7 +110,7 @@ class XidCheck:
     def gather(self, ctx: CheckContext) -> XidData:
         settings = XidSettings.from_mapping(ctx.settings)
         source = ctx.service("kernel_log", lambda: make_source(settings))
-        result = scan_new(source, ctx.state_dir)
+        result = scan_new(source, ctx.state_dir, max_line=settings.max_line)
         if not result.aggregates:
             # The common case: one stat (file) or a short read (kmsg), no
             # rules, catalogue, history or clock (judge needs no time).

@@ -83,10 +83,13 @@ class LazyGroup(click.Group):
 
 
 def setup_logging(verbose: int) -> None:
+    """``-v`` wins, else SLURM_HOOKS_LOG_LEVEL, else WARNING.  ``[general]
+    log_level`` is not read here: the config is loaded per command (and
+    ``slurm-hooks watch`` applies it itself)."""
     level = logging.WARNING - 10 * verbose
     level_name = os.environ.get("SLURM_HOOKS_LOG_LEVEL")
-    if level_name:
-        level = getattr(logging, level_name.upper(), level)
+    if level_name and not verbose:
+        level = logging.getLevelNamesMapping().get(level_name.upper(), level)
     logging.basicConfig(
         level=max(level, logging.DEBUG),
         stream=sys.stderr,

@@ -47,6 +47,7 @@ def run_cmd(
     import dataclasses
 
     from .. import config as config_mod
+    from ..errors import ConfigError
     from ..k8s.bridge import Bridge
     from ..k8s.client import KubeClient
     from ..k8s.metrics import BridgeMetrics, serve
@@ -56,6 +57,10 @@ def run_cmd(
     conf = config_mod.load(config_file)
     cfg = conf.section("bridge", BridgeConfig)
     general = conf.general
+    try:
+        cfg.validate(slurm_backend=general.slurm_backend)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=conf.path, key="bridge.slurm_rest_url") from exc
     if dry_run:
         cfg = dataclasses.replace(cfg, dry_run=True)
     if metrics_port is not None:
@@ -67,7 +72,7 @@ def run_cmd(
     else:
         kube = KubeClient.in_cluster(**kw)
     slurm_opts: dict[str, object] = {"timeout": general.slurm_timeout}
-    if general.slurm_backend == "rest" and cfg.slurm_rest_url:
+    if general.slurm_backend == "rest":
         slurm_opts.update(
             url=cfg.slurm_rest_url,
             user=cfg.slurm_rest_user or None,

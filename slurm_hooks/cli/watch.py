@@ -56,8 +56,16 @@ def command(
         if not root.handlers:
             logging.basicConfig(stream=sys.stderr)
     quiet_runner(logging.getLogger("slurm_hooks").getEffectiveLevel())
+    # -v chose the level; without it, [general] log_level (after the environment).
+    verbose = click.get_current_context().find_root().params.get("verbose") or 0
     try:
-        rc = run_watch(config_path=config_path, node=node, once=once, metrics_port=metrics_port)
+        rc = run_watch(
+            config_path=config_path,
+            node=node,
+            once=once,
+            metrics_port=metrics_port,
+            config_log_level=not verbose,
+        )
     except SlurmHooksError as exc:
         click.echo(f"slurm-hooks: error: {exc}", err=True)
         sys.exit(exc.exit_code)

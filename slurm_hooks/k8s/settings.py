@@ -205,20 +205,29 @@ class BridgeConfig:
     #: replacement webhook's POSTs use it too.  0: no retries.
     api_retries: int = 3
     #: With ``[general] slurm_backend = "rest"``: slurmrestd's URL
-    #: (``http://host:6820``); required then, the bridge has no unix-socket
-    #: option.  Ignored with the other backends.
+    #: (``http://host:6820``); required then (the bridge refuses to start
+    #: without it: it has no unix-socket option).  Ignored with the other backends.
     slurm_rest_url: str = ""
     #: Sent as ``X-SLURM-USER-NAME`` with the JWT (only when a token is set).
     slurm_rest_user: str = ""
     #: Name of the environment variable holding slurmrestd's JWT (never the
     #: token itself); unset or empty: no token header is sent.
     slurm_rest_token_env: str = "SLURM_JWT"
-    #: 0: no metrics endpoint.
+    #: Port of the bridge's Prometheus ``/metrics``, served on all addresses
+    #: (``[metrics]`` is the hooks' and the watcher's); 0: no endpoint (the
+    #: ``--metrics-port`` option wins).
     metrics_port: int = 0
     #: Lending idle Slurm nodes to Kubernetes inference (``[bridge.lending]``).
     lending: LendingConfig = field(default_factory=LendingConfig)
 
-    def validate(self) -> None:
+    def validate(self, *, slurm_backend: str | None = None) -> None:
+        """Checked on load; ``slurm_backend`` (``[general] slurm_backend``,
+        another section) is given by the bridge at start-up."""
+        if slurm_backend == "rest" and not self.slurm_rest_url:
+            raise ValueError(
+                'slurm_rest_url is required with [general] slurm_backend = "rest" '
+                "(the bridge reaches slurmrestd by URL, e.g. http://slurmrestd:6820)"
+            )
         if self.node_mapping not in MAPPINGS:
             raise ValueError(f"node_mapping must be one of {', '.join(MAPPINGS)}")
         if self.replacement not in REPLACEMENTS:

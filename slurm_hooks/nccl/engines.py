@@ -128,6 +128,7 @@ class TorchNcclConfig:
     warmup: int = 5
     #: Seconds for the whole run (spawn, init, every size); past it: a hang.
     timeout_s: float = 120.0
+    #: CUDA device indices, one rank each; unset or empty: every visible GPU.
     devices: tuple[int, ...] | None = None
 
 
@@ -220,9 +221,9 @@ def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = Non
         import torch as torch_module  # noqa: PLC0415
     if not torch_module.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
-    devices = list(
-        cfg.devices if cfg.devices is not None else range(torch_module.cuda.device_count())
-    )
+    from ..burnin.torch_engine import gpu_indices  # noqa: PLC0415 - torch engines only
+
+    devices = gpu_indices(cfg.devices, torch_module.cuda.device_count())
     world = len(devices)
     if world < 1:
         raise RuntimeError("no GPU")

@@ -40,13 +40,19 @@ class NcclThresholds:
             raise ValueError("floor_fail_fraction must be in (0, 1]")
 
 
+_DEFAULTS = NcclThresholds()
+
+
 def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> NcclThresholds:
     """``settings["busbw_floor_gbps"]`` wins over the profile's ``nccl_min_busbw_gbps``."""
     floor = settings.get("busbw_floor_gbps", profile.get("nccl_min_busbw_gbps"))
+    # Unset keys take NcclThresholds' defaults, which [checks.nccl]'s settings
+    # class (checks/nccl.py NcclSettings) takes too: one place.
+    d = _DEFAULTS
     t = NcclThresholds(
         busbw_floor_gbps=None if floor is None else float(floor),
-        floor_fail_fraction=float(settings.get("floor_fail_fraction", 0.85)),
-        large_min_bytes=int(settings.get("large_min_bytes", 256 * 1024 * 1024)),
+        floor_fail_fraction=float(settings.get("floor_fail_fraction", d.floor_fail_fraction)),
+        large_min_bytes=int(settings.get("large_min_bytes", d.large_min_bytes)),
         gpu_count=profile.get("gpu_count"),
     )
     t.validate()

@@ -109,19 +109,22 @@ def parse_line(line: str, *, year: int | None = None) -> XidEvent | None:
     return result if isinstance(result, XidEvent) else None
 
 
-def classify_line(line: str, *, year: int | None = None) -> XidEvent | str:
+def classify_line(
+    line: str, *, year: int | None = None, max_line: int = MAX_LINE
+) -> XidEvent | str:
     """Like :func:`parse_line` but says why a line yields no event:
-    NOT_XID, MALFORMED (mentions an XID but does not parse) or OVERSIZED."""
+    NOT_XID, MALFORMED (mentions an XID but does not parse) or OVERSIZED
+    (longer than ``max_line``, the scanner's ``[checks.xid] max_line``)."""
     if "Xid" not in line:
         # One cheap test for the 99.9 % case.  A JSON record whose MESSAGE is a
         # byte array has no "Xid" text; those are recognised by their key.
         if '"MESSAGE"' not in line or _JSON_BYTES_RE.search(line) is None:
             return NOT_XID
-    if len(line) > MAX_LINE:
+    if len(line) > max_line:
         return OVERSIZED
     stripped = line.lstrip()
     if stripped.startswith("{"):
-        return _parse_json(stripped, year)
+        return _parse_json(stripped, year, max_line)
     return _parse_text(line, year)
 
 
@@ -245,7 +248,7 @@ def _iso(text: str) -> float | None:
         return None
 
 
-def _parse_json(text: str, year: int | None) -> XidEvent | str:
+def _parse_json(text: str, year: int | None, max_line: int = MAX_LINE) -> XidEvent | str:
     """One ``journalctl -o json`` record."""
     try:
         obj = json.loads(text)
@@ -263,7 +266,7 @@ def _parse_json(text: str, year: int | None) -> XidEvent | str:
         return MALFORMED if msg is not None else NOT_XID
     if "Xid" not in msg:
         return NOT_XID
-    if len(msg) > MAX_LINE:
+    if len(msg) > max_line:
         return OVERSIZED
     wall = _int_field(obj.get("__REALTIME_TIMESTAMP"))
     mono = _int_field(obj.get("__MONOTONIC_TIMESTAMP"))

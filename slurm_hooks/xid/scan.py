@@ -255,7 +255,7 @@ class Scanner:
         from .parser import MALFORMED, OVERSIZED, XidEvent, classify_line
 
         for piece in pieces:
-            result = classify_line(piece, year=self.year)
+            result = classify_line(piece, year=self.year, max_line=self.max_line)
             if isinstance(result, XidEvent):
                 self.add_event(result)
             elif result == MALFORMED:

@@ -36,9 +36,10 @@ class XidSettings:
     journal_timeout: float = 30.0
     #: First run without a cursor: read everything there is, or start at the end.
     first_run: str = "all"
-    #: Longest kernel-log line (bytes) to parse; longer ones would be skipped
-    #: and counted as oversized.  At least 1024.  Validated only: the scanner
-    #: is not given it and always uses 65536.
+    #: Longest kernel-log line (bytes) to parse; longer ones are skipped and
+    #: counted as oversized (journal JSON: the whole record).  At least 1024.
+    #: /dev/kmsg records are read into 16 KiB (the kernel's own are ~1 KiB):
+    #: a larger value matters only for files and the journal.
     max_line: int = MAX_LINE
     #: Where GPU index/UUID come from when NVML is not injected.
     proc_gpus: str = "/proc/driver/nvidia/gpus"

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from ..errors import CommandError, KernelLogError
 from .cursor import load_cursor, save_cursor
-from .scan import CHUNK, Scanner, ScanResult, looks_like_json
+from .scan import CHUNK, MAX_LINE, Scanner, ScanResult, looks_like_json
 
 log = logging.getLogger(__name__)
 
@@ -264,11 +264,14 @@ def scan_new(
     *,
     year: int | None = None,
     save: bool = True,
+    max_line: int = MAX_LINE,
 ) -> ScanResult:
     """Everything ``source`` logged since the last call with the same
-    ``state_dir``; the cursor is saved (atomically) before returning."""
+    ``state_dir``; the cursor is saved (atomically) before returning.
+    Lines longer than ``max_line`` bytes (``[checks.xid] max_line``) are
+    skipped and counted as oversized."""
     cursor = load_cursor(state_dir, source.name)
-    scanner = Scanner(year=year)
+    scanner = Scanner(year=year, max_line=max_line)
     new_cursor, reset = source.read_new(cursor, scanner)
     if save and new_cursor != cursor:
         save_cursor(state_dir, source.name, new_cursor)
