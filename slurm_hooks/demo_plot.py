@@ -351,7 +351,7 @@ def render(timeline: Timeline, path: str | Path, *, dpi: int = 110) -> Path:
     rows = _event_rows([e.t for e in events], min_gap=right * 0.022)
     headroom = 0.75 + 0.22 * (max(rows, default=0) + 1)  # inches: title + stacked event numbers
     total = sum(heights) + headroom + 0.6
-    fig = Figure(figsize=(15, total), dpi=dpi)
+    fig = Figure(figsize=(16.5, total), dpi=dpi)  # the event list needs ~60 columns
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(
         len(heights),
