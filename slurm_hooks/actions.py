@@ -188,7 +188,8 @@ class Engine:
         **kwargs: Any,
     ) -> Engine:
         """An engine from a loaded ``config.Config``: policy and notify
-        sections, general.state_dir, the cli backend unless ``slurm`` is given."""
+        sections, general.state_dir, and unless ``slurm`` is given the
+        backend ``[general]`` names (``slurm.factory.client_from_config``)."""
         from .notify import build_notifier
         from .notify.config import NotifyConfig
 
@@ -196,10 +197,9 @@ class Engine:
         policy = config.section("policy", PolicyConfig)
         notify_cfg = config.section("notify", NotifyConfig)
         if slurm is None:
-            from .slurm import get_client
+            from .slurm import factory
 
-            opts = {"timeout": general.slurm_timeout} if general.slurm_backend == "cli" else {}
-            slurm = get_client(general.slurm_backend, **opts)
+            slurm = factory.client_from_config(config)
         state = StateStore(general.state_dir)
         audit = AuditLog(policy.audit_log or Path(general.state_dir) / "audit.jsonl", actor=actor)
         worker_env = {}

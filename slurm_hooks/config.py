@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import logging
 import os
+import re
 import tomllib
 import types
 import typing
@@ -27,6 +28,20 @@ ENV_CONFIG = "SLURM_HOOKS_CONFIG"
 
 T = TypeVar("T")
 
+#: Values of ``[general] slurm_backend`` (slurm_hooks.slurm.factory.BACKENDS
+#: is the same tuple; kept here so loading a config imports no backend code).
+SLURM_BACKENDS = ("cli", "rest", "pyslurm")
+
+
+class InvalidKey(ValueError):
+    """Raised by a section's ``validate()`` about one of its keys, so that
+    the ConfigError names ``section.key`` rather than the whole section."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
 
 @dataclass(frozen=True)
 class GeneralConfig:
@@ -40,18 +55,65 @@ class GeneralConfig:
     #: not read it (it loads the config per command): ``-v``, else
     #: ``SLURM_HOOKS_LOG_LEVEL``, else WARNING.
     log_level: str = "INFO"
-    #: Slurm access backend: "cli" (scontrol/sinfo), "rest" (slurmrestd) or "pyslurm".
+    #: Slurm access backend: "cli" (scontrol/sinfo/squeue/scancel on this
+    #: host), "rest" (slurmrestd: for the bridge, and admin hosts without
+    #: Slurm's commands; needs ``slurm_rest_url`` or ``slurm_rest_socket``) or
+    #: "pyslurm".
     slurm_backend: str = "cli"
     #: Log decisions without acting on them.
     observe_only: bool = False
-    #: Seconds any one scontrol/sinfo call may take.
+    #: Seconds any one scontrol/sinfo call or slurmrestd request may take.
     slurm_timeout: float = 10.0
+    #: With ``slurm_backend = "rest"``: slurmrestd's URL (``http://host:6820``
+    #: or ``https://``), sent the JWT named by ``slurm_rest_token_env``.  Give
+    #: this or ``slurm_rest_socket``, not both.  The bridge's
+    #: ``[bridge] slurm_rest_url``, when set, wins for the bridge.
+    slurm_rest_url: str = ""
+    #: With ``slurm_backend = "rest"``: absolute path of slurmrestd's unix
+    #: socket (``rest_auth/local``: slurmrestd trusts the caller's uid, no
+    #: token; needs requests-unixsocket, the ``rest`` extra).
+    slurm_rest_socket: str = ""
+    #: Sent as ``X-SLURM-USER-NAME`` with the JWT (only when a token is set).
+    slurm_rest_user: str = ""
+    #: Name of the environment variable holding slurmrestd's JWT (never the
+    #: token itself); unset or empty: no token header is sent.
+    slurm_rest_token_env: str = "SLURM_JWT"
+    #: OpenAPI version to ask slurmrestd for: v0.0.38 for Slurm 22.05 (the
+    #: default), v0.0.40 for 23.11, v0.0.41 for 24.05, v0.0.42 for 24.11.
+    slurm_rest_api: str = "v0.0.38"
 
     def validate(self) -> None:
+        if not re.fullmatch(r"v0\.0\.\d+", self.slurm_rest_api):
+            raise InvalidKey(
+                "slurm_rest_api", f"must look like v0.0.42, got {self.slurm_rest_api!r}"
+            )
         if self.log_level.upper() not in logging.getLevelNamesMapping():
             raise ValueError(
                 f"log_level must be a logging level name (DEBUG, INFO, WARNING, ERROR,"
                 f" CRITICAL), got {self.log_level!r}"
+            )
+        if self.slurm_backend not in SLURM_BACKENDS:
+            raise InvalidKey(
+                "slurm_backend",
+                f"must be one of {', '.join(SLURM_BACKENDS)}, got {self.slurm_backend!r}",
+            )
+        # Only "both" is refused here: whether a rest backend without an
+        # address is usable depends on the caller (the bridge has its own
+        # [bridge] slurm_rest_url), so client_from_config() checks "neither".
+        if self.slurm_rest_url and self.slurm_rest_socket:
+            raise InvalidKey(
+                "slurm_rest_url",
+                "give slurm_rest_url or slurm_rest_socket, not both",
+            )
+        if self.slurm_rest_url and not self.slurm_rest_url.startswith(("http://", "https://")):
+            raise InvalidKey(
+                "slurm_rest_url",
+                f"must be an http:// or https:// URL, got {self.slurm_rest_url!r}",
+            )
+        if self.slurm_rest_socket and not self.slurm_rest_socket.startswith("/"):
+            raise InvalidKey(
+                "slurm_rest_socket",
+                f"must be an absolute path, got {self.slurm_rest_socket!r}",
             )
 
 
@@ -182,6 +244,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     if callable(validate):
         try:
             validate()
+        except InvalidKey as exc:
+            key = f"{prefix}.{exc.key}" if prefix else exc.key
+            raise ConfigError(exc.message, path=path, key=key) from exc
         except ValueError as exc:
             raise ConfigError(str(exc), path=path, key=prefix) from exc
     return obj

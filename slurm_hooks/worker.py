@@ -28,7 +28,7 @@ def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def
     from .notify import build_notifier
     from .notify.config import NotifyConfig
     from .policy.config import PolicyConfig
-    from .slurm.cli_backend import CliClient
+    from .slurm import factory
     from .state import StateStore
 
     for key, value in (doc.get("worker_env") or {}).items():
@@ -38,7 +38,12 @@ def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def
     cfg = config_mod.load(validate=False)
     general = cfg.general
     policy = cfg.section("policy", PolicyConfig)
-    slurm = CliClient(slurm_conf=os.environ.get("SLURM_CONF"), timeout=general.slurm_timeout)
+    # The cli and pyslurm backends run Slurm's commands: point them at the
+    # cluster the hook ran against (SLURM_CONF comes with the worker_env).
+    opts: dict[str, str] = {}
+    if general.slurm_backend in ("cli", "pyslurm") and os.environ.get("SLURM_CONF"):
+        opts["slurm_conf"] = os.environ["SLURM_CONF"]
+    slurm = factory.client_from_config(cfg, **opts)
     state = StateStore(incident_file.parent.parent)
     audit = AuditLog(doc.get("audit_log") or state.root / "audit.jsonl", actor="slurm-hooks/worker")
     notifier = build_notifier(cfg.section("notify", NotifyConfig), slurm)

@@ -74,12 +74,9 @@ def load_config(path: str | None) -> Any:
 
 
 def slurm_client(cfg: Any) -> Any:
-    """A SlurmClient for ``[general] slurm_backend`` (the cli backend takes
-    ``slurm_timeout``; others their own defaults)."""
-    from ..slurm import get_client
+    """A SlurmClient for ``[general] slurm_backend``, built as the hooks build
+    theirs (so ``slurm-hooks status`` works from an admin host through
+    slurmrestd)."""
+    from ..slurm import factory
 
-    general = cfg.general
-    opts: dict[str, Any] = {}
-    if general.slurm_backend == "cli":
-        opts["timeout"] = general.slurm_timeout
-    return get_client(general.slurm_backend, **opts)
+    return factory.client_from_config(cfg)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 
@@ -52,13 +51,16 @@ def run_cmd(
     from ..k8s.client import KubeClient
     from ..k8s.metrics import BridgeMetrics, serve
     from ..k8s.settings import BridgeConfig
-    from ..slurm import get_client
+    from ..slurm import factory
 
     conf = config_mod.load(config_file)
     cfg = conf.section("bridge", BridgeConfig)
     general = conf.general
     try:
-        cfg.validate(slurm_backend=general.slurm_backend)
+        cfg.validate(
+            slurm_backend=general.slurm_backend,
+            general_rest=bool(general.slurm_rest_url or general.slurm_rest_socket),
+        )
     except ValueError as exc:
         raise ConfigError(str(exc), path=conf.path, key="bridge.slurm_rest_url") from exc
     if dry_run:
@@ -71,14 +73,7 @@ def run_cmd(
         kube = KubeClient.from_kubeconfig(kubeconfig, context, **kw)
     else:
         kube = KubeClient.in_cluster(**kw)
-    slurm_opts: dict[str, object] = {"timeout": general.slurm_timeout}
-    if general.slurm_backend == "rest":
-        slurm_opts.update(
-            url=cfg.slurm_rest_url,
-            user=cfg.slurm_rest_user or None,
-            token=os.environ.get(cfg.slurm_rest_token_env) or None,
-        )
-    slurm = get_client(general.slurm_backend, **slurm_opts)
+    slurm = factory.client_from_config(conf, general=cfg.slurm_general(general))
     if cfg.metrics_port:
         serve(metrics, cfg.metrics_port)
         log.info("metrics on :%d/metrics", cfg.metrics_port)

@@ -7,7 +7,12 @@ one frozen value.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import GeneralConfig
 
 #: How a Slurm node name becomes a Kubernetes node name.
 MAPPINGS = ("same", "label", "template")
@@ -204,14 +209,17 @@ class BridgeConfig:
     #: errors, and 429/5xx answers to GET/PUT/DELETE (not POST/PATCH); the
     #: replacement webhook's POSTs use it too.  0: no retries.
     api_retries: int = 3
-    #: With ``[general] slurm_backend = "rest"``: slurmrestd's URL
-    #: (``http://host:6820``); required then (the bridge refuses to start
-    #: without it: it has no unix-socket option).  Ignored with the other backends.
+    #: With ``[general] slurm_backend = "rest"``: slurmrestd's URL for the
+    #: bridge (``http://host:6820``), winning over ``[general] slurm_rest_url``
+    #: and ``slurm_rest_socket``; empty: the bridge uses those (one of the
+    #: two is then required).  Ignored with the other backends.
     slurm_rest_url: str = ""
     #: Sent as ``X-SLURM-USER-NAME`` with the JWT (only when a token is set).
+    #: Used with ``slurm_rest_url`` above; otherwise ``[general]``'s.
     slurm_rest_user: str = ""
     #: Name of the environment variable holding slurmrestd's JWT (never the
-    #: token itself); unset or empty: no token header is sent.
+    #: token itself); unset or empty: no token header is sent.  Used with
+    #: ``slurm_rest_url`` above; otherwise ``[general]``'s.
     slurm_rest_token_env: str = "SLURM_JWT"
     #: Port of the bridge's Prometheus ``/metrics``, served on all addresses
     #: (``[metrics]`` is the hooks' and the watcher's); 0: no endpoint (the
@@ -220,13 +228,30 @@ class BridgeConfig:
     #: Lending idle Slurm nodes to Kubernetes inference (``[bridge.lending]``).
     lending: LendingConfig = field(default_factory=LendingConfig)
 
-    def validate(self, *, slurm_backend: str | None = None) -> None:
+    def slurm_general(self, general: GeneralConfig) -> GeneralConfig:
+        """``[general]`` as the bridge's Slurm client sees it: with
+        ``slurm_rest_url`` set here, this section's URL, user and token
+        variable replace ``[general]``'s (as before ``[general]`` had them);
+        otherwise ``[general]`` unchanged."""
+        if not self.slurm_rest_url:
+            return general
+        return dataclasses.replace(
+            general,
+            slurm_rest_url=self.slurm_rest_url,
+            slurm_rest_socket="",
+            slurm_rest_user=self.slurm_rest_user,
+            slurm_rest_token_env=self.slurm_rest_token_env,
+        )
+
+    def validate(self, *, slurm_backend: str | None = None, general_rest: bool = False) -> None:
         """Checked on load; ``slurm_backend`` (``[general] slurm_backend``,
-        another section) is given by the bridge at start-up."""
-        if slurm_backend == "rest" and not self.slurm_rest_url:
+        another section) is given by the bridge at start-up, and
+        ``general_rest``: whether ``[general]`` has slurmrestd's address."""
+        if slurm_backend == "rest" and not self.slurm_rest_url and not general_rest:
             raise ValueError(
                 'slurm_rest_url is required with [general] slurm_backend = "rest" '
-                "(the bridge reaches slurmrestd by URL, e.g. http://slurmrestd:6820)"
+                "unless [general] slurm_rest_url or slurm_rest_socket is set"
+                " (e.g. http://slurmrestd:6820)"
             )
         if self.node_mapping not in MAPPINGS:
             raise ValueError(f"node_mapping must be one of {', '.join(MAPPINGS)}")

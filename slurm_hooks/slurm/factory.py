@@ -6,12 +6,17 @@ Slurm does not import requests or pyslurm.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
-from ..errors import SlurmError
+from ..config import SLURM_BACKENDS as BACKENDS
+from ..errors import ConfigError, SlurmError
 from .base import SlurmClient
 
-BACKENDS = ("cli", "rest", "pyslurm")
+if TYPE_CHECKING:
+    from ..config import Config, GeneralConfig
+
+__all__ = ["BACKENDS", "client_from_config", "get_client"]
 
 
 def get_client(backend: str = "cli", **opts: Any) -> SlurmClient:
@@ -31,3 +36,39 @@ def get_client(backend: str = "cli", **opts: Any) -> SlurmClient:
 
         return PyslurmClient(**opts)
     raise SlurmError(f"unknown slurm backend {backend!r} (one of: {', '.join(BACKENDS)})")
+
+
+def client_from_config(
+    cfg: Config, *, general: GeneralConfig | None = None, **opts: Any
+) -> SlurmClient:
+    """The SlurmClient ``[general]`` asks for: every caller (hooks, the grace
+    worker, the admin CLI, the bridge) builds it here, so that a key such as
+    ``slurm_rest_url`` works everywhere or nowhere.
+
+    ``general`` replaces ``cfg.general`` (the bridge lays its own
+    ``[bridge] slurm_rest_*`` keys over it); ``opts`` go to the backend's
+    constructor and win over the config (the worker's ``slurm_conf=``).
+    A rest backend without an address is a ConfigError naming
+    ``general.slurm_rest_url``, not the backend's "give exactly one of"."""
+    gen = general if general is not None else cfg.general
+    backend = gen.slurm_backend
+    kwargs: dict[str, Any] = {"timeout": gen.slurm_timeout}
+    if backend == "rest":
+        if bool(gen.slurm_rest_url) == bool(gen.slurm_rest_socket):
+            both = "not both" if gen.slurm_rest_url else "one of them is required"
+            raise ConfigError(
+                'slurm_backend = "rest" needs slurmrestd\'s address: set slurm_rest_url'
+                f" (http://host:6820) or slurm_rest_socket (a unix socket), {both}",
+                path=cfg.path,
+                key="general.slurm_rest_url",
+            )
+        token_env = gen.slurm_rest_token_env
+        kwargs.update(
+            url=gen.slurm_rest_url or None,
+            socket=gen.slurm_rest_socket or None,
+            user=gen.slurm_rest_user or None,
+            token=(os.environ.get(token_env) if token_env else None) or None,
+            api=gen.slurm_rest_api,
+        )
+    kwargs.update(opts)
+    return get_client(backend, **kwargs)
