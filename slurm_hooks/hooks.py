@@ -39,6 +39,11 @@ HEALTHCHECK_LIMIT_S = 60.0
 #: signals are a handful of scontrol/scancel calls.
 ENGINE_MIN_S = 8.0
 PHASES = ("healthcheck", "epilog", "prolog")
+#: Exit status meaning "slurm-hooks drained this node; the job must not start
+#: here".  The prolog shim turns it into Slurm's failure status (1); any other
+#: non-zero status is slurm-hooks itself failing (not installed, crashed) and
+#: the shim lets the job run: our own bug must never drain the fleet.
+EXIT_REJECT = 3
 #: Seconds to wait for the watcher to finish acting before giving up this run.
 DETECT_LOCK_WAIT_S = 15.0
 #: Environment variable that sets the log level; it wins over ``[general] log_level``.
@@ -58,6 +63,14 @@ def main(argv: Sequence[str]) -> int:
         stream=sys.stderr,
         format=f"%(asctime)s %(levelname)s slurm-hooks[{phase}] %(name)s %(message)s",
     )
+    try:
+        return _main(phase, t0)
+    except Exception:  # noqa: BLE001 - a hook must fail open, with the traceback logged
+        log.exception("hook %s crashed", phase)
+        return 0 if phase in ("prolog", "epilog") else 2
+
+
+def _main(phase: str, t0: float) -> int:
     if phase == "prolog":
         from .prolog import hook_main
 

@@ -77,12 +77,28 @@ def render_shim(
     for value in (slurm_conf, config or ""):
         if any(ch in value for ch in '"$`\\\n'):
             raise ValueError(f"path not allowed in a shim: {value!r}")
-    return (
+    head = (
         "#!/bin/sh\n"
         f"# slurm-hooks {phase} shim ('slurm-hooks install' puts it in place). slurmd starts\n"
         "# hooks with no PATH (and HealthCheckProgram without SLURM_CONF): set defaults, hand over.\n"
         f"export {' '.join(exports)}\n"
-        f'exec {q(python)} -m slurm_hooks hook {phase} "$@"\n'
+    )
+    run = f'{q(python)} -m slurm_hooks hook {phase} "$@"'
+    if phase is Phase.HEALTHCHECK:
+        return head + f"exec {run}\n"  # slurmd does not read its exit status
+    # Prolog/Epilog: a non-zero status drains the node with Slurm's own reason.
+    # Only the hook's deliberate "reject" (3) may do that; slurm-hooks failing
+    # (not installed, crashed) fails open, logged, so our bug never drains the fleet.
+    reject = "exit 1" if phase is Phase.PROLOG else "exit 0"
+    return head + (
+        f"{run}\n"
+        "rc=$?\n"
+        "case $rc in\n"
+        "  0) exit 0 ;;\n"
+        f"  3) {reject} ;;\n"
+        f'  *) logger -t slurm-hooks "{phase} hook failed (rc=$rc); job left alone" 2>/dev/null\n'
+        "     exit 0 ;;\n"
+        "esac\n"
     )
 
 

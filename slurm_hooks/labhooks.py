@@ -472,8 +472,10 @@ def render_lab_shim(phase: str, lab: Lab, python: str = sys.executable) -> str:
         "# lab: one config per node, chosen by the name slurmd passes\n"
         f'export SLURM_HOOKS_CONFIG="{nodes_dir}/${{SLURMD_NODENAME:?}}/{CONFIG_NAME}"\n'
     )
-    head, sep, tail = text.rpartition("\nexec ")
-    return head + "\n" + pick + sep.lstrip("\n") + tail
+    marker = "\nexport PATH="
+    head, sep, tail = text.partition(marker)
+    first, nl, rest = tail.partition("\n")
+    return head + sep + first + nl + pick + rest
 
 
 def prolog_available() -> bool:

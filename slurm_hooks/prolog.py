@@ -623,11 +623,13 @@ def _after_drain(
     clock: Clock,
 ) -> int:
     """The node carries our drain: get the job off it.  0 when we requeued
-    it (or it already was), 1 to let Slurm's prolog-failure path do it."""
+    it (or it already was), EXIT_REJECT (the shim exits 1) to let Slurm's
+    prolog-failure path do it."""
     from .errors import SlurmError
+    from .hooks import EXIT_REJECT
 
     if not pc.requeue_on_fail or not job_id:
-        return 1
+        return EXIT_REJECT
     t0 = clock()
     try:
         try:
@@ -649,14 +651,15 @@ def _after_drain(
     except SlurmError as exc:
         log.warning("prolog: cannot requeue job %s (%s): exit 1, Slurm requeues or fails it",
                     job_id, exc)  # fmt: skip
-        return 1
+        return EXIT_REJECT
     finally:
         steps.append(("requeue", clock() - t0))
 
 
 def hook_main(t0: float | None = None) -> int:
     """What ``python3 -m slurm_hooks hook prolog`` runs (logging set up by
-    the caller).  0: the job may start; 1: the node failed and we drained it."""
+    the caller).  0: the job may start (also when we requeued it ourselves);
+    EXIT_REJECT: we drained the node and Slurm must not start the job here."""
     from . import config as config_mod
     from .errors import SlurmHooksError
     from .hooks import apply_log_level

@@ -123,3 +123,15 @@ def test_invalid_config_log_level_is_a_config_error(node_config, monkeypatch, ro
         f.write('log_level = "LOUD"\n')
     assert hooks.main(["healthcheck"]) == 2 and ran == []
     assert hooks.main(["epilog"]) == 0 and ran == []
+
+
+@pytest.mark.parametrize(("phase", "rc"), [("prolog", 0), ("epilog", 0), ("healthcheck", 2)])
+def test_a_crash_in_the_hook_fails_open(node_config, monkeypatch, phase, rc):
+    """A bug of ours (any exception) must not fail a prolog or an epilog: Slurm
+    would drain the node with its own reason, on every node at once."""
+
+    def boom(*_a, **_k):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(hooks, "_main", boom)
+    assert hooks.main([phase]) == rc

@@ -51,6 +51,29 @@ def test_shim_sets_defaults_only_and_execs_the_python(tmp_path):
     assert out.stdout.startswith("PATH=/bin SLURM_CONF=/mine.conf ")
 
 
+@pytest.mark.parametrize(
+    ("phase", "hook_rc", "shim_rc"),
+    [
+        ("prolog", 0, 0),
+        ("prolog", 3, 1),  # we drained the node: Slurm must not start the job here
+        ("prolog", 1, 0),  # slurm-hooks crashed or is not installed: fail open
+        ("prolog", 127, 0),
+        ("epilog", 3, 0),  # a failing epilog would drain with Slurm's own reason
+        ("epilog", 1, 0),
+    ],
+)
+def test_prolog_and_epilog_shims_fail_open_on_our_own_failure(tmp_path, phase, hook_rc, shim_rc):
+    """Only the hook's deliberate reject may fail a prolog: a broken install
+    must never drain every node of the cluster with "Prolog error"."""
+    fake = tmp_path / "py"
+    fake.write_text(f"#!/bin/sh\nexit {hook_rc}\n")
+    fake.chmod(0o755)
+    shim = tmp_path / "shim"
+    shim.write_text(inst.render_shim(phase, python=str(fake)))
+    res = subprocess.run(["/bin/sh", str(shim)], env={}, capture_output=True, check=False)
+    assert res.returncode == shim_rc
+
+
 def test_shim_refuses_paths_that_break_quoting():
     with pytest.raises(ValueError):
         inst.render_shim("prolog", slurm_conf='/etc/"x')
@@ -147,7 +170,7 @@ def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
     assert r.exit_code == 0, r.output
     assert r.output.count(": created") == 4
     shim = tmp_path / "slurm" / "prolog.d" / "50-slurm-hooks"
-    assert "exec /opt/sh/bin/python3 -m slurm_hooks hook prolog" in shim.read_text()
+    assert "\n/opt/sh/bin/python3 -m slurm_hooks hook prolog" in shim.read_text()
     assert f'SLURM_HOOKS_CONFIG="${{SLURM_HOOKS_CONFIG:-{cfg}}}"' in shim.read_text()
     assert f"Prolog={tmp_path}/slurm/prolog.d/*" in r.output
     assert "PrologEpilogTimeout=90" in r.output

@@ -12,6 +12,7 @@ import pytest
 
 from slurm_hooks.config import parse
 from slurm_hooks.errors import ConfigError
+from slurm_hooks.hooks import EXIT_REJECT
 from slurm_hooks.model import Status
 from slurm_hooks.prolog import (
     Budget,
@@ -300,11 +301,11 @@ def test_bad_gpu_in_burnin_drains_and_requeues(node_files):
     assert eng.slurm.requeued == ["9"]
     burn = [f for f in out.findings if f.check == "burnin" and f.status is Status.FAIL]
     assert burn and burn[0].component.index == 2
-    # Without our own requeue: exit 1 (Slurm's prolog-failure path requeues).
+    # Without our own requeue: reject (the shim exits 1: Slurm's prolog-failure path requeues).
     eng2 = FakeEngine()
     cfg2 = config(node_files, "requeue_on_fail = false")
     out2 = run_prolog({"SLURM_JOB_ID": "9"}, cfg2, node="n1", engine_factory=lambda c: eng2)
-    assert out2.exit_code == 1 and eng2.slurm.requeued == []
+    assert out2.exit_code == EXIT_REJECT and eng2.slurm.requeued == []
 
 
 def test_policy_declines_drain_job_runs(node_files):
