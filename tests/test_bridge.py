@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -288,7 +289,7 @@ def test_two_replicas_one_acts(api):
 
 
 def test_cluster_api_annotates_the_machine(api):
-    slurm = MemorySlurm(["n1", "n2"])
+    slurm = MemorySlurm(["n1", "n2", "n3", "n4"])
     api.store.patch(
         api_res("nodes"),
         "",
@@ -417,3 +418,28 @@ def test_rest_backend_without_url_is_refused_naming_the_key(tmp_path):
     assert r.exit_code != 0
     assert f"{conf}:bridge.slurm_rest_url: slurm_rest_url is required" in r.output
     assert "socket=" not in r.output
+
+
+def test_leader_that_stalls_past_its_lease_stops_acting(api):
+    # A leader stalls mid-pass (a hung call) past leaseDuration; meanwhile a
+    # second replica takes the lease over.  The first must check its lease
+    # before its next write and stop, not request the replacement as well.
+    slurm = MemorySlurm(["n1", "n2"])
+    slurm.drain("n1", ours())
+    add_pods(api, "n1")
+    now = [datetime(2024, 5, 1, 12, 0, tzinfo=UTC)]
+    cfg = dataclasses.replace(CFG, leader_election=True, lease_duration=90)
+    b = bridge(api, slurm, cfg, identity="b", clock=lambda: now[0])
+
+    def stall(step):
+        if isinstance(step, P.Cordon):
+            now[0] += timedelta(seconds=200)
+            assert b.elector is not None and b.elector.try_acquire()
+
+    a = bridge(api, slurm, cfg, identity="a", clock=lambda: now[0], after_step=stall)
+    result = a.reconcile_once()
+    assert [type(r.step).__name__ for r in result.outcomes("done")] == ["Cordon"]
+    assert api.count("POST", "/eviction") == 0
+    assert api.items("nodereplacements") == []
+    lease = api.get("leases", "slurm-hooks-bridge", "slurm-hooks")
+    assert lease["spec"]["holderIdentity"] == "b"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -223,6 +223,7 @@ def test_evict_keeps_slurmd_while_jobs_run():
 
 def test_cordon_cap():
     states = [slurm(f"n{i}", reason=ours(inc=f"0000000{i}")) for i in range(1, 4)]
+    states += [slurm(f"n{i}", flags=()) for i in range(4, 7)]
     nodes = [knode(f"n{i}") for i in range(1, 7)]
     cfg = dataclasses.replace(CFG, max_cordoned_fraction=0.34, replacement="none", evict=False)
     p = P.plan(states, nodes, cfg)
@@ -390,3 +391,26 @@ def pod(name, *, owner=None, labels=None, phase="Running", mirror=False, deletin
 def test_pods_to_evict(the_pod, keep_slurmd, evicted):
     out = P.pods_to_evict([the_pod], keep_slurmd=keep_slurmd, cfg=CFG)
     assert (out == [the_pod]) is evicted
+
+
+def test_annotation_times_are_utc_even_from_a_local_aware_time():
+    # Slurm's reason times are parsed as aware local times (UTC+2 here):
+    # the annotation must carry the same instant in UTC, not the local wall
+    # clock with a Z glued on.
+    local = datetime(2024, 5, 1, 13, 0, tzinfo=timezone(timedelta(hours=2)))
+    step = P.Cordon("n1", "n1", "7f3a2c1b", "XID79", ours(), local)
+    body = P.cordon_patch(knode("n1"), step, CFG, NOW)
+    assert body["metadata"]["annotations"][K.drained_at] == "2024-05-01T11:00:00Z"
+    assert P.parse_time(body["metadata"]["annotations"][K.drained_at]) == local
+
+
+def test_cordon_cap_counts_mapped_nodes_not_every_listed_node():
+    # Two Slurm GPU nodes among twenty Kubernetes nodes that Slurm does not
+    # know (CPU workers): the cap is a share of the Slurm-mapped nodes, so
+    # at 50 % only one of the two may be cordoned.
+    states = [slurm("n1", reason=ours(inc="00000001")), slurm("n2", reason=ours(inc="00000002"))]
+    nodes = [knode("n1"), knode("n2")] + [knode(f"cpu{i}") for i in range(20)]
+    cfg = dataclasses.replace(CFG, max_cordoned_fraction=0.5, replacement="none", evict=False)
+    p = P.plan(states, nodes, cfg)
+    assert [s.node for s in p.steps] == ["n1"]
+    assert [d.slurm_node for d in p.deferred] == ["n2"]

@@ -204,9 +204,9 @@ CASES = [
         [],
     ),
     (
-        "our reserve taint with a cordon: lendable",
+        "our reserve taint with our cordon: lendable",
         [idle(n) for n in NAMES],
-        [knode("n1", {K.idle_since: ago(3600)}, unschedulable=True)]
+        [knode("n1", {K.idle_since: ago(3600), K.reserve_cordon: "true"}, unschedulable=True)]
         + [idle_node(n, 10) for n in NAMES[1:]],
         {"demand": L.Demand(1, 1)},
         ["Lend n1"],
@@ -523,7 +523,7 @@ def test_parse_pending_jobs_real_squeue_output():
 
 
 def test_open_then_reclaim_then_finish_patches():
-    node = knode("n1", {K.idle_since: ago(900)}, unschedulable=True)
+    node = knode("n1", {K.idle_since: ago(900), K.reserve_cordon: "true"}, unschedulable=True)
     node["spec"]["taints"].append({"key": "other", "effect": "NoSchedule"})
     opened = merge_patch(node, L.open_patch(node, L.Open("n1", "n1", "aaaa0001"), CFG, NOW))
     assert opened["spec"]["taints"] == [{"key": "other", "effect": "NoSchedule"}]
@@ -675,3 +675,15 @@ def test_config_validation():
         parse('[bridge.lending]\non_drain_timeout = "maybe"\n', validate=False).section(
             "bridge", BridgeConfig
         )
+
+
+def test_admin_cordon_on_a_reserve_tainted_node_is_respected():
+    # Every Slurm-owned node in scope carries the reserve taint; an admin's
+    # ``kubectl cordon`` on one (no reserve-cordon annotation of ours) is
+    # someone else's cordon: not lent, and never cleared by an open.
+    node = knode("n1", {K.idle_since: ago(3600)}, unschedulable=True)
+    p = run_plan([idle("n1")], [node], demand=L.Demand(1, 1))
+    assert summary(p) == []
+    assert any("cordoned by someone else" in n.why for n in p.notes)
+    body = L.open_patch(node, L.Open("n1", "n1", "aaaa0001"), CFG, NOW)
+    assert "unschedulable" not in body.get("spec", {})

@@ -196,6 +196,9 @@ class Bridge:
                 log.info("dry-run: would %s", _describe(step))
                 results.append(StepResult(step, "dry-run", _describe(step)))
                 continue
+            if not self._still_leader():
+                results.append(StepResult(step, "skipped", "lost the lease during the pass"))
+                continue
             try:
                 res = self._execute(step, current)
             except (KubernetesError, SlurmError) as exc:
@@ -210,7 +213,7 @@ class Bridge:
             sum(1 for n in current.values() if self.keys.incident in planner.annotations(n))
         )
         self._lend_pass = None
-        if self.lender is not None:
+        if self.lender is not None and (cfg.dry_run or self._still_leader()):
             # After the fault steps, on the nodes as they now are: a fault on
             # a lent node has been cordoned already, and lending sees it.
             try:
@@ -219,6 +222,18 @@ class Bridge:
                 log.error("lending pass failed: %s", exc)
                 self.metrics.lend_events.labels("error").inc()
         return the_plan, tuple(results)
+
+    def _still_leader(self) -> bool:
+        """Re-checked before every write: a pass that stalled (a hung call)
+        past the lease's renew deadline renews first, and stops if another
+        replica has taken over meanwhile."""
+        if self.elector is None or self.elector.holds():
+            return True
+        leader = self.elector.try_acquire()
+        self.metrics.leader.set(1 if leader else 0)
+        if not leader:
+            log.warning("lost the lease during the pass: no further writes")
+        return leader
 
     # -- steps ----------------------------------------------------------------
 

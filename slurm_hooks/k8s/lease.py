@@ -50,12 +50,17 @@ class LeaderElector:
         self.duration = duration
         self.clock = clock
         self.is_leader = False
+        #: When we last wrote the lease successfully (our own clock).
+        self.renewed_at: datetime | None = None
 
     def try_acquire(self) -> bool:
         """Acquire or renew; True while we are the leader.  API errors make
         us a follower for this round (never two leaders on doubt)."""
         try:
+            started = self.clock()
             self.is_leader = self._try()
+            if self.is_leader:
+                self.renewed_at = started
         except ConflictError:
             log.info("lease %s/%s: lost a race, following", self.namespace, self.name)
             self.is_leader = False
@@ -110,6 +115,14 @@ class LeaderElector:
         lease["spec"] = spec
         self.client.replace(path, lease)  # carries metadata.resourceVersion: 409 if raced
         return True
+
+    def holds(self) -> bool:
+        """True while the lease we last wrote is surely still ours: within
+        two thirds of its duration (client-go's renew deadline).  Past that,
+        another replica may have taken over: renew before acting again."""
+        if not self.is_leader or self.renewed_at is None:
+            return False
+        return (self.clock() - self.renewed_at).total_seconds() < self.duration * 2 / 3
 
     def release(self) -> None:
         """Give the lease up on a clean shutdown so a standby takes over at once."""

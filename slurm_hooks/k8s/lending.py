@@ -645,11 +645,7 @@ def _not_lendable(
         return "held by the bridge for a fault"
     if not is_ready(node):
         return "Kubernetes node not Ready"
-    if (
-        bridge_plan.is_unschedulable(node)
-        and ann.get(keys.reserve_cordon) != "true"
-        and not (lc.reserve_taint_key and has_taint(node, lc.reserve_taint_key))
-    ):
+    if bridge_plan.is_unschedulable(node) and ann.get(keys.reserve_cordon) != "true":
         return "cordoned by someone else"
     idle_for = _seconds(since, now) or 0.0
     if idle_for < lc.idle_seconds:
@@ -699,18 +695,15 @@ def track_patch(node: Obj, step: Track, cfg: BridgeConfig, now: datetime) -> dic
 
 
 def open_patch(node: Obj, step: Open | Lend, cfg: BridgeConfig, now: datetime) -> dict[str, Any]:
-    """Schedulable for inference: the reserve taint off, our cordon (or a
-    cordon that came with the reserve taint) cleared, the lent label on."""
+    """Schedulable for inference: the reserve taint off, our cordon (the
+    one our reserve-cordon annotation records) cleared, the lent label on."""
     lc = cfg.lending
     keys = LendKeys(cfg.annotation_prefix)
     ann = bridge_plan.annotations(node)
     spec: dict[str, Any] = {}
     if lc.reserve_taint_key and has_taint(node, lc.reserve_taint_key):
         spec["taints"] = _taints_without(node, lc.reserve_taint_key) or None
-    if bridge_plan.is_unschedulable(node) and (
-        ann.get(keys.reserve_cordon) == "true"
-        or (lc.reserve_taint_key and has_taint(node, lc.reserve_taint_key))
-    ):
+    if bridge_plan.is_unschedulable(node) and ann.get(keys.reserve_cordon) == "true":
         spec["unschedulable"] = None
     body: dict[str, Any] = {
         "metadata": {

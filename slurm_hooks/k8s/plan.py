@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..drain_reason import classify_owner, try_parse_reason
@@ -269,8 +269,9 @@ def plan(
     triggers = {s.name: t for s in states if (t := trigger(s, cfg)) is not None}
     mapping = map_nodes(by_slurm, k8s_nodes, cfg)
 
-    # Fleet-wide counts for the caps, from what Kubernetes shows now.
-    total = len(k8s_nodes)
+    # Fleet-wide counts for the caps, from what Kubernetes shows now; the
+    # cordon cap is a share of the nodes Slurm and Kubernetes share.
+    total = len(mapping)
     allowed_cordoned = max(1, math.floor(cfg.max_cordoned_fraction * total))
     ours_cordoned = sum(1 for n in k8s_nodes if annotations(n).get(keys.cordoned) == "true")
     replacing = sum(
@@ -471,7 +472,9 @@ def annotate_patch(node: Obj, values: Mapping[str, str | None]) -> dict[str, Any
 
 
 def _iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ") if when.tzinfo else when.isoformat()
+    if when.tzinfo is None:
+        return when.isoformat()
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str | None) -> datetime | None:
