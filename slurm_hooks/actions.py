@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,8 @@ class JobOutcome:
     job_id: str
     outcome: str
     detail: str = ""
+    #: The owner is to be told (after the incident lock is released).
+    notify: bool = field(default=False, compare=False, repr=False)
 
 
 class Engine:
@@ -369,13 +371,16 @@ class Engine:
             "steps": [{"step": "drain_intent", "at": iso(now)}],
         }
         self.state.write_incident(doc)
+        # Open before the drain: a drain that lands although its call failed
+        # (timeout) or the process died must still be rolled forward by the
+        # next run, which looks for an open incident (hooks' fast path).
+        self.state.set_open_incident(d.node, d.incident)
         with self.state.incident_lock(str(d.incident)):
             if ours is not None and not ours.is_fault and (current.drained or current.down):
                 self.slurm.update_reason(d.node, text)  # LEND/SPARE -> the fault's reason
             else:
                 self.slurm.drain(d.node, text)
             self._step(str(d.incident), "drained", status="drained")
-        self.state.set_open_incident(d.node, d.incident)
         self.audit.record(
             "replace" if d.kind is DecisionKind.REPLACE else "drain",
             node=d.node, incident=d.incident, code=d.code, component=d.component,
@@ -440,6 +445,10 @@ class Engine:
         try:
             full = self.slurm.get_job(job.job_id)
         except SlurmError as exc:
+            if not any(w in str(exc).lower() for w in _GONE):
+                # The listing has no restart count: a guessed 0 would make a
+                # job requeued before look requeued already, and never be.
+                raise
             log.warning("cannot read job %s: %s", job.job_id, exc)
             full = job
         return {
@@ -486,7 +495,8 @@ class Engine:
             # The journal still says what is left; resume_pending() finishes it.
             log.error("cannot start grace worker for %s: %s", incident, exc)
             return
-        self._step(incident, "worker_started", worker_pid=pid)
+        with self.state.incident_lock(incident):  # the worker may be writing already
+            self._step(incident, "worker_started", worker_pid=pid)
 
     # -- finishing (worker, resume_pending) ----------------------------------------
 
@@ -500,29 +510,39 @@ class Engine:
         or the fault killed them): waiting out the rest of the grace for them
         would only add downtime.  Safe to call any number of times from any
         process."""
-        with self.state.incident_lock(incident):
-            doc = self.state.read_incident(incident)
-            if doc is None or doc.get("jobs_done"):
-                return []
-            if doc.get("jobs") is None:
-                return []
-            deadline = parse_time(doc["deadline"]) if doc.get("deadline") else None
-            in_grace = bool(deadline and self.clock() < deadline and not force)
-            if in_grace and not early:
-                return []
-            outcomes = []
-            for job_id, rec in doc["jobs"].items():
-                if rec.get("outcome"):
-                    continue
-                if in_grace and self._still_running(job_id):
-                    continue
-                outcomes.append(self._settle(doc, job_id, rec))
-            if all(r.get("outcome") for r in doc["jobs"].values()):
-                doc["jobs_done"] = True
-                doc["status"] = "jobs_done"
-                doc.setdefault("steps", []).append({"step": "jobs_done", "at": iso(self.clock())})
-            self.state.write_incident(doc)
-            return outcomes
+        outcomes: list[JobOutcome] = []
+        try:
+            with self.state.incident_lock(incident):
+                doc = self.state.read_incident(incident)
+                if doc is None or doc.get("jobs_done"):
+                    return []
+                if doc.get("jobs") is None:
+                    return []
+                deadline = parse_time(doc["deadline"]) if doc.get("deadline") else None
+                in_grace = bool(deadline and self.clock() < deadline and not force)
+                if in_grace and not early:
+                    return []
+                for job_id, rec in doc["jobs"].items():
+                    if rec.get("outcome"):
+                        continue
+                    if in_grace and self._still_running(job_id):
+                        continue
+                    outcomes.append(self._settle(doc, job_id, rec))
+                if all(r.get("outcome") for r in doc["jobs"].values()):
+                    doc["jobs_done"] = True
+                    doc["status"] = "jobs_done"
+                    doc.setdefault("steps", []).append(
+                        {"step": "jobs_done", "at": iso(self.clock())}
+                    )
+                self.state.write_incident(doc)
+        finally:
+            # Told outside the lock (a hanging webhook, timeout x retries per
+            # alert, must not hold up a hook waiting for the incident), and
+            # also when a later job's requeue failed: its outcome is recorded.
+            for o in outcomes:
+                if o.notify:
+                    self._alert(self._job_alert(doc, o.job_id, doc["jobs"][o.job_id], o.outcome))
+        return outcomes
 
     def _still_running(self, job_id: str) -> bool:
         try:
@@ -601,9 +621,7 @@ class Engine:
             code=doc.get("code"), why=detail, grace_s=doc.get("grace_s"), waited_s=waited,
             actor=self.actor,
         )  # fmt: skip
-        if notify:
-            self._alert(self._job_alert(doc, job_id, rec, outcome))
-        return JobOutcome(job_id, outcome, detail)
+        return JobOutcome(job_id, outcome, detail, notify)
 
     def _job_alert(
         self, doc: dict[str, Any], job_id: str, rec: dict[str, Any], outcome: str
@@ -657,6 +675,7 @@ class Engine:
                 self.state.set_open_incident(doc["node"], incident)
             else:
                 self._step(incident, "abandoned", status="abandoned", jobs_done=True)
+                self.state.clear_open_incident(doc["node"], incident)
                 self.audit.record(
                     "drain", node=doc["node"], incident=incident, outcome="skipped",
                     why=f"on recovery the node carries another reason: {current.reason!r}",

@@ -208,6 +208,15 @@ class StateStore:
 
         self.update_node(node, change)
 
+    def clear_open_incident(self, node: str, incident: str) -> None:
+        """Close ``incident`` if it is the node's open one (and only then)."""
+
+        def change(d: dict[str, Any]) -> None:
+            if d.get("open_incident") == incident:
+                d["open_incident"] = None
+
+        self.update_node(node, change)
+
     def record_resume(self, node: str, at: datetime, incident: str | None = None) -> None:
         def change(d: dict[str, Any]) -> None:
             d.setdefault("resumes", []).append(iso(at))

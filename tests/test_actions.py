@@ -14,7 +14,7 @@ import pytest
 from slurm_hooks.actions import Engine
 from slurm_hooks.audit import AuditLog
 from slurm_hooks.drain_reason import DrainReason, format_reason, parse_reason
-from slurm_hooks.errors import SlurmError
+from slurm_hooks.errors import SlurmError, StateError
 from slurm_hooks.model import Action, Component, Finding, JobInfo, NodeState, Status
 from slurm_hooks.notify import Alert, Notifier
 from slurm_hooks.policy import DecisionKind, PolicyConfig
@@ -413,3 +413,172 @@ def test_job_that_finished_on_its_own_is_not_requeued(env, state):
     slurm.jobs["101"] = dataclasses.replace(slurm.jobs["101"], state=state)
     (o,) = eng.finish_incident(d.incident, early=True)
     assert o.outcome == "finished" and slurm.count("requeue") == 0
+
+
+class DrainTimesOut(FakeSlurm):
+    """``scontrol update`` whose drain lands in slurmctld but whose answer
+    is lost (client timeout): the engine sees an error after the fact."""
+
+    def drain(self, name, reason):
+        super().drain(name, reason)
+        if self.crash_after == "drain_lost":
+            self.crash_after = None
+            raise SlurmError("scontrol update failed: Socket timed out on send/recv operation")
+
+
+def test_drain_that_landed_despite_an_error_is_rolled_forward_by_the_next_run(env):
+    _, clock, _, make, tmp_path = env
+    slurm = DrainTimesOut()
+    slurm.jobs.update(env[0].jobs)
+    eng = Engine(
+        slurm, PolicyConfig(grace_seconds=60), StateStore(tmp_path / "state"),
+        AuditLog(tmp_path / "audit.jsonl"), Notifier([]), clock=clock, spawn=None,
+    )  # fmt: skip
+    slurm.crash_after = "drain_lost"
+    with pytest.raises(SlurmError):
+        eng.handle("n1", [xid79()])
+    assert slurm.nodes["n1"].drained and slurm.count("signal") == 0
+    # The next hook run (or the watcher's next poll) on the node, the fault
+    # still there: the jobs of the drained node must be signalled, then requeued.
+    eng.handle("n1", [xid79()])
+    assert slurm.count("signal") == 4
+    clock.now += timedelta(seconds=61)
+    eng.handle("n1", [])
+    assert slurm.count("requeue") == 1 and slurm.count("drain") == 1
+
+
+def test_crash_right_after_the_drain_leaves_the_incident_open_for_hooks(env):
+    slurm, clock, _, make, _ = env
+    slurm.crash_after = "drain"
+    with pytest.raises(Crash):
+        make().handle("n1", [xid79()])
+    # A healthy hook run is the only thing that comes by: it must see the
+    # incident (the fast path in hooks.py skips the engine when none is open).
+    eng = make()
+    assert eng.state.open_incident("n1") is not None
+    eng.handle("n1", [])
+    assert slurm.count("signal") == 4
+
+
+def test_unreadable_job_at_listing_is_not_taken_as_already_requeued(env):
+    slurm, clock, _, make, _ = env
+    del slurm.jobs["102"]
+    # A job Slurm requeued before (Restarts=2); squeue does not say so.
+    slurm.jobs["101"] = dataclasses.replace(slurm.jobs["101"], restart_count=2)
+    original = slurm.get_job
+    flaky = {"left": 1}
+
+    def get_job(job_id):
+        if flaky["left"]:
+            flaky["left"] -= 1
+            raise SlurmError("scontrol show job failed (rc=1): Socket timed out")
+        return original(job_id)
+
+    listing = slurm.jobs_on_node
+    slurm.get_job = get_job
+    # Like squeue: no restart count, no requeue flag in the listing.
+    slurm.jobs_on_node = lambda name: [
+        dataclasses.replace(j, restart_count=0, requeue=None) for j in listing(name)
+    ]
+    eng = make()
+    try:
+        eng.handle("n1", [xid79()])
+    except SlurmError:
+        eng.handle("n1", [])  # the next run retries
+    clock.now += timedelta(seconds=61)
+    eng.resume_pending()
+    assert slurm.count("requeue") == 1 and slurm.jobs["101"].restart_count == 3
+
+
+def test_lent_node_is_not_resumed_by_an_acceptance_pass(env):
+    slurm, clock, _, make, _ = env
+    lend = format_reason(DrainReason("LEND", "0a0b0c0d", "lent to kubernetes inference"))
+    slurm.nodes["n2"] = dataclasses.replace(
+        slurm.nodes["n2"], flags=frozenset({"DRAIN"}), reason=lend, reason_time=T0
+    )
+    eng = make()
+    clock.now += timedelta(minutes=5)
+    eng.state.record_acceptance("n2", clock.now, True)
+    assert eng.try_resume("n2").kind is not DecisionKind.RESUME
+    assert slurm.nodes["n2"].reason == lend and slurm.count("resume") == 0
+
+
+def test_drain_that_failed_then_admin_drained_closes_the_incident(env):
+    slurm, clock, _, make, _ = env
+
+    def refused(name, reason):
+        raise SlurmError("scontrol update failed: Unable to contact slurm controller")
+
+    slurm.drain = refused
+    eng = make()
+    with pytest.raises(SlurmError):
+        eng.handle("n1", [xid79()])
+    del slurm.drain
+    slurm.drain("n1", "bad dimm -- jane")
+    eng.handle("n1", [])
+    assert eng.state.open_incident("n1") is None
+    assert slurm.nodes["n1"].reason == "bad dimm -- jane" and slurm.count("signal") == 0
+
+
+def test_job_alerts_are_sent_outside_the_incident_lock(env, tmp_path):
+    """A webhook that hangs (5 s timeout x retries per alert) must not keep
+    the incident locked: a hook rolling the incident forward meanwhile would
+    time out on the lock and drop its own findings."""
+    slurm, clock, _, make, _ = env
+    store = StateStore(tmp_path / "state")
+    locked_while_sending = []
+
+    class Probe:
+        name = "probe"
+
+        def send(self, alert):
+            if alert.job_id and alert.incident:
+                try:
+                    with store.incident_lock(alert.incident, timeout=0):
+                        locked_while_sending.append(False)
+                except StateError:
+                    locked_while_sending.append(True)
+
+    eng = make(sinks=[Probe()])
+    (d,) = eng.handle("n1", [xid79()])
+    clock.now += timedelta(seconds=61)
+    assert {o.outcome for o in eng.finish_incident(d.incident)} == {"requeued", "cancelled"}
+    assert locked_while_sending == [False, False]
+
+
+def test_worker_pid_is_not_lost_to_a_worker_already_at_work(env, tmp_path):
+    """The worker may start settling before the engine notes its pid; an
+    unlocked note and the worker's write then overwrite each other (a lost
+    pid makes the next run start a second worker)."""
+    import threading
+    import time
+
+    slurm, clock, _, make, _ = env
+    store = StateStore(tmp_path / "state")
+    threads = []
+
+    def spawn(path):
+        inc = path.stem
+        ready = threading.Event()
+
+        def worker():  # what finish_incident does: read, work, write, under the lock
+            with store.incident_lock(inc):
+                doc = store.read_incident(inc)
+                ready.set()
+                time.sleep(0.3)
+                store.write_incident(doc)
+
+        t = threading.Thread(target=worker)
+        t.start()
+        ready.wait()
+        threads.append(t)
+        return 4242
+
+    eng = Engine(
+        slurm, PolicyConfig(grace_seconds=60), store, AuditLog(tmp_path / "audit.jsonl"),
+        Notifier([]), clock=clock, spawn=spawn,
+    )  # fmt: skip
+    (d,) = eng.handle("n1", [xid79()])
+    for t in threads:
+        t.join()
+    assert store.read_incident(d.incident)["worker_pid"] == 4242

@@ -306,6 +306,14 @@ def decide_resume(
             explanation="node is held for a human (FLAPPING): never resumed automatically",
             **base,  # type: ignore[arg-type]
         )
+    if not ours.is_fault and not human:
+        return Decision(
+            DecisionKind.LOG,
+            name,
+            explanation=f"node is out of Slurm as {ours.code}, not for a fault: the bridge "
+            "returns it (after evicting its pods), not an acceptance pass",
+            **base,  # type: ignore[arg-type]
+        )
     since = node_state.reason_time
     passed = history.acceptance_since(since)
     if passed is None and not skip_acceptance:
