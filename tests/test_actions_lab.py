@@ -91,11 +91,11 @@ def test_drain_signal_grace_requeue_elsewhere(fresh_lab, job_dir, tmp_path):
     job_id, node = start_job(lab, job_dir)
     try:
         eng = engine(lab, tmp_path, spawn=lambda p: spawn_worker(p))
-        t0 = time.monotonic()
         (d,) = eng.handle(node, [XID79])
-        hook_seconds = time.monotonic() - t0
         assert d.kind is DecisionKind.DRAIN
-        assert hook_seconds < 3, "the hook must not wait out the grace itself"
+        # The hook does not wait out the grace itself: when it returns, the job
+        # has not been requeued yet; the detached worker does that later.
+        assert lab.client().get_job(job_id).restart_count == 0
         state = lab.client().get_node(node)
         assert state.drained and parse_reason(state.reason).incident == d.incident
         ckpt = job_dir / f"ckpt.{job_id}"

@@ -217,12 +217,9 @@ def test_healthcheck_program_run_by_slurmd_drains(fresh_lab, job_dir):
         assert not [n for n in lab.nodes_state() if n.drained]
 
         node = "n2"
-        t0 = time.monotonic()
         hooks.inject_xid(node, 79, gpu=1)
         ours = parse_reason(wait_drained(lab, node, timeout=30))
-        took = time.monotonic() - t0
         assert (ours.code, ours.component) == ("XID79", "gpu1")
-        assert took < 2 * 2 + 10
         assert audit_has(hooks, node, action="drain", actor="slurm-hooks/healthcheck")
     finally:
         hooks.close()
