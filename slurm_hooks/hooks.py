@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import Config
+    from .state import StateStore
 
 log = logging.getLogger("slurm_hooks.hooks")
 
@@ -113,8 +114,8 @@ def _run_and_act(phase: str, cfg: Config, node: str, t0: float) -> int:
     from .model import Status
     from .state import StateStore
 
-    if all(f.status is Status.OK for f in result.findings) and (
-        StateStore(cfg.general.state_dir).open_incident(node) is None
+    if all(f.status is Status.OK for f in result.findings) and not _work_left(
+        StateStore(cfg.general.state_dir), node
     ):
         # The common case on every node every interval: nothing to decide and
         # nothing to roll forward, so the engine (policy, Slurm backend,
@@ -135,3 +136,14 @@ def _run_and_act(phase: str, cfg: Config, node: str, t0: float) -> int:
     if phase == "epilog":
         return 0
     return 1 if unhealthy else 0
+
+
+def _work_left(store: StateStore, node: str) -> bool:
+    """An incident of this node whose jobs are not settled yet.  A node that
+    stays drained after its jobs were requeued (waiting for acceptance, or
+    resumed by an admin elsewhere) has nothing for a hook to roll forward."""
+    incident = store.open_incident(node)
+    if incident is None:
+        return False
+    doc = store.read_incident(incident)
+    return doc is None or not doc.get("jobs_done")

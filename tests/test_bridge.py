@@ -443,3 +443,23 @@ def test_leader_that_stalls_past_its_lease_stops_acting(api):
     assert api.items("nodereplacements") == []
     lease = api.get("leases", "slurm-hooks-bridge", "slurm-hooks")
     assert lease["spec"]["holderIdentity"] == "b"
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('taint_key = "slurm hooks/fault"', "taint_key"),
+        ('taint_key = "Bad_Prefix.io/fault"', "taint_key"),
+        ('annotation_prefix = "slurm-hooks.io/x"', "annotation_prefix"),
+        (f'node_label = "{"x" * 64}"', "node_label"),
+    ],
+)
+def test_invalid_kubernetes_key_names_are_refused_on_load(table, key):
+    """A key Kubernetes refuses would make every patch fail with 422 on every
+    pass: refuse it when the config is read, naming the key."""
+    from slurm_hooks import config as config_mod
+    from slurm_hooks.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=key):
+        config_mod.parse(f"[bridge]\n{table}\n")
+    config_mod.parse('[bridge]\ntaint_key = "example.com/fault"\n')  # a valid one loads

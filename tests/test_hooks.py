@@ -135,3 +135,15 @@ def test_a_crash_in_the_hook_fails_open(node_config, monkeypatch, phase, rc):
 
     monkeypatch.setattr(hooks, "_main", boom)
     assert hooks.main([phase]) == rc
+
+
+def test_work_left_only_while_an_incident_has_unsettled_jobs(tmp_path):
+    from slurm_hooks.state import StateStore
+
+    store = StateStore(tmp_path)
+    assert not hooks._work_left(store, "n1")
+    store.write_incident({"incident": "abcd1234", "node": "n1", "jobs_done": False})
+    store.set_open_incident("n1", "abcd1234")
+    assert hooks._work_left(store, "n1")  # jobs still to signal or requeue: roll forward
+    store.write_incident({"incident": "abcd1234", "node": "n1", "jobs_done": True})
+    assert not hooks._work_left(store, "n1")  # drained, jobs settled: nothing for a hook

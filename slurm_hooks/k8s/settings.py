@@ -27,6 +27,27 @@ _WEBHOOK_SCHEMES = ("https://", "http://127.0.0.1:", "http://127.0.0.1/", "http:
 DRAIN_TIMEOUT_ACTIONS = ("wait", "force")
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+
+
+def check_qualified_name(value: str, what: str, *, prefix_only: bool = False) -> None:
+    """Kubernetes' rule for label, annotation and taint keys: an optional DNS
+    subdomain prefix (<= 253) and "/", then a name (<= 63).  A bad key would
+    make every patch fail with 422 on every pass, so it is refused on load."""
+    import re
+
+    prefix, slash, name = value.rpartition("/") if not prefix_only else (value, "/", "x")
+    if slash and (
+        not prefix
+        or len(prefix) > 253
+        or not all(re.fullmatch(_DNS_LABEL, part) for part in prefix.split("."))
+    ):
+        raise ValueError(f"{what}: {value!r} has an invalid DNS-subdomain prefix")
+    if not prefix_only and (len(name) > 63 or not re.fullmatch(_NAME, name)):
+        raise ValueError(f"{what}: {value!r} is not a valid Kubernetes key name (<= 63 chars)")
+
+
 @dataclass(frozen=True)
 class LendingConfig:
     """``[bridge.lending]``: lend idle Slurm nodes to Kubernetes inference and
@@ -130,6 +151,9 @@ class LendingConfig:
             )
         if not self.lent_label:
             raise ValueError("lending.lent_label must not be empty")
+        check_qualified_name(self.lent_label, "lending.lent_label")
+        if self.reserve_taint_key:
+            check_qualified_name(self.reserve_taint_key, "lending.reserve_taint_key")
 
 
 @dataclass(frozen=True)
@@ -253,6 +277,9 @@ class BridgeConfig:
                 "unless [general] slurm_rest_url or slurm_rest_socket is set"
                 " (e.g. http://slurmrestd:6820)"
             )
+        check_qualified_name(self.taint_key, "taint_key")
+        check_qualified_name(self.annotation_prefix, "annotation_prefix", prefix_only=True)
+        check_qualified_name(self.node_label, "node_label")
         if self.node_mapping not in MAPPINGS:
             raise ValueError(f"node_mapping must be one of {', '.join(MAPPINGS)}")
         if self.replacement not in REPLACEMENTS:
