@@ -1331,10 +1331,9 @@ class Demo:
                 files["plot_error"] = str(exc)
         report = replace(report, files=files)
         if o.json_path:
-            o.json_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = o.json_path.with_name(f".{o.json_path.name}.tmp")
-            tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, o.json_path)
+            from .atomicfile import write_atomic
+
+            write_atomic(o.json_path, json.dumps(report.to_dict(), indent=2) + "\n")
         return report
 
     def _teardown(self) -> None:

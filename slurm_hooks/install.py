@@ -333,11 +333,9 @@ def write_file(path: Path, text: str, mode: int, *, dry_run: bool = False) -> Fi
         return FileChange(path, "unchanged")
     change = "created" if old is None else "updated"
     if not dry_run:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(mode)
-        os.replace(tmp, path)
+        from .atomicfile import write_atomic
+
+        write_atomic(path, text, mode=mode)
     return FileChange(path, change)
 
 

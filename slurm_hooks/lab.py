@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomicfile import write_atomic
 from .errors import CommandError, LabError, SlurmError
 from .model import NodeState
 from .probes.commands import CommandResult, run
@@ -146,13 +147,6 @@ def pick_ports(count: int, *, rng: random.Random | None = None) -> list[int]:
         if _port_free(port):
             ports.append(port)
     return ports
-
-
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
@@ -365,7 +359,7 @@ class Lab:
         return data if isinstance(data, dict) else {}
 
     def _write_state(self, state: Mapping[str, Any]) -> None:
-        _write_atomic(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+        write_atomic(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
     def _ours(self, pid: int) -> bool:
         """Is ``pid`` still a process this lab started?  Its command line names
@@ -556,7 +550,7 @@ class Lab:
             ports = pick_ports(len(names) + 1)
             state["ctld_port"] = ports[0]
             state["node_ports"] = dict(zip(names, ports[1:], strict=True))
-            _write_atomic(self.slurm_conf, self._render_conf(state, self.extra_conf))
+            write_atomic(self.slurm_conf, self._render_conf(state, self.extra_conf))
             self._write_state(state)
             try:
                 self._start_daemons(state, names)
@@ -788,7 +782,7 @@ class Lab:
             raise LabError(f"no lab running in {self.base_dir}")
         self.extra_conf = extra_conf
         state["extra_conf"] = extra_conf
-        _write_atomic(self.slurm_conf, self._render_conf(state, extra_conf))
+        write_atomic(self.slurm_conf, self._render_conf(state, extra_conf))
         self._write_state(state)
         marks = {n: self._log_size(n) for n in state["nodes"]}
         self.client().reconfigure()

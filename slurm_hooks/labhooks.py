@@ -46,6 +46,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from .atomicfile import write_atomic
 from .errors import LabError
 from .lab import Lab
 
@@ -80,13 +81,6 @@ def _table(name: str, values: Mapping[str, Any]) -> str:
     lines = [f"[{name}]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
     return "\n".join(lines) + "\n"
-
-
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -222,7 +216,7 @@ class LabHooks:
                 gpu.pop(key, None)
             else:
                 gpu[key] = value
-        _write_atomic(path, json.dumps(data, indent=1) + "\n")
+        write_atomic(path, json.dumps(data, indent=1) + "\n")
 
     def lose_gpu(self, node: str, index: int) -> None:
         """GPU ``index`` falls off the bus as NVML sees it: every call on it
@@ -233,9 +227,9 @@ class LabHooks:
     def heal_gpus(self, node: str) -> None:
         """Every GPU of the node healthy again (NVML and the fake engines)."""
         nf = self.node(node)
-        _write_atomic(nf.scenario, _scenario_text(self.preset, self.gpus))
+        write_atomic(nf.scenario, _scenario_text(self.preset, self.gpus))
         if nf.engine_scenario is not None:
-            _write_atomic(nf.engine_scenario, ENGINE_SCENARIO_DEFAULT)
+            write_atomic(nf.engine_scenario, ENGINE_SCENARIO_DEFAULT)
 
     def set_engine(self, node: str, text: str) -> None:
         """Replace the node's fake burn-in/NCCL scenario (TOML, see
@@ -243,7 +237,7 @@ class LabHooks:
         nf = self.node(node)
         if nf.engine_scenario is None:
             raise LabError(f"{node} has no fake engine scenario")
-        _write_atomic(nf.engine_scenario, text)
+        write_atomic(nf.engine_scenario, text)
 
     # -- watchers ---------------------------------------------------------------
 
@@ -535,7 +529,7 @@ def install(
             nf, breaker_file=breaker_file, grace_s=grace_s, webhook_url=webhook_url,
             policy=policy, watch=watch, prolog=prolog_settings,
         )  # fmt: skip
-        _write_atomic(nf.config, text)
+        write_atomic(nf.config, text)
     phases = ["healthcheck", "epilog"]
     if prolog is None:
         prolog = prolog_available()
@@ -547,7 +541,7 @@ def install(
     for phase in phases:
         path = shim_path(hooks_dir, phase)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(path, render_lab_shim(phase, lab, python), 0o755)
+        write_atomic(path, render_lab_shim(phase, lab, python), mode=0o755)
         shims[phase] = path
     lines = []
     if healthcheck_interval is not None:

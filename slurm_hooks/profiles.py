@@ -331,17 +331,16 @@ def save_hostlist_cache(state_dir: str) -> bool:
         "valid": sorted(valid),
         "contains": [[spec, node, answer] for (spec, node), answer in sorted(contains.items())],
     }
-    path = os.path.join(state_dir, HOSTLIST_CACHE)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    from .atomicfile import write_atomic
+
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, path)
+        # A cache: losing it to a power cut costs one ClusterShell import.
+        write_atomic(
+            os.path.join(state_dir, HOSTLIST_CACHE),
+            json.dumps(data, separators=(",", ":")),
+            durable=False,
+        )
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return False
     a.dirty = False
     return True

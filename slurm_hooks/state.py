@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .atomicfile import write_atomic
 from .errors import StateError
 
 if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
@@ -55,24 +55,8 @@ def parse_time(s: str) -> datetime:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     """Replace ``path`` with ``data`` as JSON, durably and atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True, default=str)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+    write_atomic(path, text, mode=0o600)
 
 
 def read_json(path: Path) -> Any | None:

@@ -189,19 +189,11 @@ def _load(path: str) -> dict[str, Any]:
 def _save(path: str, data: dict[str, Any]) -> bool:
     """Atomic (temp file + rename): a crash never leaves half a file."""
     import json
-    import tempfile
 
-    directory = os.path.dirname(path)
+    from ..atomicfile import write_atomic
+
     try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".nvlink.", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, json.dumps(data, sort_keys=True), mode=0o600)
     except OSError as exc:
         log.warning("nvlink: cannot save counters to %s: %s", path, exc)
         return False

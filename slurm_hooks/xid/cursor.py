@@ -43,25 +43,11 @@ def load_json(path: str) -> Any | None:
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write ``obj`` as JSON to ``path`` through temp file + fsync + rename."""
-    import tempfile
+    from ..atomicfile import write_atomic
 
-    directory = os.path.dirname(path) or "."
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    except OSError as exc:
-        raise StateError(f"cannot write state file {path}: {exc}") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, sort_keys=True, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(obj, sort_keys=True, separators=(",", ":")), mode=0o600)
     except (OSError, TypeError, ValueError) as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise StateError(f"cannot write state file {path}: {exc}") from exc
 
 

@@ -1,0 +1,46 @@
+"""Replace a file in one step: temp file in the same directory, fsync, rename.
+
+Hooks are killed at their time limit and nodes lose power: a cursor, an
+incident journal or a generated slurm.conf must be either the old file or
+the new one, never half of each.  Standard library only (no ``tempfile``):
+this runs on every hook's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+
+def write_atomic(
+    path: str | os.PathLike[str], text: str, *, mode: int = 0o644, durable: bool = True
+) -> None:
+    """Write ``text`` to ``path`` atomically.  ``durable`` also fsyncs the
+    file and its directory, so the new content survives a power cut; OSError
+    propagates (callers decide whether a failed write matters)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(
+        directory, f".{os.path.basename(path)}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # O_CREAT's mode is masked by the umask
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
