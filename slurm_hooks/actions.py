@@ -42,6 +42,7 @@ from .policy.config import PolicyConfig
 from .policy.decide import decide, decide_resume
 from .policy.decision import Decision, DecisionKind
 from .policy.history import FaultEvent
+from .probes.process import pid_alive
 from .slurm.base import SignalTarget, SlurmClient
 from .state import BreakerLatch, StateStore, iso, parse_time
 
@@ -115,22 +116,6 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 def _reap() -> None:
     """Collect finished workers so a long-running watcher leaves no zombies."""
     _CHILDREN[:] = [p for p in _CHILDREN if p.poll() is None]
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 @dataclass(frozen=True)
@@ -695,7 +680,7 @@ class Engine:
         deadline = parse_time(doc["deadline"])
         if self.clock() >= deadline:
             self.finish_incident(incident)
-        elif self.spawn is not None and not _pid_alive(doc.get("worker_pid")):
+        elif self.spawn is not None and not pid_alive(doc.get("worker_pid")):
             self._spawn(incident)
 
     # -- breaker ----------------------------------------------------------------

@@ -1359,7 +1359,8 @@ class Demo:
         sleep out the grace; after a failure or Ctrl-C nothing should)."""
         import signal as _signal
 
-        from .lab import _cmdline, _pid_alive
+        from .lab import _cmdline
+        from .probes.process import pid_alive
 
         if self.hooks is None:
             return
@@ -1370,7 +1371,7 @@ class Demo:
                 continue
             for doc in docs:
                 pid = doc.get("worker_pid")
-                if pid and _pid_alive(int(pid)):
+                if pid and pid_alive(int(pid)):
                     cmd = _cmdline(int(pid))
                     if "slurm_hooks.worker" in cmd and str(self.base) in cmd:
                         with contextlib.suppress(ProcessLookupError):

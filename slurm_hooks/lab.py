@@ -38,6 +38,7 @@ from .atomicfile import write_atomic
 from .errors import CommandError, LabError, SlurmError
 from .model import NodeState
 from .probes.commands import CommandResult, run
+from .probes.process import pid_alive
 from .slurm import parse
 
 log = logging.getLogger(__name__)
@@ -85,21 +86,6 @@ class LabStatus:
 
 
 # -- small helpers ------------------------------------------------------------
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (our child that nobody reaped) counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _cmdline(pid: int) -> str:
@@ -364,7 +350,7 @@ class Lab:
     def _ours(self, pid: int) -> bool:
         """Is ``pid`` still a process this lab started?  Its command line names
         a path under our base dir (munged --socket, slurm* -f conf)."""
-        return _pid_alive(pid) and str(self.base_dir) in _cmdline(pid)
+        return pid_alive(pid) and str(self.base_dir) in _cmdline(pid)
 
     def _live_pids(self, state: Mapping[str, Any]) -> dict[str, int]:
         """Recorded PIDs that are still ours, plus what the daemons' own pid
@@ -490,7 +476,7 @@ class Lab:
         return "\n".join(chunks)
 
     def _check_alive(self, state: Mapping[str, Any]) -> None:
-        dead = [n for n, pid in state["pids"].items() if not _pid_alive(int(pid))]
+        dead = [n for n, pid in state["pids"].items() if not pid_alive(int(pid))]
         if dead:
             raise LabError(f"lab daemon(s) exited: {', '.join(dead)}\n{self._tail_logs()}")
 
@@ -643,10 +629,10 @@ class Lab:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_pid_alive(p) for p in pids.values()):
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids.values()):
             time.sleep(0.05)
         for name, pid in pids.items():
-            if _pid_alive(pid):
+            if pid_alive(pid):
                 log.warning("lab down: %s (pid %d) ignored SIGTERM, killing", name, pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

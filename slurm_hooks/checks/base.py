@@ -67,6 +67,15 @@ class CheckContext:
             raise KeyError(f"no service {name!r} injected and no default")
         return factory()
 
+    def host(self) -> Any:
+        """The host probe (memory, mounts, disk usage): an injected ``psutil``
+        service (psutil itself or a fake), else the stdlib reader of /proc."""
+        if "psutil" in self.services:
+            return self.services["psutil"]
+        from ..probes.host import HOST
+
+        return HOST
+
     def settings_as(self, cls: type[T], check: str) -> T:
         """``settings`` (less the runner's own keys) as the check's frozen
         dataclass; unknown keys and bad values raise ConfigError naming

@@ -9,7 +9,7 @@ service ``psutil``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..model import Action, Component, Finding, Phase, Status
 from ..profiles import as_profile
@@ -28,12 +28,6 @@ class Settings:
             raise ValueError(f"tolerance_pct must be 0..100, got {self.tolerance_pct}")
 
 
-def _host() -> Any:
-    from ..probes.host import HOST
-
-    return HOST
-
-
 class MemoryCheck:
     name: ClassVar[str] = "memory"
     settings_class: ClassVar[type | None] = Settings
@@ -42,7 +36,7 @@ class MemoryCheck:
     def gather(self, ctx: CheckContext) -> int | None:
         if as_profile(ctx.profile).memory_gb is None:
             return None
-        return int(ctx.service("psutil", _host).virtual_memory().total)
+        return int(ctx.host().virtual_memory().total)
 
     def judge(self, total: int | None, ctx: CheckContext) -> list[Finding]:
         expected_gb = as_profile(ctx.profile).memory_gb

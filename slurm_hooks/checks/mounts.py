@@ -44,12 +44,6 @@ class MountState:
     write_error: str | None = None
 
 
-def _host() -> Any:
-    from ..probes.host import HOST
-
-    return HOST
-
-
 def write_test(path: str, timeout: float, run: Any = None) -> str:
     """Create and remove a file under ``path``; "" on success, "timeout" when
     a step hung, else the error.  With ``run`` (``probes.commands.run`` or a
@@ -85,10 +79,7 @@ class MountsCheck:
         if not mounts:
             return []
         s = ctx.settings_as(Settings, self.name)
-        table = {
-            os.path.normpath(p.mountpoint): p
-            for p in ctx.service("psutil", _host).disk_partitions(all=True)
-        }
+        table = {os.path.normpath(p.mountpoint): p for p in ctx.host().disk_partitions(all=True)}
         run = ctx.services.get("run_command")
         out = []
         for path in mounts:

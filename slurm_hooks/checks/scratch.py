@@ -16,12 +16,6 @@ from .base import CheckContext, ok
 GIB = 1024**3
 
 
-def _host() -> Any:
-    from ..probes.host import HOST
-
-    return HOST
-
-
 class ScratchCheck:
     name: ClassVar[str] = "scratch"
     settings_class: ClassVar[type | None] = None
@@ -34,7 +28,7 @@ class ScratchCheck:
         if not profile.scratch_path or profile.scratch_min_free_gb is None:
             return None
         try:
-            usage = ctx.service("psutil", _host).disk_usage(profile.scratch_path)
+            usage = ctx.host().disk_usage(profile.scratch_path)
         except FileNotFoundError:
             return {"missing": True}
         return {"free": int(usage.free), "total": int(usage.total)}
