@@ -88,8 +88,9 @@ def _main(phase: str, t0: float) -> int:
         # The watcher, the health check and the epilog share one kernel-log
         # cursor: scan-then-act under one lock, so no XID is handled (or
         # counted towards a repeat rule) twice.
-        with StateStore(cfg.general.state_dir).lock(DETECT_LOCK, timeout=DETECT_LOCK_WAIT_S):
-            return _run_and_act(phase, cfg, node, t0)
+        store = StateStore(cfg.general.state_dir)
+        with store.lock(DETECT_LOCK, timeout=DETECT_LOCK_WAIT_S):
+            return _run_and_act(phase, cfg, store, node, t0)
     except SlurmHooksError as exc:
         log.error("hook %s could not run: %s", phase, exc)
         return 0 if phase == "epilog" else 2
@@ -104,19 +105,15 @@ def apply_log_level(cfg: Config) -> None:
         logging.getLogger().setLevel(cfg.general.log_level.upper())
 
 
-def _run_and_act(phase: str, cfg: Config, node: str, t0: float) -> int:
+def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: float) -> int:
     from .errors import SlurmHooksError
+    from .model import Status
     from .runner import run_phase
 
     result = run_phase(phase, cfg=cfg, node=node)
     unhealthy = any(f.is_problem for f in result.findings)
     remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
-    from .model import Status
-    from .state import StateStore
-
-    if all(f.status is Status.OK for f in result.findings) and not _work_left(
-        StateStore(cfg.general.state_dir), node
-    ):
+    if all(f.status is Status.OK for f in result.findings) and not _work_left(store, node):
         # The common case on every node every interval: nothing to decide and
         # nothing to roll forward, so the engine (policy, Slurm backend,
         # notifiers) is not even imported.
