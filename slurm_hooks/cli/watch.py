@@ -8,17 +8,11 @@ import sys
 import click
 
 from ..errors import SlurmHooksError
+from ._common import config_option
 
 
 @click.command("watch")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Config file (default: $SLURM_HOOKS_CONFIG, else /etc/slurm-hooks/config.toml).",
-)
+@config_option
 @click.option(
     "--node",
     default=None,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..errors import ConflictError, KubernetesError
 from .client import KubeClient, lease_path
+from .plan import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +23,6 @@ log = logging.getLogger(__name__)
 def _micro(when: datetime) -> str:
     """metav1.MicroTime."""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 class LeaderElector:
@@ -98,7 +90,7 @@ class LeaderElector:
             return True
         spec = dict(lease.get("spec") or {})
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
         duration = int(spec.get("leaseDurationSeconds") or self.duration)
         expired = renewed is None or renewed + timedelta(seconds=duration) < now
         if holder and holder != self.identity and not expired:
