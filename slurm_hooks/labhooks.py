@@ -221,8 +221,8 @@ class LabHooks:
     def lose_gpu(self, node: str, index: int) -> None:
         """GPU ``index`` falls off the bus as NVML sees it: every call on it
         fails with GPU_IS_LOST, also through a handle a running watcher
-        fetched earlier (the scenario's ``lost = "queries"``)."""
-        self.set_gpu(node, index, lost="queries")
+        fetched earlier."""
+        self.set_gpu(node, index, lost=True)
 
     def heal_gpus(self, node: str) -> None:
         """Every GPU of the node healthy again (NVML and the fake engines)."""
