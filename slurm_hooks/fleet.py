@@ -9,7 +9,7 @@ tested table-driven without Slurm.  Reasons are read only through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -369,7 +369,3 @@ def render(summary: FleetSummary, width: int = 80) -> list[Line]:
     if not summary.groups and not summary.lent:
         out.append(Line("all nodes in service", "ok"))
     return out
-
-
-def sort_names(names: Sequence[str]) -> list[str]:
-    return sorted(names, key=_sort_name)

@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -333,11 +333,6 @@ class LabHooks:
             cwd="/",
         )
 
-    def run_hook(self, node: str, phase: str = "healthcheck", *, timeout: float = 60.0) -> Any:
-        """Run the installed shim the way slurmd runs HealthCheckProgram
-        (node's UTS namespace, only SLURMD_NODENAME in the environment)."""
-        return self.lab.run_on_node(node, [str(self.shims[phase])], timeout=timeout)
-
     # -- cleaning up -------------------------------------------------------------
 
     def reset_state(self) -> None:
@@ -625,16 +620,6 @@ class WebhookRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def installed(lab: Lab, **kw: Any) -> Iterator[LabHooks]:
-    """``install`` ... ``close`` as a with-block."""
-    hooks = install(lab, **kw)
-    try:
-        yield hooks
-    finally:
-        hooks.close()
 
 
 def wait_drained(lab: Lab, node: str, *, timeout: float = 10.0, interval: float = 0.02) -> str:

@@ -192,10 +192,6 @@ class Profile(_MappingView):
             except ConfigError as exc:
                 raise ValueError(f"nodes: {exc}") from exc
 
-    @property
-    def expects_gpus(self) -> bool:
-        return self.gpu_count != 0
-
     def matches(self, node: str) -> bool:
         if not self.nodes:
             return False

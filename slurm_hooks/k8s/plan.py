@@ -136,9 +136,6 @@ class Plan:
     #: Slurm nodes we hold or act on, mapped and unmapped.
     acted: int = 0
 
-    def for_node(self, node: str) -> list[Step]:
-        return [s for s in self.steps if s.node == node]
-
 
 @dataclass(frozen=True)
 class Trigger:

@@ -139,15 +139,6 @@ class _Group:
     def count(self) -> int:
         return sum(a.count for a in self.aggs)
 
-    @property
-    def last_time(self) -> float:
-        best = float("-inf")
-        for a in self.aggs:
-            t = a.last_wall if a.last_wall is not None else a.last_monotonic
-            if t is not None and t > best:
-                best = t
-        return best
-
 
 @dataclass
 class _Verdict:
