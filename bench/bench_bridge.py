@@ -22,11 +22,11 @@ import resource
 import time
 import tracemalloc
 
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.k8s.bridge import Bridge
+from slurm_hooks.bridge.service import Bridge
+from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.model import NodeState
+from slurm_hooks.core.reason import DrainReason, format_reason
 from slurm_hooks.k8s.client import KubeClient
-from slurm_hooks.k8s.settings import BridgeConfig
-from slurm_hooks.model import NodeState
 
 
 def node_name(i: int) -> str:
@@ -34,7 +34,7 @@ def node_name(i: int) -> str:
 
 
 def serve(n: int, port_q: mp.Queue, stop: mp.Event) -> None:  # type: ignore[type-arg]
-    from slurm_hooks.k8s.standin import StandinServer
+    from slurm_hooks_lab.k8s_standin import StandinServer
 
     server = StandinServer()
     for i in range(n):

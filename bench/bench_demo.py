@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_hooks.demo import DURATIONS, DemoOptions, run_demo, summary_table
+from slurm_hooks_lab.demo import DURATIONS, DemoOptions, run_demo, summary_table
 
 
 def main() -> int:

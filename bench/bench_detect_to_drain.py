@@ -6,7 +6,7 @@ reason; the time from the write to that answer is the figure.  Between
 trials the node is resumed and its slurm-hooks state wiped, so every trial
 starts from the same healthy node.
 
-* watcher: ``python -m slurm_hooks.watch`` running for the node (goal < 0.5 s);
+* watcher: ``python -m slurm_hooks.agent.watch`` running for the node (goal < 0.5 s);
 * healthcheck: no watcher; slurmd runs our shim as HealthCheckProgram every
   ``--interval`` seconds (the median is about half the interval plus the
   hook's own run time).
@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-from slurm_hooks.lab import Lab, missing_prerequisites
-from slurm_hooks.labhooks import LabHooks, install, wait_drained
+from slurm_hooks_lab.hooks import LabHooks, install, wait_drained
+from slurm_hooks_lab.lab import Lab, missing_prerequisites
 
 NODE = "n2"
 

@@ -3,7 +3,7 @@
 Runs, in one session and interleaved (so machine noise hits all alike):
 
 * ``python -c pass`` and ``python -S -c pass``: the interpreter's floor;
-* ``python -m slurm_hooks.runner healthcheck`` on a CPU node (profile with
+* ``python -m slurm_hooks.detect.runner healthcheck`` on a CPU node (profile with
   no GPUs, one mount, scratch, memory; NVML never loaded);
 * the same on an 8-GPU node through the fake NVML (``h100_healthy.toml``),
   with the InfiniBand check reading a recorded sysfs tree;
@@ -85,11 +85,11 @@ def main() -> None:
             "python -c pass": ([py, "-c", "pass"], base),
             "python -S -c pass": ([py, "-S", "-c", "pass"], base),
             "healthcheck, no GPU": (
-                [py, "-m", "slurm_hooks.runner", "healthcheck"],
+                [py, "-m", "slurm_hooks.detect.runner", "healthcheck"],
                 {**base, "SLURM_HOOKS_CONFIG": str(config(tmp, False)), "SLURMD_NODENAME": "cpu01"},
             ),
             "healthcheck, 8 fake GPUs": (
-                [py, "-m", "slurm_hooks.runner", "healthcheck"],
+                [py, "-m", "slurm_hooks.detect.runner", "healthcheck"],
                 {**base, "SLURM_HOOKS_CONFIG": str(config(tmp, True)), "SLURMD_NODENAME": "gpu001"},
             ),
         }

@@ -19,8 +19,9 @@ import sys
 import tempfile
 import time
 
-from slurm_hooks.errors import LabError
-from slurm_hooks.lab import Lab, missing_prerequisites
+from slurm_hooks_lab.lab import Lab, missing_prerequisites
+
+from slurm_hooks.core.errors import LabError
 
 
 def median_ms(fn, reps: int) -> float:  # type: ignore[no-untyped-def]

@@ -27,9 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slurm_hooks import labhooks  # noqa: E402
-from slurm_hooks.lab import Lab  # noqa: E402
-from slurm_hooks.prolog import CACHE_FILE  # noqa: E402
+from slurm_hooks_lab import hooks as labhooks  # noqa: E402
+from slurm_hooks_lab.lab import Lab  # noqa: E402
+
+from slurm_hooks.agent.prolog import CACHE_FILE  # noqa: E402
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:

@@ -26,13 +26,14 @@ import threading
 import time
 from pathlib import Path
 
-from slurm_hooks.k8s import lending as L
-from slurm_hooks.k8s.bridge import Bridge
+from slurm_hooks_lab.k8s_standin import RESOURCES, StandinServer
+from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user
+
+from slurm_hooks.bridge import lending as L
+from slurm_hooks.bridge.service import Bridge
+from slurm_hooks.bridge.settings import BridgeConfig, LendingConfig
+from slurm_hooks.detect.probes.commands import run
 from slurm_hooks.k8s.client import KubeClient
-from slurm_hooks.k8s.settings import BridgeConfig, LendingConfig
-from slurm_hooks.k8s.standin import RESOURCES, StandinServer
-from slurm_hooks.lab import TEST_USER, Lab, ensure_user
-from slurm_hooks.probes.commands import run
 
 PODS = next(r for r in RESOURCES if r.plural == "pods")
 

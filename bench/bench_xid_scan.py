@@ -75,8 +75,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     args = ap.parse_args()
-    from slurm_hooks.xid.scan import scan_path
-    from slurm_hooks.xid.source import FileSource, scan_new
+    from slurm_hooks.detect.xid.scan import scan_path
+    from slurm_hooks.detect.xid.source import FileSource, scan_new
 
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "kern.log")
@@ -129,7 +129,7 @@ def main() -> None:
         bare = [sys.executable, "-c", "pass"]
         code = (
             "import sys\n"
-            "from slurm_hooks.xid.source import FileSource, scan_new\n"
+            "from slurm_hooks.detect.xid.source import FileSource, scan_new\n"
             f"r = scan_new(FileSource({log!r}), {state!r})\n"
             "assert not r.aggregates\n"
             "print(','.join(sorted(m for m in ('click', 'requests', 'pynvml', 'psutil') if m in sys.modules)))\n"

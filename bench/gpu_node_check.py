@@ -78,7 +78,7 @@ def stage_detect(args: argparse.Namespace) -> dict[str, Any]:
 def _profile_for(name: str | None) -> dict[str, Any]:
     if not name:
         return {}
-    from slurm_hooks.profiles import load_builtin
+    from slurm_hooks.detect.profiles import load_builtin
 
     for key, prof in (
         ("H200", "h200-sxm-141gb"),
@@ -92,9 +92,9 @@ def _profile_for(name: str | None) -> dict[str, Any]:
 
 
 def stage_burnin(args: argparse.Namespace) -> dict[str, Any]:
-    from slurm_hooks.burnin.judge import judge_burnin, thresholds_from
-    from slurm_hooks.burnin.telemetry import default_nvml
-    from slurm_hooks.burnin.torch_engine import TorchBurninConfig, run_torch_burnin
+    from slurm_hooks.detect.engines.burnin.judge import judge_burnin, thresholds_from
+    from slurm_hooks.detect.engines.burnin.telemetry import default_nvml
+    from slurm_hooks.detect.engines.burnin.torch_engine import TorchBurninConfig, run_torch_burnin
 
     cfg = TorchBurninConfig(duration_s=args.burn_s, size=args.size)
     t0 = time.monotonic()
@@ -146,7 +146,7 @@ def stage_copy(args: argparse.Namespace) -> dict[str, Any]:
 def stage_nccl(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from slurm_hooks.nccl.judge import judge_nccl, thresholds_from
+    from slurm_hooks.detect.engines.nccl.judge import judge_nccl, thresholds_from
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     name = torch.cuda.get_device_name(0) if n else None
@@ -155,7 +155,7 @@ def stage_nccl(args: argparse.Namespace) -> dict[str, Any]:
         return {"skipped": f"{n} GPU: an all-reduce over one rank moves no data (busbw is 0)"}
     binary = find_all_reduce_perf()
     if binary:
-        from slurm_hooks.nccl.engines import all_reduce_argv, run_all_reduce_perf
+        from slurm_hooks.detect.engines.nccl.engines import all_reduce_argv, run_all_reduce_perf
 
         argv = all_reduce_argv(
             binary,
@@ -168,7 +168,11 @@ def stage_nccl(args: argparse.Namespace) -> dict[str, Any]:
         )
         run = run_all_reduce_perf(argv, timeout=args.nccl_timeout - 2)
     else:
-        from slurm_hooks.nccl.engines import TorchNcclConfig, parse_size, run_torch_all_reduce
+        from slurm_hooks.detect.engines.nccl.engines import (
+            TorchNcclConfig,
+            parse_size,
+            run_torch_all_reduce,
+        )
 
         cfg = TorchNcclConfig(
             max_bytes=parse_size(args.nccl_max), iters=10, warmup=3, timeout_s=args.nccl_timeout - 5

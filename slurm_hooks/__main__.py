@@ -14,7 +14,7 @@ def run() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "hook":
         import gc
 
-        from .hooks import main as hook_main
+        from slurm_hooks.agent.hook import main as hook_main
 
         # A short-lived hook allocates little garbage worth collecting: cyclic
         # GC passes during start-up cost more than they free.
@@ -22,7 +22,7 @@ def run() -> int:
         rc = hook_main(sys.argv[2:])
         gc.freeze()
         return rc
-    from .cli import main
+    from slurm_hooks.cli import main
 
     main(prog_name="slurm-hooks")
     return 0

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
 
-from slurm_hooks.errors import LabError
-from slurm_hooks.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
-from slurm_hooks.probes.commands import run
+from slurm_hooks.core.errors import LabError
+from slurm_hooks.detect.probes.commands import run
 
 REQUIRE_LAB = os.environ.get("SLURM_HOOKS_REQUIRE_LAB") == "1"
 LAB_NODES = 4

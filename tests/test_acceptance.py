@@ -9,15 +9,15 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from slurm_hooks.acceptance import (
+from slurm_hooks.agent.acceptance import (
     AcceptanceConfig,
     judge_acceptance,
     reservation_argv,
     run_acceptance,
     srun_argv,
 )
-from slurm_hooks.config import parse
-from slurm_hooks.model import Component, Finding, Status
+from slurm_hooks.core.config import parse
+from slurm_hooks.core.model import Component, Finding, Status
 
 
 def f(check, status, code="OK"):
@@ -45,7 +45,7 @@ def test_judge(findings, allow_warn, passed, why):
 
 class FakeEngine:
     def __init__(self, auto_resume=True, open_incident=False):
-        from slurm_hooks.policy import PolicyConfig
+        from slurm_hooks.decide import PolicyConfig
 
         self.policy = PolicyConfig(auto_resume=auto_resume)
         self.recorded = []
@@ -53,7 +53,7 @@ class FakeEngine:
         self.open_incident = open_incident
 
     def record_acceptance(self, node, passed, *, detail=""):
-        from slurm_hooks.policy.decision import Decision, DecisionKind
+        from slurm_hooks.decide.decision import Decision, DecisionKind
 
         self.recorded.append((node, passed, detail))
         if passed and self.open_incident:
@@ -61,7 +61,7 @@ class FakeEngine:
         return None
 
     def try_resume(self, node):
-        from slurm_hooks.policy.decision import Decision, DecisionKind
+        from slurm_hooks.decide.decision import Decision, DecisionKind
 
         self.resumes.append(node)
         return Decision(DecisionKind.RESUME, node, "NCCL_INTERNODE_SLOW", "acceptance passed")
@@ -120,11 +120,11 @@ def test_bad_gpu_fails_and_does_not_resume(node_cfg):
 def test_real_engine_records_state_and_audit(node_cfg, monkeypatch):
     """The real Engine with a Slurm that shows the node in service: the pass
     is in the state store and the audit log; nothing to resume."""
-    from slurm_hooks.actions import Engine
-    from slurm_hooks.audit import AuditLog
-    from slurm_hooks.model import NodeState
-    from slurm_hooks.policy import PolicyConfig
-    from slurm_hooks.state import StateStore
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.core.model import NodeState
+    from slurm_hooks.decide import PolicyConfig
+    from slurm_hooks.store.audit import AuditLog
+    from slurm_hooks.store.state import StateStore
 
     class Slurm:
         def get_node(self, name):
@@ -176,11 +176,13 @@ def test_cli_help_has_examples():
 @pytest.fixture
 def registered(monkeypatch):
     """The SECTIONS lines the integrator adds (see the report)."""
-    from slurm_hooks import config
+    from slurm_hooks.core import config
 
-    monkeypatch.setitem(config.SECTIONS, "prolog", "slurm_hooks.prolog:PrologConfig")
-    monkeypatch.setitem(config.SECTIONS, "acceptance", "slurm_hooks.acceptance:AcceptanceConfig")
-    monkeypatch.setitem(config.SECTIONS, "preflight", "slurm_hooks.preflight:PreflightConfig")
+    monkeypatch.setitem(config.SECTIONS, "prolog", "slurm_hooks.agent.prolog:PrologConfig")
+    monkeypatch.setitem(
+        config.SECTIONS, "acceptance", "slurm_hooks.agent.acceptance:AcceptanceConfig"
+    )
+    monkeypatch.setitem(config.SECTIONS, "preflight", "slurm_hooks.agent.preflight:PreflightConfig")
 
 
 def test_cli_preflight_fake(tmp_path, monkeypatch, registered):

@@ -11,15 +11,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurm_hooks.actions import Engine
-from slurm_hooks.audit import AuditLog
-from slurm_hooks.drain_reason import DrainReason, format_reason, parse_reason
-from slurm_hooks.errors import SlurmError, StateError
-from slurm_hooks.model import Action, Component, Finding, JobInfo, NodeState, Status
-from slurm_hooks.notify import Alert, Notifier
-from slurm_hooks.policy import DecisionKind, PolicyConfig
+from slurm_hooks.act.engine import Engine
+from slurm_hooks.act.notify import Alert, Notifier
+from slurm_hooks.core.errors import SlurmError, StateError
+from slurm_hooks.core.model import Action, Component, Finding, JobInfo, NodeState, Status
+from slurm_hooks.core.reason import DrainReason, format_reason, parse_reason
+from slurm_hooks.decide import DecisionKind, PolicyConfig
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
-from slurm_hooks.state import StateStore
+from slurm_hooks.store.audit import AuditLog
+from slurm_hooks.store.state import StateStore
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from conftest import submit
 
-from slurm_hooks.actions import Engine, spawn_worker
-from slurm_hooks.audit import AuditLog
-from slurm_hooks.drain_reason import parse_reason
-from slurm_hooks.model import Action, Component, Finding, Status
-from slurm_hooks.notify import Notifier
-from slurm_hooks.notify.jobcomment import JobCommentSink
-from slurm_hooks.policy import DecisionKind, PolicyConfig
-from slurm_hooks.state import StateStore
+from slurm_hooks.act.engine import Engine, spawn_worker
+from slurm_hooks.act.notify import Notifier
+from slurm_hooks.act.notify.jobcomment import JobCommentSink
+from slurm_hooks.core.model import Action, Component, Finding, Status
+from slurm_hooks.core.reason import parse_reason
+from slurm_hooks.decide import DecisionKind, PolicyConfig
+from slurm_hooks.store.audit import AuditLog
+from slurm_hooks.store.state import StateStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

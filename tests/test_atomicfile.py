@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from slurm_hooks.atomicfile import write_atomic
+from slurm_hooks.store.atomicfile import write_atomic
 
 
 def test_writes_creates_directories_and_sets_the_mode(tmp_path):

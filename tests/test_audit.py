@@ -6,7 +6,7 @@ import json
 import multiprocessing
 from datetime import UTC, datetime
 
-from slurm_hooks.audit import AuditLog
+from slurm_hooks.store.audit import AuditLog
 
 
 def test_record_fields(tmp_path):

@@ -12,14 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from k8s_helpers import controller, pod, slurmd_pod
 from prometheus_client import generate_latest
+from slurm_hooks_lab.k8s_standin import StandinServer
 
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.k8s import plan as P
-from slurm_hooks.k8s.bridge import Bridge
+from slurm_hooks.bridge import plan as P
+from slurm_hooks.bridge.service import Bridge
+from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.core.reason import DrainReason, format_reason
 from slurm_hooks.k8s.client import KubeClient
-from slurm_hooks.k8s.settings import BridgeConfig
-from slurm_hooks.k8s.standin import StandinServer
-from slurm_hooks.model import JobInfo, NodeState
 
 CFG = BridgeConfig(replacement="crd", max_cordoned_fraction=0.5, leader_election=False, interval=1)
 K = P.Keys(CFG.annotation_prefix)
@@ -199,7 +199,7 @@ def test_conflict_is_resolved_by_reading_again(api):
 
 
 def api_res(plural):
-    from slurm_hooks.k8s.standin import RESOURCES
+    from slurm_hooks_lab.k8s_standin import RESOURCES
 
     return next(r for r in RESOURCES if r.plural == plural)
 
@@ -375,7 +375,7 @@ def test_spare_is_resumed_once(api):
 
 
 def test_slurm_unreachable_fails_the_pass_not_the_loop(api):
-    from slurm_hooks.errors import SlurmUnavailable
+    from slurm_hooks.core.errors import SlurmUnavailable
 
     class Down(MemorySlurm):
         def list_nodes(self, names=None):
@@ -457,8 +457,8 @@ def test_leader_that_stalls_past_its_lease_stops_acting(api):
 def test_invalid_kubernetes_key_names_are_refused_on_load(table, key):
     """A key Kubernetes refuses would make every patch fail with 422 on every
     pass: refuse it when the config is read, naming the key."""
-    from slurm_hooks import config as config_mod
-    from slurm_hooks.errors import ConfigError
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=key):
         config_mod.parse(f"[bridge]\n{table}\n")

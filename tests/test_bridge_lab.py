@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 from click.testing import CliRunner
 from k8s_helpers import controller, pod, slurmd_pod
+from slurm_hooks_lab.k8s_standin import StandinServer
 
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.k8s import plan as P
-from slurm_hooks.k8s.bridge import Bridge
+from slurm_hooks.bridge import plan as P
+from slurm_hooks.bridge.service import Bridge
+from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.reason import DrainReason, format_reason
 from slurm_hooks.k8s.client import KubeClient
-from slurm_hooks.k8s.settings import BridgeConfig
-from slurm_hooks.k8s.standin import StandinServer
 
 pytestmark = pytest.mark.slurm
 
@@ -171,10 +171,10 @@ def test_cli_run_once(world, tmp_path, monkeypatch):
     conf = tmp_path / "config.toml"
     conf.write_text('[bridge]\nreplacement = "crd"\nmax_cordoned_fraction = 0.5\n')
     monkeypatch.setenv("SLURM_CONF", str(lab.slurm_conf))
-    from slurm_hooks import config
+    from slurm_hooks.core import config
 
     # as registered in SECTIONS by the integrator (harmless once it is)
-    monkeypatch.setitem(config.SECTIONS, "bridge", "slurm_hooks.k8s.settings:BridgeConfig")
+    monkeypatch.setitem(config.SECTIONS, "bridge", "slurm_hooks.bridge.settings:BridgeConfig")
     runner = CliRunner()
     dry = runner.invoke(
         command,

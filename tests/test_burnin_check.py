@@ -8,14 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.burnin.budget import Skipped, budget_shortfall, command_timeout, time_left
-from slurm_hooks.checks.base import CheckContext
-from slurm_hooks.checks.burnin import BurninCheck, choose_engine, load_settings
-from slurm_hooks.checks.dcgm import DcgmCheck
-from slurm_hooks.checks.nccl import NcclCheck
-from slurm_hooks.errors import ConfigError
-from slurm_hooks.model import Phase
-from slurm_hooks.probes.commands import CommandResult
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.model import Phase
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.burnin import BurninCheck, choose_engine, load_settings
+from slurm_hooks.detect.checks.dcgm import DcgmCheck
+from slurm_hooks.detect.checks.nccl import NcclCheck
+from slurm_hooks.detect.engines.burnin.budget import (
+    Skipped,
+    budget_shortfall,
+    command_timeout,
+    time_left,
+)
+from slurm_hooks.detect.probes.commands import CommandResult
 
 DATA = Path(__file__).parent / "data"
 H100 = {"gpu_count": 8, "burnin_min_tflops": 45.0, "nccl_min_busbw_gbps": 400.0}
@@ -225,8 +230,8 @@ def test_configured_nvml_scenario_picks_the_fake_engines_without_environment(
     """``[checks] nvml_scenario`` alone (what runner.setup hands the checks as
     the NVML session) makes ``auto`` pick the fake engines, which read that
     scenario; ``fake_scenario`` is read relative to the config file."""
-    from slurm_hooks import runner
-    from slurm_hooks.config import parse
+    from slurm_hooks.core.config import parse
+    from slurm_hooks.detect import runner
 
     (tmp_path / "nvml.toml").write_text(NVML_SCENARIO)
     (tmp_path / "engine.toml").write_text("[nccl]\nbusbw_gbps = 250\n")

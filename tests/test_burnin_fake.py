@@ -5,15 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from slurm_hooks.burnin.gpu_burn import parse_gpu_burn
-from slurm_hooks.fake_engines import (
+from slurm_hooks_lab.fake_engines import (
     EngineScenario,
     FakeGpu,
     all_reduce_perf_output,
     gpu_burn_output,
     main,
 )
-from slurm_hooks.nccl.parser import parse_nccl_tests
+
+from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
+from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
 
 
 def sc(*gpus, **kw):
@@ -59,7 +60,7 @@ def test_main_stands_in_for_the_binaries(capsys, monkeypatch):
 
 def test_module_runs_as_a_program():
     p = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks.fake_engines", "gpu_burn", "3"],
+        [sys.executable, "-m", "slurm_hooks_lab.fake_engines", "gpu_burn", "3"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.burnin.gpu_burn import build_argv, parse_gpu_burn, run_gpu_burn
-from slurm_hooks.errors import CommandTimeout
-from slurm_hooks.probes.commands import CommandResult
+from slurm_hooks.core.errors import CommandTimeout
+from slurm_hooks.detect.engines.burnin.gpu_burn import build_argv, parse_gpu_burn, run_gpu_burn
+from slurm_hooks.detect.probes.commands import CommandResult
 
 DATA = Path(__file__).parent / "data" / "gpu_burn"
 

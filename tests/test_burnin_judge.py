@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.burnin.gpu_burn import parse_gpu_burn
-from slurm_hooks.burnin.judge import BurninThresholds, judge_burnin, thresholds_from
-from slurm_hooks.burnin.model import BurninRun, GpuBurnin
-from slurm_hooks.model import Action, Status
+from slurm_hooks.core.model import Action, Status
+from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
+from slurm_hooks.detect.engines.burnin.judge import BurninThresholds, judge_burnin, thresholds_from
+from slurm_hooks.detect.engines.burnin.model import BurninRun, GpuBurnin
 
 DATA = Path(__file__).parent / "data" / "gpu_burn"
 
@@ -193,8 +193,8 @@ def test_judge_defaults_are_the_settings_defaults():
     (fed the raw table, unset keys absent) must use the same ones."""
     import dataclasses
 
-    from slurm_hooks.burnin.judge import thresholds_from
-    from slurm_hooks.checks.burnin import BurninSettings
+    from slurm_hooks.detect.checks.burnin import BurninSettings
+    from slurm_hooks.detect.engines.burnin.judge import thresholds_from
 
     s = BurninSettings()
     t = thresholds_from({}, {})

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from slurm_hooks.burnin import verify
-from slurm_hooks.burnin.judge import judge_burnin
-from slurm_hooks.burnin.torch_engine import TorchBurninConfig, _Worker, build_run
+from slurm_hooks.detect.engines.burnin import verify
+from slurm_hooks.detect.engines.burnin.judge import judge_burnin
+from slurm_hooks.detect.engines.burnin.torch_engine import TorchBurninConfig, _Worker, build_run
 
 
 def test_matmul_tflops():
@@ -113,7 +113,7 @@ def test_build_run_flags_corruption_drift_and_hangs():
 
 
 def test_run_torch_burnin_without_cuda_raises():
-    from slurm_hooks.burnin.torch_engine import run_torch_burnin
+    from slurm_hooks.detect.engines.burnin.torch_engine import run_torch_burnin
 
     class NoCuda:
         class cuda:  # noqa: N801 - mimics torch.cuda
@@ -138,7 +138,7 @@ def test_run_torch_burnin_without_cuda_raises():
 def test_gpu_indices_empty_means_every_gpu(devices, count, want):
     """``devices = []`` is "all GPUs" for gpu_burn, nccl-tests and dcgmi; the
     torch engines read it the same way (it used to mean "no GPU")."""
-    from slurm_hooks.burnin.torch_engine import gpu_indices
+    from slurm_hooks.detect.engines.burnin.torch_engine import gpu_indices
 
     assert gpu_indices(devices, count) == want
 
@@ -165,7 +165,7 @@ class _FakeTorch:
 
 
 def test_torch_burnin_with_empty_devices_burns_every_gpu():
-    from slurm_hooks.burnin.torch_engine import run_torch_burnin
+    from slurm_hooks.detect.engines.burnin.torch_engine import run_torch_burnin
 
     with pytest.raises(_PastTheDeviceCheck):  # not RuntimeError("no GPU to burn")
         run_torch_burnin(TorchBurninConfig(devices=()), torch_module=_FakeTorch())
@@ -174,7 +174,7 @@ def test_torch_burnin_with_empty_devices_burns_every_gpu():
 def test_torch_all_reduce_with_empty_devices_uses_every_gpu(monkeypatch):
     import multiprocessing
 
-    from slurm_hooks.nccl.engines import TorchNcclConfig, run_torch_all_reduce
+    from slurm_hooks.detect.engines.nccl.engines import TorchNcclConfig, run_torch_all_reduce
 
     def get_context(method):
         raise _PastTheDeviceCheck

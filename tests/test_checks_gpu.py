@@ -8,24 +8,24 @@ from typing import Any
 
 import pynvml
 import pytest
+from slurm_hooks_lab.fake_nvml import FakeNvml
 
-from slurm_hooks.checks.base import CheckContext
-from slurm_hooks.checks.driver import DriverCheck, version_matches
-from slurm_hooks.checks.ecc import EccCheck
-from slurm_hooks.checks.fabric import FabricCheck
-from slurm_hooks.checks.gpu_count import GpuCountCheck
-from slurm_hooks.checks.gpu_lost import GpuLostCheck
-from slurm_hooks.checks.gpu_temp import GpuTempCheck
-from slurm_hooks.checks.nvlink import STATE_FILE, NvlinkCheck
-from slurm_hooks.checks.pcie import PcieCheck
-from slurm_hooks.checks.persistence import PersistenceCheck
-from slurm_hooks.checks.retired_pages import RetiredPagesCheck
-from slurm_hooks.checks.row_remap import RowRemapCheck
-from slurm_hooks.checks.throttle import ThrottleCheck
-from slurm_hooks.model import Action, Finding, Phase, Status
-from slurm_hooks.probes.fake_nvml import FakeNvml
-from slurm_hooks.probes.nvml import NvmlSession
-from slurm_hooks.profiles import load_builtin
+from slurm_hooks.core.model import Action, Finding, Phase, Status
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.driver import DriverCheck, version_matches
+from slurm_hooks.detect.checks.ecc import EccCheck
+from slurm_hooks.detect.checks.fabric import FabricCheck
+from slurm_hooks.detect.checks.gpu_count import GpuCountCheck
+from slurm_hooks.detect.checks.gpu_lost import GpuLostCheck
+from slurm_hooks.detect.checks.gpu_temp import GpuTempCheck
+from slurm_hooks.detect.checks.nvlink import STATE_FILE, NvlinkCheck
+from slurm_hooks.detect.checks.pcie import PcieCheck
+from slurm_hooks.detect.checks.persistence import PersistenceCheck
+from slurm_hooks.detect.checks.retired_pages import RetiredPagesCheck
+from slurm_hooks.detect.checks.row_remap import RowRemapCheck
+from slurm_hooks.detect.checks.throttle import ThrottleCheck
+from slurm_hooks.detect.probes.nvml import NvmlSession
+from slurm_hooks.detect.profiles import load_builtin
 
 DATA = Path(__file__).parent / "data" / "nvml"
 H100 = load_builtin("h100-sxm5-80gb")
@@ -350,7 +350,7 @@ def test_bad_check_settings_name_file_and_key() -> None:
         config_path="/etc/slurm-hooks/config.toml",
         services={"nvml": NvmlSession(nvml=FakeNvml(str(DATA / "h100_healthy.toml")))},
     )
-    from slurm_hooks.errors import ConfigError
+    from slurm_hooks.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"/etc/slurm-hooks/config.toml:checks.gpu_temp.warn_cc"):
         run(GpuTempCheck(), ctx)

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from slurm_hooks.checks.base import CheckContext
-from slurm_hooks.checks.ib import IbCheck
-from slurm_hooks.checks.memory import MemoryCheck
-from slurm_hooks.checks.mounts import MountsCheck
-from slurm_hooks.checks.scratch import ScratchCheck
-from slurm_hooks.errors import CommandError, CommandTimeout
-from slurm_hooks.model import Action, Finding, Phase, Status
-from slurm_hooks.probes.commands import run as real_run
-from slurm_hooks.probes.sysfs import parse_numbered, parse_rate, read_ib_ports
-from slurm_hooks.profiles import load_builtin
+from slurm_hooks.core.errors import CommandError, CommandTimeout
+from slurm_hooks.core.model import Action, Finding, Phase, Status
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.ib import IbCheck
+from slurm_hooks.detect.checks.memory import MemoryCheck
+from slurm_hooks.detect.checks.mounts import MountsCheck
+from slurm_hooks.detect.checks.scratch import ScratchCheck
+from slurm_hooks.detect.probes.commands import run as real_run
+from slurm_hooks.detect.probes.sysfs import parse_numbered, parse_rate, read_ib_ports
+from slurm_hooks.detect.profiles import load_builtin
 
 SYSFS = Path(__file__).parent / "data" / "sysfs"
 H100 = load_builtin("h100-sxm5-80gb")
@@ -118,7 +118,7 @@ def test_ib_named_devices() -> None:
     prof = H100.__class__(
         **{**dict(H100), "ib": {"devices": ["mlx5_0", "mlx5_7/1"], "rate_gbps": 400}}
     )
-    from slurm_hooks.profiles import as_profile
+    from slurm_hooks.detect.profiles import as_profile
 
     p = as_profile(dict(prof))
     findings = run(IbCheck(), ctx(p, sysfs_root=str(SYSFS / "dgx_h100_degraded")))
@@ -200,7 +200,7 @@ def test_mounts_real_mount_table() -> None:
 
 def test_write_test_real_timeout_kills_child(tmp_path: Path) -> None:
     """A child that never returns is killed at the timeout, not waited for."""
-    from slurm_hooks.checks.mounts import write_test
+    from slurm_hooks.detect.checks.mounts import write_test
 
     def slow(argv: list[str], *, timeout: float) -> Any:
         return real_run(["sleep", "5"], timeout=timeout)

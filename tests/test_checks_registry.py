@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from slurm_hooks.checks import registry
-from slurm_hooks.checks.registry import CHECKS, CheckSpec, for_phase, load, load_class
-from slurm_hooks.errors import CheckNotInstalled
-from slurm_hooks.model import Phase
+from slurm_hooks.core.errors import CheckNotInstalled
+from slurm_hooks.core.model import Phase
+from slurm_hooks.detect.checks import registry
+from slurm_hooks.detect.checks.registry import CHECKS, CheckSpec, for_phase, load, load_class
 
 
 @pytest.mark.parametrize("name", list(CHECKS))
@@ -26,21 +26,25 @@ def test_registry_phases_match_the_class(name: str) -> None:
 
 
 def test_others_checks_are_registered() -> None:
-    assert CHECKS["xid"].target == "slurm_hooks.checks.xid:XidCheck"
-    assert CHECKS["burnin"].target == "slurm_hooks.checks.burnin:BurninCheck"
-    assert CHECKS["nccl"].target == "slurm_hooks.checks.nccl:NcclCheck"
+    assert CHECKS["xid"].target == "slurm_hooks.detect.checks.xid:XidCheck"
+    assert CHECKS["burnin"].target == "slurm_hooks.detect.checks.burnin:BurninCheck"
+    assert CHECKS["nccl"].target == "slurm_hooks.detect.checks.nccl:NcclCheck"
 
 
 def test_missing_module_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    ghost = CheckSpec("ghost", "slurm_hooks.checks.ghost:GhostCheck", frozenset({Phase.PROLOG}), "")
+    ghost = CheckSpec(
+        "ghost", "slurm_hooks.detect.checks.ghost:GhostCheck", frozenset({Phase.PROLOG}), ""
+    )
     monkeypatch.setitem(registry.CHECKS, "ghost", ghost)
     with pytest.raises(CheckNotInstalled, match="not installed"):
         load("ghost")
-    wrong = CheckSpec("wrong", "slurm_hooks.checks.ecc:NoSuchCheck", frozenset({Phase.PROLOG}), "")
+    wrong = CheckSpec(
+        "wrong", "slurm_hooks.detect.checks.ecc:NoSuchCheck", frozenset({Phase.PROLOG}), ""
+    )
     monkeypatch.setitem(registry.CHECKS, "wrong", wrong)
     with pytest.raises(CheckNotInstalled, match="has no NoSuchCheck"):
         load("wrong")
-    assert importlib.util.find_spec("slurm_hooks.checks.ghost") is None
+    assert importlib.util.find_spec("slurm_hooks.detect.checks.ghost") is None
 
 
 def test_for_phase_orders_and_filters() -> None:
@@ -51,10 +55,10 @@ def test_for_phase_orders_and_filters() -> None:
 
 def test_registry_imports_no_check_module() -> None:
     code = (
-        "import sys; import slurm_hooks.checks.registry as r; r.for_phase('healthcheck');"
-        "print(sorted(m for m in sys.modules if m.startswith('slurm_hooks.checks.')))"
+        "import sys; import slurm_hooks.detect.checks.registry as r; r.for_phase('healthcheck');"
+        "print(sorted(m for m in sys.modules if m.startswith('slurm_hooks.detect.checks.')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert out.stdout.strip() == "['slurm_hooks.checks.registry']"
+    assert out.stdout.strip() == "['slurm_hooks.detect.checks.registry']"

@@ -6,8 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
-from slurm_hooks.cli.lab import command
+from slurm_hooks_lab.cli_lab import command
 
 
 @pytest.mark.parametrize("sub", [[], ["up"], ["down"], ["status"], ["env"]])

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hooks import cli
-from slurm_hooks.audit import AuditLog
 from slurm_hooks.cli import completion, config_cmd, history, install, status
+from slurm_hooks.store.audit import AuditLog
 
 MINE = {
     "status": ("status", "Nodes out of service, grouped by owner and fault."),
@@ -118,7 +118,7 @@ def test_config_show_is_toml_with_the_files_values(tmp_path):
 
 
 def test_config_defaults_is_valid_and_sets_nothing(tmp_path):
-    from slurm_hooks import config
+    from slurm_hooks.core import config
 
     r = CliRunner().invoke(config_cmd.command, ["defaults"])
     f = tmp_path / "d.toml"

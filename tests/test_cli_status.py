@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_hooks.cli import status as status_mod
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.errors import SlurmUnavailable
-from slurm_hooks.model import NodeState
+from slurm_hooks.core.errors import SlurmUnavailable
+from slurm_hooks.core.model import NodeState
+from slurm_hooks.core.reason import DrainReason, format_reason
 
 NOW = datetime.now(UTC)
 
@@ -72,8 +72,8 @@ def test_breaker_open_when_our_drains_reach_the_limit(use_client, tmp_path):
     cfg.write_text(f'[general]\nstate_dir = "{tmp_path}"\n')
     r = CliRunner().invoke(status_mod.command, ["--json", "-c", str(cfg)])
     assert json.loads(r.output)["breaker"] == "open"
-    from slurm_hooks.policy.breaker import Trip
-    from slurm_hooks.state import BreakerLatch
+    from slurm_hooks.decide.breaker import Trip
+    from slurm_hooks.store.state import BreakerLatch
 
     BreakerLatch(tmp_path / "breaker.json").trip(Trip("gpu", NOW, "g1", 1, 1))
     r = CliRunner().invoke(status_mod.command, ["--json", "-c", str(cfg)])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks import config
-from slurm_hooks.errors import ConfigError
+from slurm_hooks.core import config
+from slurm_hooks.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("level", ["DEBUG", "info", "Warning", "ERROR", "CRITICAL"])

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hooks import config, install
 from slurm_hooks.cli import config_cmd
+from slurm_hooks.cli import installer as install
+from slurm_hooks.core import config
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "configuration.md"
@@ -46,11 +47,11 @@ def _doc_tables(text: str) -> dict[str, set[str]]:
 def _expected_tables() -> dict[str, set[str]]:
     """Every TOML table and key the registered sections accept, walked from
     the dataclasses here, independently of the generator."""
-    from slurm_hooks.checks.base import COMMON_SETTINGS
-    from slurm_hooks.checks.registry import CHECKS, load_class
-    from slurm_hooks.checks.settings import ChecksConfig, settings_class
-    from slurm_hooks.profiles import IbExpect, Profile, Profiles
-    from slurm_hooks.xid.settings import XidSettings
+    from slurm_hooks.detect.checks.base import COMMON_SETTINGS
+    from slurm_hooks.detect.checks.registry import CHECKS, load_class
+    from slurm_hooks.detect.checks.settings import ChecksConfig, settings_class
+    from slurm_hooks.detect.profiles import IbExpect, Profile, Profiles
+    from slurm_hooks.detect.xid.settings import XidSettings
 
     #: Checks that validate their table at run time (no settings_class).
     runtime_validated = {"xid": XidSettings}

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.dcgm import (
+from slurm_hooks.core.errors import CommandTimeout
+from slurm_hooks.detect.engines.dcgm import (
     DcgmParseError,
     DcgmReport,
     diag_argv,
@@ -14,8 +15,7 @@ from slurm_hooks.dcgm import (
     parse_dcgmi_diag,
     run_or_timeout,
 )
-from slurm_hooks.errors import CommandTimeout
-from slurm_hooks.probes.commands import CommandResult
+from slurm_hooks.detect.probes.commands import CommandResult
 
 DATA = Path(__file__).parent / "data" / "dcgmi"
 

@@ -11,9 +11,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from slurm_hooks import demo
-from slurm_hooks.demo import (
+from slurm_hooks_lab import demo
+from slurm_hooks_lab.demo import (
     STEPS,
     DemoOptions,
     StepRecord,
@@ -206,8 +205,7 @@ def test_demo_end_to_end_short_grace(tmp_path):
     same report through ``slurm-hooks demo --json`` is not repeated here
     (one e2e run is the budget)."""
     from conftest import lab_unavailable
-
-    from slurm_hooks.lab import missing_prerequisites
+    from slurm_hooks_lab.lab import missing_prerequisites
 
     problems = missing_prerequisites()
     if problems:
@@ -237,15 +235,14 @@ def test_demo_end_to_end_short_grace(tmp_path):
     assert Path(doc["files"]["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "sinfo -R: slurm-hooks/1 XID79" in text
     # everything the demo started is gone: the lab is down
-    from slurm_hooks.lab import Lab
+    from slurm_hooks_lab.lab import Lab
 
     assert not Lab(base / "lab").is_running()
 
 
 def test_cli_help_lists_options():
     from click.testing import CliRunner
-
-    from slurm_hooks.cli.demo import command
+    from slurm_hooks_lab.cli_demo import command
 
     res = CliRunner().invoke(command, ["--help"])
     assert res.exit_code == 0
@@ -254,7 +251,7 @@ def test_cli_help_lists_options():
 
 
 def test_module_entry_usage_error():
-    res = subprocess.run([sys.executable, "-m", "slurm_hooks.demo"], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "slurm_hooks_lab.demo"], capture_output=True, text=True,
                          timeout=60, check=False)  # fmt: skip
     assert res.returncode == 2 and "usage" in res.stderr
 

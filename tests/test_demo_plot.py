@@ -1,4 +1,4 @@
-"""The incident timeline picture (slurm_hooks.demo_plot)."""
+"""The incident timeline picture (slurm_hooks_lab.demo_plot)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from slurm_hooks_lab import demo_plot
+from slurm_hooks_lab.demo_plot import Event, LossPoint, Span, StepMark, Timeline
 
-from slurm_hooks import demo_plot
-from slurm_hooks.demo_plot import Event, LossPoint, Span, StepMark, Timeline
-from slurm_hooks.errors import TimelineError
+from slurm_hooks.core.errors import TimelineError
 
-TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train" / "train.py"
+TRAIN = Path(__file__).resolve().parents[1] / "lab" / "slurm_hooks_lab" / "train" / "train.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -220,7 +220,7 @@ def test_command_line_draws_timeline_plus_metrics(tmp_path):
         [
             sys.executable,
             "-m",
-            "slurm_hooks.demo_plot",
+            "slurm_hooks_lab.demo_plot",
             str(tmp_path / "tl.json"),
             str(tmp_path / "out.png"),
             "--metrics",
@@ -239,7 +239,7 @@ def test_command_line_draws_timeline_plus_metrics(tmp_path):
         [
             sys.executable,
             "-m",
-            "slurm_hooks.demo_plot",
+            "slurm_hooks_lab.demo_plot",
             str(tmp_path / "bad.json"),
             str(tmp_path / "bad.png"),
         ],

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_hooks.drain_reason import (
+from slurm_hooks.core.errors import ReasonFormatError
+from slurm_hooks.core.model import ReasonOwner
+from slurm_hooks.core.reason import (
     MAX_REASON_LEN,
     DrainReason,
     classify_owner,
@@ -20,9 +22,7 @@ from slurm_hooks.drain_reason import (
     sanitize_text,
     try_parse_reason,
 )
-from slurm_hooks.errors import ReasonFormatError
-from slurm_hooks.model import ReasonOwner
-from slurm_hooks.probes.commands import run
+from slurm_hooks.detect.probes.commands import run
 
 HOSTILE = [
     "plain text",

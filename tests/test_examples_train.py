@@ -1,4 +1,4 @@
-"""The example training job (examples/train/train.py), run as real processes.
+"""The example training job (lab/slurm_hooks_lab/train/train.py), run as real processes.
 
 Its NumPy backend is what runs here.  The claims tested are the ones the
 README makes to users: a checkpoint on SIGUSR1 at a step boundary, a
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TRAIN = Path(__file__).resolve().parents[1] / "examples" / "train" / "train.py"
+TRAIN = Path(__file__).resolve().parents[1] / "lab" / "slurm_hooks_lab" / "train" / "train.py"
 ARRAYS = [f"{kind}_{name}" for kind in "pmv" for name in ("w1", "b1", "w2", "b2")]
 
 
@@ -282,7 +282,7 @@ def test_sbatch_script_on_real_slurm_checkpoints_requeues_and_resumes(fresh_lab,
     to both ranks, `scontrol requeue` (TERM) makes rank 0 save, and the
     requeued job resumes from that checkpoint on other nodes, appending to the
     same output file and ending with the uninterrupted run's model."""
-    from slurm_hooks.probes.commands import run
+    from slurm_hooks.detect.probes.commands import run
 
     lab = fresh_lab
     script = TRAIN.with_name("train.sbatch")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from slurm_hooks_lab.fake_nvml import PRESETS, FakeNvml, Scenario
 
-from slurm_hooks.errors import NvmlError
-from slurm_hooks.probes import nvml as nvml_probe
-from slurm_hooks.probes.fake_nvml import PRESETS, FakeNvml, Scenario
+from slurm_hooks.core.errors import NvmlError
+from slurm_hooks.detect.probes import nvml as nvml_probe
 
 DATA = Path(__file__).parent / "data" / "nvml"
 
@@ -211,8 +211,7 @@ def test_lost_gpu_fails_queries_through_a_handle_taken_before(tmp_path):
     import json
 
     import pynvml
-
-    from slurm_hooks.probes.fake_nvml import FakeNvml
+    from slurm_hooks_lab.fake_nvml import FakeNvml
 
     path = tmp_path / "gpus.json"
     path.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 2}))

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurm_hooks import fleet
-from slurm_hooks.model import NodeState, ReasonOwner
+from slurm_hooks.cli import fleet
+from slurm_hooks.core.model import NodeState, ReasonOwner
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

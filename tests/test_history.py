@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurm_hooks import history as hist
-from slurm_hooks.audit import AuditLog
+from slurm_hooks.cli import history_report as hist
+from slurm_hooks.store.audit import AuditLog
 
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 

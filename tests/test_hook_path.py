@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 
-from slurm_hooks import config, profiles
-from slurm_hooks.checks.base import CheckContext
-from slurm_hooks.checks.registry import CHECKS, load_class
-from slurm_hooks.errors import ConfigError
-from slurm_hooks.model import Phase, Status
-from slurm_hooks.probes import host
-from slurm_hooks.profiles import Profile, as_profile, load_builtin
-from slurm_hooks.runner import run_phase
+from slurm_hooks.core import config
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.model import Phase, Status
+from slurm_hooks.detect import profiles
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.registry import CHECKS, load_class
+from slurm_hooks.detect.probes import host
+from slurm_hooks.detect.profiles import Profile, as_profile, load_builtin
+from slurm_hooks.detect.runner import run_phase
 
 DATA = Path(__file__).parent / "data"
 
@@ -53,7 +54,7 @@ mounts = ["/dev/shm"]
 #: process entry) and reports which modules it loaded.
 HOOK = """
 import io, json, sys
-from slurm_hooks import runner
+from slurm_hooks.detect import runner
 out = io.StringIO()
 real, sys.stdout = sys.stdout, out
 code = runner.one_shot(lambda: runner.main(["healthcheck"]))
@@ -315,7 +316,7 @@ def test_write_test_hung_mount_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_mounts_check_uses_the_in_process_test(tmp_path: Path) -> None:
-    from slurm_hooks.checks.mounts import MountsCheck
+    from slurm_hooks.detect.checks.mounts import MountsCheck
 
     fake_table = [host.Partition("srv:/x", str(tmp_path), "nfs4", "rw")]
 

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from slurm_hooks import hooks
-from slurm_hooks.state import DETECT_LOCK, StateStore
+from slurm_hooks.agent import hook as hooks
+from slurm_hooks.store.state import DETECT_LOCK, StateStore
 
 
 @pytest.fixture
@@ -66,10 +66,10 @@ def test_healthy_node_does_not_even_import_the_engine(tmp_path):
         f'[checks.xid]\nsource = "file"\npath = "{tmp_path / "kern.log"}"\n'
     )
     code = (
-        "import sys\nfrom slurm_hooks import hooks\n"
+        "import sys\nfrom slurm_hooks.agent import hook as hooks\n"
         "rc = hooks.main(['healthcheck'])\n"
         "print(rc, *(m in sys.modules for m in "
-        "('slurm_hooks.actions', 'slurm_hooks.slurm.cli_backend', 'slurm_hooks.policy')))\n"
+        "('slurm_hooks.act.engine', 'slurm_hooks.slurm.cli_backend', 'slurm_hooks.decide')))\n"
     )
     env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
@@ -138,7 +138,7 @@ def test_a_crash_in_the_hook_fails_open(node_config, monkeypatch, phase, rc):
 
 
 def test_work_left_only_while_an_incident_has_unsettled_jobs(tmp_path):
-    from slurm_hooks.state import StateStore
+    from slurm_hooks.store.state import StateStore
 
     store = StateStore(tmp_path)
     assert not hooks._work_left(store, "n1")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hooks import install as inst
+from slurm_hooks.cli import installer as inst
 from slurm_hooks.cli.install import command as install_cmd
-from slurm_hooks.probes.commands import DEFAULT_PATH
+from slurm_hooks.detect.probes.commands import DEFAULT_PATH
 from slurm_hooks.slurm.parse import parse_show_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -175,7 +175,7 @@ def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
     assert f"Prolog={tmp_path}/slurm/prolog.d/*" in r.output
     assert "PrologEpilogTimeout=90" in r.output
     # The commented defaults are a valid (empty) config.
-    from slurm_hooks import config
+    from slurm_hooks.core import config
 
     assert config.load(cfg).data == {}
     cfg.write_text("[general]\nlog_level = 'DEBUG'\n")
@@ -292,7 +292,7 @@ def test_installed_glob_prolog_runs_on_the_lab(fresh_lab, job_dir, tmp_path):
 def test_prolog_epilog_timeout_follows_the_prolog_budget(tmp_path, monkeypatch):
     """PrologEpilogTimeout bounds the prolog: it follows [prolog] budget_s
     (and the epilog's budget), plus the margin."""
-    from slurm_hooks.prolog import PrologConfig
+    from slurm_hooks.agent.prolog import PrologConfig
 
     monkeypatch.delenv("SLURM_HOOKS_CONFIG", raising=False)
     cfg = tmp_path / "c.toml"

@@ -7,11 +7,11 @@ import time
 
 import pytest
 import requests
+from slurm_hooks_lab.k8s_standin import StandinServer
 
-from slurm_hooks.errors import ConfigError, ConflictError, KubernetesError
+from slurm_hooks.core.errors import ConfigError, ConflictError, KubernetesError
 from slurm_hooks.k8s import client as C
 from slurm_hooks.k8s.client import KubeClient
-from slurm_hooks.k8s.standin import StandinServer
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from slurm_hooks_lab.k8s_standin import StandinServer
 
 from slurm_hooks.k8s import client as C
 from slurm_hooks.k8s.client import KubeClient
 from slurm_hooks.k8s.lease import LeaderElector
-from slurm_hooks.k8s.standin import StandinServer
 
 
 class Clock:

@@ -58,9 +58,9 @@ def test_validation_catches_mistakes():
 
 
 def test_what_the_bridge_creates_matches_the_crd():
-    from slurm_hooks.k8s.plan import RequestReplacement
-    from slurm_hooks.k8s.replace import CrdReplacer
-    from slurm_hooks.k8s.settings import BridgeConfig
+    from slurm_hooks.bridge.plan import RequestReplacement
+    from slurm_hooks.bridge.replace import CrdReplacer
+    from slurm_hooks.bridge.settings import BridgeConfig
 
     sent = {}
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.k8s import plan as P
-from slurm_hooks.k8s.settings import BridgeConfig
-from slurm_hooks.model import JobInfo, NodeState
+from slurm_hooks.bridge import plan as P
+from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.core.reason import DrainReason, format_reason
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 CFG = BridgeConfig(replacement="crd", max_cordoned_fraction=0.5)

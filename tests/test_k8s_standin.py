@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from slurm_hooks_lab.k8s_standin import ApiError, StandinServer, json_patch, merge_patch
 
-from slurm_hooks.errors import ConflictError, KubernetesError
+from slurm_hooks.core.errors import ConflictError, KubernetesError
 from slurm_hooks.k8s import client as C
 from slurm_hooks.k8s.client import KubeClient
 from slurm_hooks.k8s.selectors import label_selector_matches, selector_object_matches
-from slurm_hooks.k8s.standin import ApiError, StandinServer, json_patch, merge_patch
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from slurm_hooks_lab.lab import Lab, _port_free, pick_ports
 
-from slurm_hooks.errors import LabError
-from slurm_hooks.lab import Lab, _port_free, pick_ports
-from slurm_hooks.probes.commands import run
+from slurm_hooks.core.errors import LabError
+from slurm_hooks.detect.probes.commands import run
 
 pytestmark = pytest.mark.slurm
 
@@ -134,7 +134,7 @@ def test_lab_under_a_closed_parent_is_refused_with_the_fix() -> None:
     """A lab dir under a 0700 directory (tempfile.mkdtemp) is unreachable for
     munged (user munge): up() refuses before starting anything, naming the
     directory and the fix; directories it creates itself are opened."""
-    from slurm_hooks.lab import can_traverse, closed_parent, missing_prerequisites
+    from slurm_hooks_lab.lab import can_traverse, closed_parent, missing_prerequisites
 
     problems = missing_prerequisites()
     if problems:

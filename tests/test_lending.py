@@ -8,13 +8,13 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from slurm_hooks_lab.k8s_standin import merge_patch
 
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.k8s import lending as L
-from slurm_hooks.k8s import plan as P
-from slurm_hooks.k8s.settings import BridgeConfig, LendingConfig
-from slurm_hooks.k8s.standin import merge_patch
-from slurm_hooks.model import NodeState
+from slurm_hooks.bridge import lending as L
+from slurm_hooks.bridge import plan as P
+from slurm_hooks.bridge.settings import BridgeConfig, LendingConfig
+from slurm_hooks.core.model import NodeState
+from slurm_hooks.core.reason import DrainReason, format_reason
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LC = LendingConfig(
@@ -659,7 +659,7 @@ def test_alternating_demand_does_not_ping_pong():
 
 
 def test_config_validation():
-    from slurm_hooks.config import parse
+    from slurm_hooks.core.config import parse
 
     conf = parse(
         '[bridge]\n[bridge.lending]\nenabled = true\npod_selector = "app=llm"\nmin_idle_nodes = 2\n',
@@ -667,7 +667,7 @@ def test_config_validation():
     )
     cfg = conf.section("bridge", BridgeConfig)
     assert cfg.lending.enabled and cfg.lending.min_idle_nodes == 2
-    from slurm_hooks.errors import ConfigError
+    from slurm_hooks.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="demand source"):
         parse("[bridge.lending]\nenabled = true\n", validate=False).section("bridge", BridgeConfig)

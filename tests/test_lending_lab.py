@@ -10,14 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from k8s_helpers import controller, pod, slurmd_pod
 from prometheus_client import generate_latest
+from slurm_hooks_lab.k8s_standin import RESOURCES, StandinServer
 
-from slurm_hooks.audit import AuditLog
-from slurm_hooks.drain_reason import DrainReason, format_reason, try_parse_reason
-from slurm_hooks.k8s import lending as L
-from slurm_hooks.k8s.bridge import Bridge
+from slurm_hooks.bridge import lending as L
+from slurm_hooks.bridge.service import Bridge
+from slurm_hooks.bridge.settings import BridgeConfig, LendingConfig
+from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
 from slurm_hooks.k8s.client import KubeClient
-from slurm_hooks.k8s.settings import BridgeConfig, LendingConfig
-from slurm_hooks.k8s.standin import RESOURCES, StandinServer
+from slurm_hooks.store.audit import AuditLog
 
 pytestmark = pytest.mark.slurm
 

@@ -8,8 +8,8 @@ import urllib.request
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurm_hooks import metrics
-from slurm_hooks.model import Action, Component, Finding, Status
+from slurm_hooks.act import metrics
+from slurm_hooks.core.model import Action, Component, Finding, Status
 
 
 def findings():
@@ -119,8 +119,8 @@ def test_serve_exposes_a_registry():
 def test_config_section_validates():
     import pytest
 
-    from slurm_hooks import config
-    from slurm_hooks.errors import ConfigError
+    from slurm_hooks.core import config
+    from slurm_hooks.core.errors import ConfigError
 
     cfg = config.parse('[metrics]\ntextfile_dir = "/x"\nwatch_port = 0\n', validate=False)
     assert cfg.section("metrics", metrics.MetricsConfig).textfile_dir == "/x"
@@ -135,9 +135,9 @@ def test_bridge_port_is_gone_the_bridge_has_its_own_key():
     ``[bridge] metrics_port``)."""
     import pytest
 
-    from slurm_hooks import config
-    from slurm_hooks.errors import ConfigError
-    from slurm_hooks.k8s.settings import BridgeConfig
+    from slurm_hooks.bridge.settings import BridgeConfig
+    from slurm_hooks.core import config
+    from slurm_hooks.core.errors import ConfigError
 
     bad = config.parse("[metrics]\nbridge_port = 9840\n", path="c.toml", validate=False)
     with pytest.raises(ConfigError, match="metrics.bridge_port"):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.errors import CommandTimeout
-from slurm_hooks.nccl.engines import (
+from slurm_hooks.core.errors import CommandTimeout
+from slurm_hooks.detect.engines.nccl.engines import (
     all_reduce_argv,
     bus_bandwidth,
     expected_sum,
@@ -16,10 +16,10 @@ from slurm_hooks.nccl.engines import (
     run_all_reduce_perf,
     sizes_between,
 )
-from slurm_hooks.nccl.judge import NcclThresholds, judge_nccl, thresholds_from
-from slurm_hooks.nccl.model import NcclRun
-from slurm_hooks.nccl.parser import parse_nccl_tests
-from slurm_hooks.probes.commands import CommandResult
+from slurm_hooks.detect.engines.nccl.judge import NcclThresholds, judge_nccl, thresholds_from
+from slurm_hooks.detect.engines.nccl.model import NcclRun
+from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
+from slurm_hooks.detect.probes.commands import CommandResult
 
 DATA = Path(__file__).parent / "data" / "nccl"
 
@@ -208,8 +208,8 @@ def test_judge_defaults_are_the_settings_defaults():
     (fed the raw table, unset keys absent) must use the same ones."""
     import dataclasses
 
-    from slurm_hooks.checks.nccl import NcclSettings
-    from slurm_hooks.nccl.judge import thresholds_from
+    from slurm_hooks.detect.checks.nccl import NcclSettings
+    from slurm_hooks.detect.engines.nccl.judge import thresholds_from
 
     s = NcclSettings()
     t = thresholds_from({}, {})

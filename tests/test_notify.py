@@ -9,10 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from slurm_hooks.notify import Alert, Notifier, NotifyConfig, build_notifier
-from slurm_hooks.notify.jobcomment import JobCommentSink
-from slurm_hooks.notify.mail import MailSink
-from slurm_hooks.notify.webhook import WebhookSink
+from slurm_hooks.act.notify import Alert, Notifier, NotifyConfig, build_notifier
+from slurm_hooks.act.notify.jobcomment import JobCommentSink
+from slurm_hooks.act.notify.mail import MailSink
+from slurm_hooks.act.notify.webhook import WebhookSink
 
 ALERT = Alert(
     "job_requeued",

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurm_hooks.drain_reason import DrainReason, format_reason, parse_reason
-from slurm_hooks.model import Action, Component, Finding, NodeState, Status
-from slurm_hooks.policy import (
+from slurm_hooks.core.model import Action, Component, Finding, NodeState, Status
+from slurm_hooks.core.reason import DrainReason, format_reason, parse_reason
+from slurm_hooks.decide import (
     DecisionKind,
     FaultEvent,
     FleetView,
@@ -19,9 +19,9 @@ from slurm_hooks.policy import (
     decide,
     decide_resume,
 )
-from slurm_hooks.policy.breaker import evaluate, limit_for
-from slurm_hooks.policy.decide import incident_id
-from slurm_hooks.policy.flapping import flap_verdict
+from slurm_hooks.decide.breaker import evaluate, limit_for
+from slurm_hooks.decide.decide import incident_id
+from slurm_hooks.decide.flapping import flap_verdict
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 CFG = PolicyConfig()
@@ -332,8 +332,8 @@ def test_decide_resume(reason, accepted_ago_s, kwargs, expected):
 
 
 def test_policy_config_from_toml_validates():
-    from slurm_hooks.config import parse
-    from slurm_hooks.errors import ConfigError
+    from slurm_hooks.core.config import parse
+    from slurm_hooks.core.errors import ConfigError
 
     cfg = parse(
         "[policy]\ngrace_seconds = 0\n[policy.repeat.XID13]\ncount = 2\nwindow_s = 600\n",

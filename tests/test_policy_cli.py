@@ -10,17 +10,17 @@ from click.testing import CliRunner
 from slurm_hooks.cli.breaker import command as breaker_cmd
 from slurm_hooks.cli.policy import command as policy_cmd
 from slurm_hooks.cli.resume import command as resume_cmd
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.state import StateStore
+from slurm_hooks.core.reason import DrainReason, format_reason
+from slurm_hooks.store.state import StateStore
 
 
 @pytest.fixture(autouse=True)
 def sections(monkeypatch):
     """The SECTIONS lines this stage asks the integrator to add."""
-    from slurm_hooks import config
+    from slurm_hooks.core import config
 
-    monkeypatch.setitem(config.SECTIONS, "policy", "slurm_hooks.policy.config:PolicyConfig")
-    monkeypatch.setitem(config.SECTIONS, "notify", "slurm_hooks.notify.config:NotifyConfig")
+    monkeypatch.setitem(config.SECTIONS, "policy", "slurm_hooks.decide.config:PolicyConfig")
+    monkeypatch.setitem(config.SECTIONS, "notify", "slurm_hooks.act.notify.config:NotifyConfig")
 
 
 @pytest.fixture
@@ -70,8 +70,8 @@ def test_explain_usage_errors(cfg, tmp_path):
 def test_breaker_status_and_reset_on_lab(fresh_lab, cfg, monkeypatch, tmp_path):
     from datetime import UTC, datetime
 
-    from slurm_hooks.policy.breaker import Trip
-    from slurm_hooks.state import BreakerLatch
+    from slurm_hooks.decide.breaker import Trip
+    from slurm_hooks.store.state import BreakerLatch
 
     monkeypatch.setenv("SLURM_CONF", str(fresh_lab.slurm_conf))
     res = CliRunner().invoke(breaker_cmd, ["status", "-c", cfg, "--json"])

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from slurm_hooks.preflight import (
+from slurm_hooks.agent.preflight import (
     ROUNDS,
     FakeNcclEngine,
     Measurement,
@@ -22,7 +22,7 @@ from slurm_hooks.preflight import (
     run_preflight,
     suspects,
 )
-from slurm_hooks.probes.commands import CommandResult
+from slurm_hooks.detect.probes.commands import CommandResult
 
 
 def test_first_round_is_disjoint_pairs():
@@ -150,7 +150,7 @@ def test_single_node_allocation():
 
 
 def test_srun_engine_argv_and_parse(scenarios):
-    from slurm_hooks.fake_engines import FakeGpu, all_reduce_perf_output, load_scenario
+    from slurm_hooks_lab.fake_engines import FakeGpu, all_reduce_perf_output, load_scenario
 
     sc = load_scenario(str(scenarios / "n1.toml"), gpu_count=2)
     sc = sc.__class__(**{**sc.__dict__, "gpus": (FakeGpu(0), FakeGpu(1))})

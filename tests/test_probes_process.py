@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from slurm_hooks.probes.process import pid_alive
+from slurm_hooks.detect.probes.process import pid_alive
 
 
 def test_running_exited_and_zombie():

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks import config
-from slurm_hooks.checks.settings import load_checks_config
-from slurm_hooks.errors import ConfigError
-from slurm_hooks.profiles import EMPTY, Profile, builtin_names, load_builtin, load_profiles
+from slurm_hooks.core import config
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.detect.checks.settings import load_checks_config
+from slurm_hooks.detect.profiles import EMPTY, Profile, builtin_names, load_builtin, load_profiles
 
 GOOD = """
 [profiles.h100]
@@ -158,8 +158,8 @@ def test_checks_section_values(tmp_path: Path) -> None:
 def test_as_section_class_with_proposed_config_hook(tmp_path: Path) -> None:
     """What config.Config.section() will do once SECTIONS has our lines and
     from_mapping honours ``from_section`` (see the report)."""
-    from slurm_hooks.checks.settings import ChecksConfig
-    from slurm_hooks.profiles import Profiles
+    from slurm_hooks.detect.checks.settings import ChecksConfig
+    from slurm_hooks.detect.profiles import Profiles
 
     cfg = write(tmp_path, GOOD + "[checks.ecc]\nenabled = false\n")
     p = Profiles.from_section(cfg.data["profiles"], path=cfg.path, prefix="profiles")

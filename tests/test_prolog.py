@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.config import parse
-from slurm_hooks.errors import ConfigError
-from slurm_hooks.hooks import EXIT_REJECT
-from slurm_hooks.model import Status
-from slurm_hooks.prolog import (
+from slurm_hooks.agent.hook import EXIT_REJECT
+from slurm_hooks.agent.prolog import (
     Budget,
     CachedPass,
     NodeFacts,
@@ -26,6 +23,9 @@ from slurm_hooks.prolog import (
     run_prolog,
     xid_mark,
 )
+from slurm_hooks.core.config import parse
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.model import Status
 
 
 class Clock:
@@ -141,7 +141,7 @@ def test_pass_cache_roundtrip_and_corrupt_file(tmp_path):
 
 
 def test_xid_mark_changes_when_history_is_rewritten(tmp_path):
-    from slurm_hooks.xid.history import save_history
+    from slurm_hooks.detect.xid.history import save_history
 
     assert xid_mark(str(tmp_path)) is None
     save_history(str(tmp_path), [])
@@ -160,13 +160,13 @@ class FakeSlurm:
         self.requeued = []
 
     def get_node(self, node):
-        from slurm_hooks.model import NodeState
+        from slurm_hooks.core.model import NodeState
 
         flags = frozenset({"DRAIN"}) if self.reason else frozenset()
         return NodeState(node, "idle", flags, self.reason)
 
     def get_job(self, job_id):
-        from slurm_hooks.model import JobInfo
+        from slurm_hooks.core.model import JobInfo
 
         return JobInfo(job_id, "u", "RUNNING", "n1", restart_count=len(self.requeued))
 
@@ -179,7 +179,7 @@ class FakeEngine:
     when handed a FAIL, like the real policy would."""
 
     def __init__(self, drains=True):
-        from slurm_hooks.audit import AuditLog
+        from slurm_hooks.store.audit import AuditLog
 
         self.slurm = FakeSlurm()
         self.handled = []
@@ -187,7 +187,7 @@ class FakeEngine:
         self.audit = AuditLog("/dev/null")
 
     def handle(self, node, findings):
-        from slurm_hooks.policy.decision import Decision, DecisionKind
+        from slurm_hooks.decide.decision import Decision, DecisionKind
 
         self.handled.append(list(findings))
         bad = [f for f in findings if f.status is Status.FAIL]
@@ -265,7 +265,7 @@ def test_full_run_then_cached_then_invalidated_by_xid(node_files):
 def test_xid_seen_by_someone_else_voids_the_cache(node_files):
     """The health check scanned the new XID first (cursor moved past it): the
     history file changed, so the prolog does not trust its pass."""
-    from slurm_hooks.xid.history import save_history
+    from slurm_hooks.detect.xid.history import save_history
 
     cfg = config(node_files)
     eng = FakeEngine()
@@ -279,8 +279,8 @@ def test_xid_seen_by_someone_else_voids_the_cache(node_files):
 def test_recorded_fault_voids_the_cache(node_files):
     from datetime import UTC, datetime
 
-    from slurm_hooks.policy.history import FaultEvent
-    from slurm_hooks.state import StateStore
+    from slurm_hooks.core.history import FaultEvent
+    from slurm_hooks.store.state import StateStore
 
     cfg = config(node_files)
     eng = FakeEngine()
@@ -335,7 +335,7 @@ def test_budget_too_small_for_full_run_is_incomplete_not_a_fault(node_files):
     clock = Clock(0.0)
 
     def slow_run(phase, **kw):
-        from slurm_hooks.runner import run_phase
+        from slurm_hooks.detect.runner import run_phase
 
         clock.t += 29.0  # the warm check "took" 29 s of the 30
         return run_phase(phase, **kw)
@@ -351,7 +351,7 @@ def test_budget_passed_to_the_full_run(node_files):
     seen = []
 
     def spy(phase, **kw):
-        from slurm_hooks.runner import run_phase
+        from slurm_hooks.detect.runner import run_phase
 
         seen.append((kw.get("only"), kw["budget_s"]))
         return run_phase(phase, **kw)
@@ -377,7 +377,7 @@ def test_unknown_check_means_no_cache(node_files):
 
 
 def test_hook_main_never_fails_the_job_on_our_own_errors(monkeypatch, tmp_path):
-    from slurm_hooks import prolog
+    from slurm_hooks.agent import prolog
 
     bad = tmp_path / "bad.toml"
     bad.write_text("[prolog]\nbudget_s = -1\n")
@@ -420,8 +420,8 @@ def test_default_prolog_fits_its_budget_on_an_8_gpu_node(tmp_path, monkeypatch):
     prolog on an 8-GPU node runs burn-in AND NCCL and caches the pass.  The
     real engines are used with a clock that advances as long as they would
     take; their outputs are recorded real ones."""
-    from slurm_hooks.nccl.engines import parse_size
-    from slurm_hooks.probes.commands import CommandResult
+    from slurm_hooks.detect.engines.nccl.engines import parse_size
+    from slurm_hooks.detect.probes.commands import CommandResult
 
     monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
     monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
@@ -429,7 +429,7 @@ def test_default_prolog_fits_its_budget_on_an_8_gpu_node(tmp_path, monkeypatch):
     gpus.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 8, "gpu": {}}))
     (tmp_path / "kern.log").write_text("")
     nccl_text = (Path(__file__).parent / "data" / "nccl" / "h100_8gpu_ok.txt").read_text()
-    from slurm_hooks.fake_engines import gpu_burn_output, load_scenario
+    from slurm_hooks_lab.fake_engines import gpu_burn_output, load_scenario
 
     clock = Clock(0.0)
     ran = []
@@ -485,7 +485,7 @@ def test_xid_scan_and_act_hold_the_detect_lock_not_the_burnin(node_files):
     detect lock; the burn-in and NCCL run without it."""
     import fcntl
 
-    from slurm_hooks.state import DETECT_LOCK, StateStore
+    from slurm_hooks.store.state import DETECT_LOCK, StateStore
 
     lock_file = node_files / "state" / "locks" / f"{DETECT_LOCK}.lock"
 
@@ -504,7 +504,7 @@ def test_xid_scan_and_act_hold_the_detect_lock_not_the_burnin(node_files):
     seen = []
 
     def spy(phase, **kw):
-        from slurm_hooks.runner import run_phase
+        from slurm_hooks.detect.runner import run_phase
 
         seen.append((tuple(kw.get("only") or ()), held()))
         return run_phase(phase, **kw)
@@ -536,7 +536,7 @@ def test_busy_detect_lock_skips_the_xid_part(node_files, caplog):
     import threading
     import time
 
-    from slurm_hooks.state import DETECT_LOCK, StateStore
+    from slurm_hooks.store.state import DETECT_LOCK, StateStore
 
     held, release = threading.Event(), threading.Event()
 
@@ -553,7 +553,7 @@ def test_busy_detect_lock_skips_the_xid_part(node_files, caplog):
     try:
         held.wait(5)
         t0 = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="slurm_hooks.prolog"):
+        with caplog.at_level(logging.WARNING, logger="slurm_hooks.agent.prolog"):
             out = run_prolog({}, config(node_files, "detect_lock_wait_s = 0.3"), node="n1",
                              engine_factory=lambda c: eng)  # fmt: skip
         waited = time.monotonic() - t0
@@ -572,7 +572,7 @@ def test_busy_detect_lock_skips_the_xid_part(node_files, caplog):
 def test_hook_main_applies_the_config_log_level(monkeypatch, tmp_path):
     import logging
 
-    from slurm_hooks import prolog
+    from slurm_hooks.agent import prolog
 
     conf = tmp_path / "c.toml"
     conf.write_text('[general]\nlog_level = "ERROR"\n')

@@ -1,7 +1,7 @@
 """The prolog on the real Slurm lab (slurmd runs our hook before each job).
 
 Each node gets its own config, state dir, kernel log, fake-NVML scenario
-and fake burn-in/NCCL scenario (``slurm_hooks.labhooks.install(prolog=True)``);
+and fake burn-in/NCCL scenario (``slurm_hooks_lab.hooks.install(prolog=True)``);
 the prolog shim is the installed one, and the node's config alone picks the
 fake engines and their scenarios.  Measured behaviour these
 tests pin down: a failing prolog drains with OUR reason (Slurm keeps it),
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import submit
 
-from slurm_hooks.drain_reason import parse_reason
-from slurm_hooks.prolog import CACHE_FILE
+from slurm_hooks.agent.prolog import CACHE_FILE
+from slurm_hooks.core.reason import parse_reason
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -51,7 +51,7 @@ def prolog_lab(fresh_lab):
     """The lab with labhooks' prolog: each node's config alone makes burn-in
     and NCCL use the fake engines on its gpus.json and engine.toml (no
     environment).  The lab has no GPU GRES: every job is a GPU job."""
-    from slurm_hooks import labhooks
+    from slurm_hooks_lab import hooks as labhooks
 
     lab = fresh_lab
     hooks = labhooks.install(lab, gpus=4, prolog=True, prolog_settings={"gres_gpus": False})
@@ -105,7 +105,7 @@ def test_bad_gpu_drained_with_our_reason_and_job_runs_elsewhere(prolog_lab, job_
     assert n1.drained
     reason = parse_reason(n1.reason)  # ours, not "Prolog error"
     assert reason.component == "gpu2" and reason.code.startswith("BURNIN")
-    from slurm_hooks.probes.commands import run
+    from slurm_hooks.detect.probes.commands import run
 
     sinfo = run(["sinfo", "-R", "-h", "-o", "%E|%N"], env=lab.env(), timeout=10).stdout
     assert any(line.endswith("|n1") and line.startswith("slurm-hooks/1") for line in

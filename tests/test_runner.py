@@ -11,11 +11,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from slurm_hooks import config
-from slurm_hooks.checks.base import CheckContext, ok
-from slurm_hooks.errors import CheckNotInstalled, ConfigError
-from slurm_hooks.model import Finding, Phase, Status
-from slurm_hooks.runner import (
+from slurm_hooks.core import config
+from slurm_hooks.core.errors import CheckNotInstalled, ConfigError
+from slurm_hooks.core.model import Finding, Phase, Status
+from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.runner import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_UNHEALTHY,
@@ -186,7 +186,7 @@ class NoKernelLog:
 
 
 def test_run_phase_healthy_gpu_node(tmp_path: Path) -> None:
-    from slurm_hooks.xid.source import FileSource
+    from slurm_hooks.detect.xid.source import FileSource
 
     log = tmp_path / "kern.log"
     log.write_text("")
@@ -243,7 +243,7 @@ def test_run_phase_driver_not_loaded(tmp_path: Path) -> None:
 
 
 def test_plan_and_unknown_names() -> None:
-    from slurm_hooks.checks.settings import ChecksConfig
+    from slurm_hooks.detect.checks.settings import ChecksConfig
 
     cc = ChecksConfig()
     assert "burnin" in plan("prolog", cc) and "burnin" not in plan("healthcheck", cc)
@@ -259,7 +259,7 @@ def test_deadline_service_reaches_checks(tmp_path: Path) -> None:
         def gather(self, ctx: CheckContext) -> Any:
             seen["left"] = ctx.services["deadline"].remaining()
 
-    import slurm_hooks.runner as runner_mod
+    import slurm_hooks.detect.runner as runner_mod
 
     rs = runner_mod.setup(_cfg(tmp_path, None), node="cpu01")
     orig = runner_mod.run_checks
@@ -294,7 +294,7 @@ def _subprocess(
 
 HOOK_CODE = """
 import sys, json
-from slurm_hooks.runner import run_phase
+from slurm_hooks.detect.runner import run_phase
 r = run_phase("healthcheck", node=sys.argv[1] if len(sys.argv) > 1 else "{node}")
 bad = sorted(m for m in ("click", "requests", "urllib3") if m in sys.modules)
 print(json.dumps({{"bad": bad, "status": str(r.status), "pynvml": "pynvml" in sys.modules,
@@ -321,7 +321,14 @@ def test_runner_module_entry(tmp_path: Path) -> None:
     import os
 
     proc = subprocess.run(
-        [sys.executable, "-m", "slurm_hooks.runner", "healthcheck", "--only", "memory,gpu_count"],
+        [
+            sys.executable,
+            "-m",
+            "slurm_hooks.detect.runner",
+            "healthcheck",
+            "--only",
+            "memory,gpu_count",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,12 +1,12 @@
 """Self-healing end to end on the real Slurm lab.
 
 Real slurmctld/slurmd, real jobs of a non-root user, our real hooks and
-watcher (``slurm_hooks.labhooks``); the fakes are the outermost boundary
+watcher (``slurm_hooks_lab.hooks``); the fakes are the outermost boundary
 only: each node's GPUs are a fake-NVML scenario and its kernel log a plain
 file that a test appends real-format XID lines to.  The owner's webhook is a
 loopback HTTP server that keeps every POST.
 
-Most tests go through the watcher (``python -m slurm_hooks.watch``: it acts
+Most tests go through the watcher (``python -m slurm_hooks.agent.watch``: it acts
 within a fraction of a second); one goes through HealthCheckProgram, run by
 slurmd itself, to prove the shim and hook wiring.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 from conftest import submit
+from slurm_hooks_lab.hooks import WebhookRecorder, install, wait_drained
 
-from slurm_hooks.drain_reason import parse_reason
-from slurm_hooks.hostlist import expand
-from slurm_hooks.labhooks import WebhookRecorder, install, wait_drained
+from slurm_hooks.core.hostlist import expand
+from slurm_hooks.core.reason import parse_reason
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -179,7 +179,7 @@ def test_worker_killed_mid_grace_then_watch_once_requeues_exactly_once(rig, job_
     hooks.stop_watcher(node)  # no one left to notice ...
     pid = int(inc["worker_pid"])
     with open(f"/proc/{pid}/cmdline", "rb") as fh:
-        assert b"slurm_hooks.worker" in fh.read()  # ours, not a recycled pid
+        assert b"slurm_hooks.agent.worker" in fh.read()  # ours, not a recycled pid
     os.kill(pid, signal.SIGKILL)  # ... the engine dies between signal and requeue
 
     time.sleep(GRACE_S + 1)

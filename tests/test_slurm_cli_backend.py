@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.drain_reason import DrainReason, format_reason, parse_reason
-from slurm_hooks.errors import CommandError, CommandTimeout, SlurmError, SlurmUnavailable
-from slurm_hooks.probes.commands import CommandResult, run
+from slurm_hooks.core.errors import CommandError, CommandTimeout, SlurmError, SlurmUnavailable
+from slurm_hooks.core.reason import DrainReason, format_reason, parse_reason
+from slurm_hooks.detect.probes.commands import CommandResult, run
 from slurm_hooks.slurm import get_client
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
 from slurm_hooks.slurm.cli_backend import CliClient

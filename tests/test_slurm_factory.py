@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hooks import config as config_mod
-from slurm_hooks import hostlist
-from slurm_hooks.errors import ConfigError
+from slurm_hooks.core import config as config_mod
+from slurm_hooks.core import hostlist
+from slurm_hooks.core.errors import ConfigError
 from slurm_hooks.slurm import factory
 from slurm_hooks.slurm.cli_backend import CliClient
 
@@ -174,7 +174,7 @@ def recorded_factory(monkeypatch):
 
 
 def test_engine_from_config_uses_the_factory(tmp_path, recorded_factory):
-    from slurm_hooks.actions import Engine
+    from slurm_hooks.act.engine import Engine
 
     calls, sentinel = recorded_factory
     cfg = conf(tmp_path, "")
@@ -193,7 +193,7 @@ def test_cli_slurm_client_uses_the_factory(tmp_path, recorded_factory):
 
 
 def test_worker_uses_the_factory_and_keeps_slurm_conf(tmp_path, recorded_factory, monkeypatch):
-    from slurm_hooks import worker
+    from slurm_hooks.agent import worker
 
     calls, sentinel = recorded_factory
     path = tmp_path / "config.toml"
@@ -210,7 +210,7 @@ def test_worker_uses_the_factory_and_keeps_slurm_conf(tmp_path, recorded_factory
 
 
 def test_worker_passes_no_slurm_conf_to_the_rest_backend(tmp_path, recorded_factory, monkeypatch):
-    from slurm_hooks import worker
+    from slurm_hooks.agent import worker
 
     calls, _ = recorded_factory
     path = tmp_path / "config.toml"
@@ -230,7 +230,7 @@ def test_worker_passes_no_slurm_conf_to_the_rest_backend(tmp_path, recorded_fact
 
 
 def test_bridge_rest_url_overrides_general(tmp_path, monkeypatch):
-    from slurm_hooks.k8s.settings import BridgeConfig
+    from slurm_hooks.bridge.settings import BridgeConfig
 
     monkeypatch.setenv("BRIDGE_JWT", "bridge-tok")
     monkeypatch.setenv("SLURM_JWT", "general-tok")
@@ -253,7 +253,7 @@ def test_bridge_rest_url_overrides_general(tmp_path, monkeypatch):
 
 
 def test_bridge_falls_back_to_general(tmp_path):
-    from slurm_hooks.k8s.settings import BridgeConfig
+    from slurm_hooks.bridge.settings import BridgeConfig
 
     cfg = conf(tmp_path, 'slurm_backend = "rest"\nslurm_rest_url = "http://h:6820"')
     bridge = cfg.section("bridge", BridgeConfig)

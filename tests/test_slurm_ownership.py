@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks.drain_reason import DrainReason, format_reason
-from slurm_hooks.errors import ForeignReasonError, SlurmError
-from slurm_hooks.probes.commands import run
+from slurm_hooks.core.errors import ForeignReasonError, SlurmError
+from slurm_hooks.core.reason import DrainReason, format_reason
+from slurm_hooks.detect.probes.commands import run
 from slurm_hooks.slurm.ownership import drain_if_ours_or_clear, resume_if_ours
 
 pytestmark = pytest.mark.slurm

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.errors import SlurmError
+from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.slurm import parse
 
 DATA = Path(__file__).parent / "data" / "slurm"

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_hooks_lab import lab
 
-from slurm_hooks import lab
-from slurm_hooks.errors import SlurmError
+from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.slurm import parse
 from slurm_hooks.slurm.rest_backend import RestClient, api_for_version, job_from_json
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from slurm_hooks.errors import SlurmError
+from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.slurm.pyslurm_backend import (
     PyslurmClient,
     check_versions,

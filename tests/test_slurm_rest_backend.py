@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks.errors import SlurmError, SlurmUnavailable
+from slurm_hooks.core.errors import SlurmError, SlurmUnavailable
 from slurm_hooks.slurm import get_client
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
 from slurm_hooks.slurm.rest_backend import RestClient

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from slurm_hooks.errors import StateError
-from slurm_hooks.policy.breaker import Trip
-from slurm_hooks.policy.history import FaultEvent
-from slurm_hooks.state import BreakerLatch, StateStore, atomic_write_json
+from slurm_hooks.core.errors import StateError
+from slurm_hooks.core.history import FaultEvent
+from slurm_hooks.decide.breaker import Trip
+from slurm_hooks.store.state import BreakerLatch, StateStore, atomic_write_json
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -22,12 +22,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_hooks import config as config_mod
-from slurm_hooks.cli.watch import command
-from slurm_hooks.errors import SlurmUnavailable, StateError
-from slurm_hooks.model import Status
-from slurm_hooks.state import DETECT_LOCK, StateStore
-from slurm_hooks.watch import (
+from slurm_hooks.agent.watch import (
     FileFollower,
     KmsgFollower,
     WatchConfig,
@@ -35,6 +30,11 @@ from slurm_hooks.watch import (
     detect_lock,
     serve_metrics,
 )
+from slurm_hooks.cli.watch import command
+from slurm_hooks.core import config as config_mod
+from slurm_hooks.core.errors import SlurmUnavailable, StateError
+from slurm_hooks.core.model import Status
+from slurm_hooks.store.state import DETECT_LOCK, StateStore
 
 # A real XID 79 line in rsyslog's kern.log format (body as in
 # https://github.com/NVIDIA/NVSentinel/issues/155; bus id of DGX H100 GPU 1).
@@ -283,7 +283,15 @@ def test_cli_once_cannot_act_exits_2(node_cfg, monkeypatch, tmp_path):
 def test_daemon_stops_cleanly_on_sigterm(node_cfg):
     env = {k: v for k, v in os.environ.items() if k != "SLURM_HOOKS_NVML_SCENARIO"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "slurm_hooks.watch", "-c", str(node_cfg["path"]), "--node", "n1"],
+        [
+            sys.executable,
+            "-m",
+            "slurm_hooks.agent.watch",
+            "-c",
+            str(node_cfg["path"]),
+            "--node",
+            "n1",
+        ],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -317,7 +325,7 @@ def levels():
     """Root, package and runner logger levels, restored after the test."""
     import logging
 
-    names = ("", "slurm_hooks", "slurm_hooks.runner")
+    names = ("", "slurm_hooks", "slurm_hooks.detect.runner")
     old = {n: logging.getLogger(n).level for n in names}
     logging.getLogger().setLevel(5)
     yield {n: logging.getLogger(n) for n in names}
@@ -327,7 +335,7 @@ def levels():
 
 class _IdleWatcher:
     def __init__(self, cfg, node, **kw):
-        from slurm_hooks.watch import WatchStats
+        from slurm_hooks.agent.watch import WatchStats
 
         self.stats = WatchStats()
 
@@ -341,7 +349,7 @@ class _IdleWatcher:
 )
 def test_run_watch_takes_the_config_log_level(tmp_path, monkeypatch, levels, env, flag, want):
     """``[general] log_level`` applies unless SLURM_HOOKS_LOG_LEVEL or a flag chose."""
-    from slurm_hooks import watch
+    from slurm_hooks.agent import watch
 
     conf = tmp_path / "c.toml"
     conf.write_text(f'[general]\nstate_dir = "{tmp_path}"\nlog_level = "debug"\n')
@@ -357,11 +365,11 @@ def test_run_watch_takes_the_config_log_level(tmp_path, monkeypatch, levels, env
     if want == 10:
         # our package follows the root, and the runner's per-run lines are back at DEBUG
         assert levels["slurm_hooks"].getEffectiveLevel() == 10
-        assert levels["slurm_hooks.runner"].getEffectiveLevel() == 10
+        assert levels["slurm_hooks.detect.runner"].getEffectiveLevel() == 10
 
 
 def test_watch_flags_win_over_the_config_log_level(tmp_path, monkeypatch, levels):
-    from slurm_hooks import watch
+    from slurm_hooks.agent import watch
     from slurm_hooks.cli import main as cli_main
 
     seen = []

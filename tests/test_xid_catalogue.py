@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from slurm_hooks.errors import ConfigError
-from slurm_hooks.model import Action, Status
-from slurm_hooks.xid.catalogue import load_catalogue, parse_catalogue
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.model import Action, Status
+from slurm_hooks.detect.xid.catalogue import load_catalogue, parse_catalogue
 
 #: XIDs the issue names for A100 and newer, plus the newest catalogue rows.
 REQUIRED = [8, 13, 31, 32, 38, 43, 45, 48, 56, 57, 58, 61, 62, 63, 64, 65, 68, 69, 74, 79, 92, 94, 95,

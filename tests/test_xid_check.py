@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from slurm_hooks_lab.fake_nvml import FakeNvml
 
-from slurm_hooks.checks.base import CheckContext
-from slurm_hooks.checks.xid import XidCheck, make_source
-from slurm_hooks.errors import ConfigError, KernelLogError
-from slurm_hooks.model import Action, Phase, Status
-from slurm_hooks.probes.fake_nvml import FakeNvml
-from slurm_hooks.xid.settings import XidSettings
-from slurm_hooks.xid.source import FileSource, JournalSource, KmsgSource
+from slurm_hooks.core.errors import ConfigError, KernelLogError
+from slurm_hooks.core.model import Action, Phase, Status
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.xid import XidCheck, make_source
+from slurm_hooks.detect.xid.settings import XidSettings
+from slurm_hooks.detect.xid.source import FileSource, JournalSource, KmsgSource
 
 
 def ctx(tmp_path: Path, log: Path, now: datetime, **services: object) -> CheckContext:

@@ -90,9 +90,9 @@ def test_explain() -> None:
 def test_scan_path_imports_no_click_or_requests() -> None:
     code = (
         "import sys\n"
-        "import slurm_hooks.xid.source, slurm_hooks.xid.rules, slurm_hooks.xid.history, slurm_hooks.checks.xid\n"
-        "from slurm_hooks.xid.scan import scan_text\n"
-        "from slurm_hooks.xid.rules import evaluate\n"
+        "import slurm_hooks.detect.xid.source, slurm_hooks.detect.xid.rules, slurm_hooks.detect.xid.history, slurm_hooks.detect.checks.xid\n"
+        "from slurm_hooks.detect.xid.scan import scan_text\n"
+        "from slurm_hooks.detect.xid.rules import evaluate\n"
         "evaluate(scan_text('NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.').aggregates, now=0.0)\n"
         "bad = sorted(m for m in ('click', 'requests', 'pynvml') if m in sys.modules)\n"
         "print(','.join(bad))\n"

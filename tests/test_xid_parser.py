@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.xid.parser import (
+from slurm_hooks.detect.xid.parser import (
     MALFORMED,
     NOT_XID,
     OVERSIZED,
@@ -18,7 +18,7 @@ from slurm_hooks.xid.parser import (
     parse_line,
     recovery_action,
 )
-from slurm_hooks.xid.pci import normalise_pci
+from slurm_hooks.detect.xid.pci import normalise_pci
 
 DATA = Path(__file__).parent / "data" / "kernel-logs" / "real-lines.json"
 REAL = json.loads(DATA.read_text())

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurm_hooks.probes.fake_nvml import FakeNvml
-from slurm_hooks.xid.pci import gpu_map, gpus_from_nvml, gpus_from_procfs, lookup
+from slurm_hooks_lab.fake_nvml import FakeNvml
+
+from slurm_hooks.detect.xid.pci import gpu_map, gpus_from_nvml, gpus_from_procfs, lookup
 
 INFO = """Model: 		 NVIDIA H100 80GB HBM3
 IRQ:   		 0
@@ -71,7 +72,7 @@ def test_lost_gpu_is_named_from_the_map_kept_while_it_answered(tmp_path: Path) -
     drain reason must still say which GPU it was."""
     import json
 
-    from slurm_hooks.xid.pci import load_known, remember
+    from slurm_hooks.detect.xid.pci import load_known, remember
 
     scenario = tmp_path / "gpus.json"
     gpus = {"0": {"pci_bus_id": "00000000:3B:00.0"}, "1": {"pci_bus_id": "00000000:86:00.0"}}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks.model import Action, Status
-from slurm_hooks.xid.pci import GpuRef
-from slurm_hooks.xid.rules import Incident, evaluate, nvlink74_classes, update_history
-from slurm_hooks.xid.scan import scan_text
-from slurm_hooks.xid.settings import XidSettings
+from slurm_hooks.core.model import Action, Status
+from slurm_hooks.detect.xid.pci import GpuRef
+from slurm_hooks.detect.xid.rules import Incident, evaluate, nvlink74_classes, update_history
+from slurm_hooks.detect.xid.scan import scan_text
+from slurm_hooks.detect.xid.settings import XidSettings
 
 NOW = 1_800_000_000.0
 GPU_A, GPU_B = "0000:3b:00", "0000:86:00"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hooks.xid.scan import (
+from slurm_hooks.detect.xid.scan import (
     MAX_AGGREGATES,
     Scanner,
     normalise_message,
@@ -154,7 +154,7 @@ def test_random_bytes_never_crash_or_invent_events() -> None:
 
 
 def test_distinct_cap_folds_without_losing_codes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import slurm_hooks.xid.scan as scan_mod
+    import slurm_hooks.detect.xid.scan as scan_mod
 
     monkeypatch.setattr(scan_mod, "MAX_AGGREGATES", 5)
     lines = [

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from slurm_hooks.errors import KernelLogError
-from slurm_hooks.probes.commands import CommandResult
-from slurm_hooks.xid.cursor import load_cursor, state_path, write_json_atomic
-from slurm_hooks.xid.source import FileSource, JournalSource, KmsgSource, scan_new
+from slurm_hooks.core.errors import KernelLogError
+from slurm_hooks.detect.probes.commands import CommandResult
+from slurm_hooks.detect.xid.cursor import load_cursor, state_path, write_json_atomic
+from slurm_hooks.detect.xid.source import FileSource, JournalSource, KmsgSource, scan_new
 
 X = "[{t}] NVRM: Xid (PCI:0000:3b:00): {xid}, pid={pid}, name=python, msg {t}\n"
 

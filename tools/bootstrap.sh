@@ -27,8 +27,10 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.slurm-hooks-installed
-if [ ! -e "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -e "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+  || [ pyproject.toml -nt "$stamp" ] || [ lab/setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -e '.[test]'
+  # The product and the lab (a separate distribution the product never imports).
+  .venv/bin/python -m pip install -q -e '.[test]' -e ./lab
   touch "$stamp"
 fi

@@ -17,11 +17,10 @@ from typing import Any
 
 import click
 
-from ..errors import SlurmHooksError
+from slurm_hooks.core.errors import SlurmHooksError
 
 #: command name -> (module under slurm_hooks.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "lab": ("lab", "Run a real Slurm cluster on this machine (for tests, demos, trials)."),
     "status": ("status", "Nodes out of service, grouped by owner and fault."),
     "history": ("history", "Incident timelines from the audit log."),
     "install": ("install", "Install the hook shims; print the slurm.conf lines."),
@@ -36,13 +35,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "xid": ("xid", "Scan kernel logs for NVIDIA XID/SXID events; explain an XID."),
     "check": ("check", "Run a phase's health checks on this node and print the findings."),
     "watch": ("watch", "Follow the kernel log and NVML; drain a failing GPU node within a second."),
-    "demo": ("demo", "Reproduce the self-healing demo end to end on this machine, measured."),
     "acceptance": (
         "acceptance",
         "Run the acceptance checks a node must pass before it is resumed.",
     ),
     "preflight": ("preflight", "Multi-node all-reduce check of a job's nodes; drain the slow one."),
 }
+
+#: Entry-point group through which other distributions add commands (the
+#: lab adds ``lab`` and ``demo``): looked up only when a name is not ours.
+PLUGIN_GROUP = "slurm_hooks.commands"
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
@@ -51,17 +53,30 @@ def _module_name(cmd: str) -> str:
     return f"slurm_hooks.cli.{COMMANDS[cmd][0]}"
 
 
+def _plugins() -> dict[str, Any]:
+    """Installed plug-in commands by name (entry points, not imported yet)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in COMMANDS}
+
+
+def _summary(command: click.Command) -> str:
+    return command.get_short_help_str(limit=80)
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(super().list_commands(ctx))
         names.update(c for c in COMMANDS if importlib.util.find_spec(_module_name(c)) is not None)
+        names.update(_plugins())
         return sorted(names)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands:
             return self.commands[cmd_name]
         if cmd_name not in COMMANDS:
-            return None
+            plugin = _plugins().get(cmd_name)
+            return plugin.load() if plugin is not None else None
         if importlib.util.find_spec(_module_name(cmd_name)) is None:
             return None
         module = importlib.import_module(_module_name(cmd_name))
@@ -70,6 +85,9 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx) if name in COMMANDS]
+        for name, plugin in sorted(_plugins().items()):
+            rows.append((name, _summary(plugin.load())))
+        rows.sort()
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import SlurmHooksError
+from slurm_hooks.core.errors import SlurmHooksError
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
@@ -68,7 +68,7 @@ def styled(text: str, style: str, color: bool) -> str:
 
 
 def load_config(path: str | None) -> Any:
-    from .. import config
+    from slurm_hooks.core import config
 
     return config.load(path)
 
@@ -77,6 +77,6 @@ def slurm_client(cfg: Any) -> Any:
     """A SlurmClient for ``[general] slurm_backend``, built as the hooks build
     theirs (so ``slurm-hooks status`` works from an admin host through
     slurmrestd)."""
-    from ..slurm import factory
+    from slurm_hooks.slurm import factory
 
     return factory.client_from_config(cfg)

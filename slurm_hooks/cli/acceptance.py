@@ -18,7 +18,13 @@ import json
 
 import click
 
-from ._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
+from slurm_hooks.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    config_option,
+    exits_on_error,
+)
 
 
 @click.command("acceptance")
@@ -51,7 +57,7 @@ def command(
       slurm-hooks acceptance gpu017                 # in-service node, as a job
       slurm-hooks acceptance gpu017 --reservation maint_gpu017
     """
-    from .. import config
+    from slurm_hooks.core import config
 
     # Sections are validated as they are read (the hook path does the same).
     cfg = config.load(config_path, validate=False)
@@ -63,9 +69,9 @@ def command(
 
 
 def _run_local(node: str, cfg: object, *, resume: bool, as_json: bool) -> None:
-    from ..acceptance import run_acceptance
-    from ..errors import SlurmHooksError
-    from ..runner import node_name
+    from slurm_hooks.agent.acceptance import run_acceptance
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.detect.runner import node_name
 
     here = node_name()
     if here != node:
@@ -87,16 +93,16 @@ def _run_local(node: str, cfg: object, *, resume: bool, as_json: bool) -> None:
 def _run_as_job(
     node: str, cfg: object, reservation: str | None, *, as_json: bool, config_path: str | None
 ) -> None:
-    from ..acceptance import (
+    from slurm_hooks.agent.acceptance import (
         AcceptanceConfig,
         delete_reservation_argv,
         reservation_argv,
         reservation_name,
         srun_argv,
     )
-    from ..errors import CommandError, SlurmError
-    from ..probes.commands import run
-    from ._common import slurm_client
+    from slurm_hooks.cli._common import slurm_client
+    from slurm_hooks.core.errors import CommandError, SlurmError
+    from slurm_hooks.detect.probes.commands import run
 
     ac = cfg.section("acceptance", AcceptanceConfig)  # type: ignore[attr-defined]
     state = slurm_client(cfg).get_node(node)

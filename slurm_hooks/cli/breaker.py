@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
+from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
 
 
 @click.group("breaker")
@@ -23,9 +23,9 @@ def status(as_json: bool, config_path: str | None) -> None:
     against the limit.  Exit 1 when tripped."""
     from datetime import UTC, datetime
 
-    from ..actions import Engine
-    from ..policy.breaker import partition_usage
-    from ._common import load_config
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.cli._common import load_config
+    from slurm_hooks.decide.breaker import partition_usage
 
     engine = Engine.from_config(load_config(config_path), spawn=None)
     trips = engine.latch.read()
@@ -70,8 +70,8 @@ def reset(partition: str | None, config_path: str | None) -> None:
     """Re-arm the breaker after a human has looked at the cause."""
     import getpass
 
-    from ..actions import Engine
-    from ._common import load_config
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.cli._common import load_config
 
     engine = Engine.from_config(load_config(config_path), spawn=None)
     gone = engine.breaker_reset(partition, who=f"cli:{getpass.getuser()}")

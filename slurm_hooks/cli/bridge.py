@@ -45,13 +45,13 @@ def run_cmd(
     """Reconcile in a loop (or once)."""
     import dataclasses
 
-    from .. import config as config_mod
-    from ..errors import ConfigError
-    from ..k8s.bridge import Bridge
-    from ..k8s.client import KubeClient
-    from ..k8s.metrics import BridgeMetrics, serve
-    from ..k8s.settings import BridgeConfig
-    from ..slurm import factory
+    from slurm_hooks.bridge.metrics import BridgeMetrics, serve
+    from slurm_hooks.bridge.service import Bridge
+    from slurm_hooks.bridge.settings import BridgeConfig
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import ConfigError
+    from slurm_hooks.k8s.client import KubeClient
+    from slurm_hooks.slurm import factory
 
     conf = config_mod.load(config_file)
     cfg = conf.section("bridge", BridgeConfig)
@@ -81,7 +81,7 @@ def run_cmd(
     if cfg.lending.enabled:
         from pathlib import Path
 
-        from ..audit import AuditLog
+        from slurm_hooks.store.audit import AuditLog
 
         audit = AuditLog(Path(general.state_dir) / "audit.jsonl", actor="slurm-hooks/bridge")
     bridge = Bridge(slurm, kube, cfg, metrics=metrics, audit=audit)
@@ -92,7 +92,7 @@ def run_cmd(
         for d in result.plan.deferred if result.plan else ():
             click.echo(f"deferred {d.slurm_node:20} {d.why}")
         if result.lending is not None:
-            from ..k8s.lending import Track
+            from slurm_hooks.bridge.lending import Track
 
             for lr in result.lending.results:
                 if not isinstance(lr.step, Track):
@@ -115,7 +115,7 @@ def run_cmd(
 @click.option("--token", help="Require this bearer token (401 otherwise).")
 def standin_cmd(host: str, port: int, token: str | None) -> None:
     """Run the loopback Kubernetes API stand-in (for demos and trials)."""
-    from ..k8s.standin import serve
+    from slurm_hooks_lab.k8s_standin import serve
 
     click.echo(f"Kubernetes API stand-in on http://{host}:{port} (Ctrl-C to stop)")
     try:

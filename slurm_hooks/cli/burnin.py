@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
-from ..model import Finding, Status
-from ._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, exits_on_error
+from slurm_hooks.cli._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, exits_on_error
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.model import Finding, Status
 
 
 def resolve_profile(
@@ -30,8 +30,8 @@ def resolve_profile(
 
 
 def _named_profile(name: str, config_path: str | None) -> dict[str, Any]:
-    from ..config import load
-    from ..profiles import builtin_names, load_builtin, load_profiles
+    from slurm_hooks.core.config import load
+    from slurm_hooks.detect.profiles import builtin_names, load_builtin, load_profiles
 
     cfg = load(config_path, validate=False)
     prof = load_profiles(cfg).get(name)
@@ -96,8 +96,8 @@ def parse_cmd(
     Example:
       gpu_burn 60 > burn.log 2>&1; slurm-hooks burnin parse burn.log --profile h100-sxm5-80gb
     """
-    from ..burnin.gpu_burn import parse_gpu_burn
-    from ..burnin.judge import judge_burnin, thresholds_from
+    from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
+    from slurm_hooks.detect.engines.burnin.judge import judge_burnin, thresholds_from
 
     profile = resolve_profile(profile_name, config_path, gpu_count=gpus)
     settings = {"tflops_floor": floor} if floor is not None else {}

@@ -7,14 +7,14 @@ import sys
 
 import click
 
-from ..errors import SlurmHooksError
-from ..model import Phase, Status
+from slurm_hooks.core.errors import SlurmHooksError
+from slurm_hooks.core.model import Phase, Status
 
 _MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.UNKNOWN: "UNKNOWN"}
 
 
 def _table(result: object, verbose: bool) -> str:
-    from ..runner import RunResult
+    from slurm_hooks.detect.runner import RunResult
 
     assert isinstance(result, RunResult)
     lines = [
@@ -89,9 +89,9 @@ def command(
       SLURM_HOOKS_NVML_SCENARIO=tests/data/nvml/h100_faults.toml \\
         slurm-hooks check --profile h100-sxm5-80gb
     """
-    from .. import config as config_mod
-    from ..checks.registry import CHECKS
-    from ..runner import run_phase
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.detect.checks.registry import CHECKS
+    from slurm_hooks.detect.runner import run_phase
 
     if list_checks:
         for spec in CHECKS.values():
@@ -126,6 +126,6 @@ def _validate_ours(cfg: object) -> None:
     """Deep-validate the sections this command reads (each check's own keys
     too), so a typo is an exit-2 error naming file and key, not a per-check
     UNKNOWN."""
-    from ..checks.settings import load_checks_config
+    from slurm_hooks.detect.checks.settings import load_checks_config
 
     load_checks_config(cfg, deep=True)

@@ -13,7 +13,7 @@ def completion_script(shell: str) -> str:
     slurm-hooks``; it calls back into slurm-hooks with ``<shell>_complete``."""
     from click.shell_completion import get_completion_class
 
-    from . import main
+    from slurm_hooks.cli import main
 
     cls = get_completion_class(shell)
     if cls is None:

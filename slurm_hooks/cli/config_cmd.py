@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from .. import config as config_mod
-from .. import install as inst
-from ..errors import ConfigError
-from ._common import EXIT_ERROR, config_option, exits_on_error
+from slurm_hooks.cli import installer as inst
+from slurm_hooks.cli._common import EXIT_ERROR, config_option, exits_on_error
+from slurm_hooks.core import config as config_mod
+from slurm_hooks.core.errors import ConfigError
 
 
 @click.group("config")

@@ -9,14 +9,14 @@ from typing import Any
 
 import click
 
-from .. import history as hist
-from ._common import config_option, exits_on_error, load_config
+from slurm_hooks.cli import history_report as hist
+from slurm_hooks.cli._common import config_option, exits_on_error, load_config
 
 
 def audit_path(cfg: Any) -> Path:
     """``[policy] audit_log``, else ``<general.state_dir>/audit.jsonl``."""
     try:
-        from ..policy.config import PolicyConfig
+        from slurm_hooks.decide.config import PolicyConfig
 
         configured = cfg.section("policy", PolicyConfig).audit_log
     except ImportError:

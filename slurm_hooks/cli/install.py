@@ -8,10 +8,17 @@ from pathlib import Path
 
 import click
 
-from .. import install as inst
-from ..config import DEFAULT_CONFIG
-from ..errors import CommandError
-from ._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, exits_on_error, styled, use_color
+from slurm_hooks.cli import installer as inst
+from slurm_hooks.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    exits_on_error,
+    styled,
+    use_color,
+)
+from slurm_hooks.core.config import DEFAULT_CONFIG
+from slurm_hooks.core.errors import CommandError
 
 
 @click.command("install")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import click
 
-from ._common import exits_on_error
-from .burnin import echo_findings, echo_json, exit_code, read_text, resolve_profile
+from slurm_hooks.cli._common import exits_on_error
+from slurm_hooks.cli.burnin import echo_findings, echo_json, exit_code, read_text, resolve_profile
 
 
 @click.group(name="nccl")
@@ -48,8 +48,8 @@ def parse_cmd(
       all_reduce_perf -b 32M -e 8G -g 8 > ar.log 2>&1
       slurm-hooks nccl parse ar.log --profile h100-sxm5-80gb --json
     """
-    from ..nccl.judge import judge_nccl, thresholds_from
-    from ..nccl.parser import parse_nccl_tests
+    from slurm_hooks.detect.engines.nccl.judge import judge_nccl, thresholds_from
+    from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
 
     profile = resolve_profile(profile_name, config_path, gpu_count=gpus)
     settings: dict[str, object] = {"large_min_bytes": large_min_bytes}

@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
-from ._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
+from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
 
 
 def _findings_from_file(path: str) -> list[Any]:
-    from ..errors import ConfigError
-    from ..model import Action, Component, Finding, Status
+    from slurm_hooks.core.errors import ConfigError
+    from slurm_hooks.core.model import Action, Component, Finding, Status
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -50,8 +50,8 @@ def _findings_from_file(path: str) -> list[Any]:
 
 
 def _xid_finding(xid: int, gpu: int) -> Any:
-    from ..model import Component, Finding
-    from ..xid.catalogue import load_catalogue
+    from slurm_hooks.core.model import Component, Finding
+    from slurm_hooks.detect.xid.catalogue import load_catalogue
 
     cat = load_catalogue()
     bucket = cat.bucket_for(xid)
@@ -96,8 +96,8 @@ def explain(
     would take the node out of service."""
     from datetime import UTC, datetime
 
-    from ..policy import PolicyConfig, decide
-    from ._common import load_config
+    from slurm_hooks.cli._common import load_config
+    from slurm_hooks.decide import PolicyConfig, decide
 
     if (findings_file is None) == (xid is None):
         raise click.UsageError("give exactly one of --findings FILE or --xid N")
@@ -105,7 +105,7 @@ def explain(
     name = node or socket.gethostname().split(".")[0]
     cfg = load_config(config_path)
     if live:
-        from ..actions import Engine
+        from slurm_hooks.act.engine import Engine
 
         decisions = Engine.from_config(cfg, spawn=None).evaluate(name, findings)
     else:
@@ -122,7 +122,7 @@ def explain(
             click.echo(f"{name}: {str(d.kind).upper()} {d.code}{tag}")
             click.echo(f"  why: {d.explanation}")
             if d.reason is not None:
-                from ..drain_reason import format_reason
+                from slurm_hooks.core.reason import format_reason
 
                 click.echo(f"  reason: {format_reason(d.reason)}")
             if d.evacuate:

@@ -13,7 +13,13 @@ import os
 
 import click
 
-from ._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
+from slurm_hooks.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    config_option,
+    exits_on_error,
+)
 
 
 @click.command("preflight")
@@ -35,8 +41,13 @@ def command(nodes: str | None, no_drain: bool, as_json: bool, config_path: str |
       srun slurm-hooks preflight || exit 1          # first line of a batch job
       slurm-hooks preflight --nodes 'gpu[001-016]' --no-drain --json
     """
-    from .. import config, hostlist
-    from ..preflight import PreflightConfig, allocation_nodes, make_engine, run_preflight
+    from slurm_hooks.agent.preflight import (
+        PreflightConfig,
+        allocation_nodes,
+        make_engine,
+        run_preflight,
+    )
+    from slurm_hooks.core import config, hostlist
 
     procid = os.environ.get("SLURM_PROCID")
     if procid not in (None, "", "0"):
@@ -73,8 +84,8 @@ def command(nodes: str | None, no_drain: bool, as_json: bool, config_path: str |
 
 def _drainer(cfg: object):  # type: ignore[no-untyped-def]
     def drain(node: str, finding: object) -> bool:
-        from ..actions import Engine
-        from ..drain_reason import is_ours
+        from slurm_hooks.act.engine import Engine
+        from slurm_hooks.core.reason import is_ours
 
         engine = Engine.from_config(cfg, actor="slurm-hooks/preflight")
         decisions = engine.handle(node, [finding])  # type: ignore[list-item]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
+from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
 
 
 @click.command("resume")
@@ -22,10 +22,10 @@ def command(node: str, force_acceptance_skip: bool, config_path: str | None) -> 
     """Resume NODE if slurm-hooks drained it and it passed acceptance."""
     import getpass
 
-    from ..actions import Engine
-    from ..errors import ForeignReasonError
-    from ..policy import DecisionKind
-    from ._common import load_config
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.cli._common import load_config
+    from slurm_hooks.core.errors import ForeignReasonError
+    from slurm_hooks.decide import DecisionKind
 
     cfg = load_config(config_path)
     engine = Engine.from_config(cfg, spawn=None, actor=f"cli:{getpass.getuser()}")

@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 
-from .. import fleet, hostlist
-from ..model import NodeState
-from ._common import (
+from slurm_hooks.cli import fleet
+from slurm_hooks.cli._common import (
     EXIT_OK,
     EXIT_UNHEALTHY,
     config_option,
@@ -22,6 +21,8 @@ from ._common import (
     styled,
     use_color,
 )
+from slurm_hooks.core import hostlist
+from slurm_hooks.core.model import NodeState
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,8 @@ def breaker_state(cfg: Any, nodes: list[NodeState], now: datetime) -> tuple[str,
     file holds a trip until ``slurm-hooks breaker reset``.
     """
     try:
-        from ..policy import breaker
-        from ..policy.config import PolicyConfig
+        from slurm_hooks.decide import breaker
+        from slurm_hooks.decide.config import PolicyConfig
     except ImportError:
         return "unknown", {}
     try:
@@ -61,8 +62,8 @@ def breaker_state(cfg: Any, nodes: list[NodeState], now: datetime) -> tuple[str,
 def _latch(pcfg: Any, cfg: Any) -> dict[str, Any] | None:
     """Latched trips, read through the state store's BreakerLatch (the same
     file ``slurm-hooks breaker reset`` clears)."""
-    from ..errors import StateError
-    from ..state import BreakerLatch
+    from slurm_hooks.core.errors import StateError
+    from slurm_hooks.store.state import BreakerLatch
 
     path = Path(pcfg.breaker_state_file or Path(cfg.general.state_dir) / "breaker.json")
     try:

@@ -1,4 +1,4 @@
-"""``slurm-hooks watch``: the long-running XID/NVML watcher (see slurm_hooks.watch)."""
+"""``slurm-hooks watch``: the long-running XID/NVML watcher (see slurm_hooks.agent.watch)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from ..errors import SlurmHooksError
-from ._common import config_option
+from slurm_hooks.cli._common import config_option
+from slurm_hooks.core.errors import SlurmHooksError
 
 
 @click.command("watch")
@@ -41,7 +41,7 @@ def command(
     Example:
       slurm-hooks watch --node gpu017 --metrics-port 9839
     """
-    from ..watch import quiet_runner, run_watch
+    from slurm_hooks.agent.watch import quiet_runner, run_watch
 
     root = logging.getLogger()
     if root.level > logging.INFO:

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError, KernelLogError, StateError
-from ..model import Status
+from slurm_hooks.core.errors import ConfigError, KernelLogError, StateError
+from slurm_hooks.core.model import Status
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
@@ -64,11 +64,11 @@ def scan_cmd(file: str | None, as_json: bool, state: str | None, year: int | Non
       journalctl -k -o json | slurm-hooks xid scan - --json
       slurm-hooks xid scan /var/log/syslog --since-cursor /tmp/xid-state
     """
-    from ..xid.history import load_history, save_history
-    from ..xid.rules import evaluate, update_history
-    from ..xid.scan import scan_path, scan_stream
-    from ..xid.settings import XidSettings
-    from ..xid.source import FileSource, scan_new
+    from slurm_hooks.detect.xid.history import load_history, save_history
+    from slurm_hooks.detect.xid.rules import evaluate, update_history
+    from slurm_hooks.detect.xid.scan import scan_path, scan_stream
+    from slurm_hooks.detect.xid.settings import XidSettings
+    from slurm_hooks.detect.xid.source import FileSource, scan_new
 
     settings = XidSettings()
     ctx = click.get_current_context()
@@ -84,7 +84,7 @@ def scan_cmd(file: str | None, as_json: bool, state: str | None, year: int | Non
             if file:
                 source: Any = FileSource(file)
             else:
-                from ..checks.xid import make_source
+                from slurm_hooks.detect.checks.xid import make_source
 
                 source = make_source(settings)
             if state:
@@ -151,7 +151,7 @@ def explain_cmd(number: int, sxid: bool) -> None:
       slurm-hooks xid explain 13
       slurm-hooks xid explain --sxid 12028
     """
-    from ..xid.catalogue import load_catalogue
+    from slurm_hooks.detect.xid.catalogue import load_catalogue
 
     cat = load_catalogue()
     if sxid:

@@ -31,7 +31,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from ..errors import ConfigError, ConflictError, KubernetesError
+from slurm_hooks.core.errors import ConfigError, ConflictError, KubernetesError
 
 log = logging.getLogger(__name__)
 

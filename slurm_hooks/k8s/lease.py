@@ -13,9 +13,9 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from ..errors import ConflictError, KubernetesError
-from .client import KubeClient, lease_path
-from .plan import parse_time
+from slurm_hooks.bridge.plan import parse_time
+from slurm_hooks.core.errors import ConflictError, KubernetesError
+from slurm_hooks.k8s.client import KubeClient, lease_path
 
 log = logging.getLogger(__name__)
 

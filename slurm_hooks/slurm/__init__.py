@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import SlurmClient
+    from slurm_hooks.slurm.base import SlurmClient
 
 
 def get_client(backend: str = "cli", **opts: Any) -> SlurmClient:
     """See :func:`slurm_hooks.slurm.factory.get_client`."""
-    from .factory import get_client as _get_client
+    from slurm_hooks.slurm.factory import get_client as _get_client
 
     return _get_client(backend, **opts)

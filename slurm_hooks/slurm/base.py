@@ -13,7 +13,7 @@ import enum
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ..model import JobInfo, NodeState
+from slurm_hooks.core.model import JobInfo, NodeState
 
 
 class SignalTarget(enum.StrEnum):

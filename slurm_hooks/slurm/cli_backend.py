@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import hostlist
-from ..errors import CommandError, CommandTimeout, SlurmError, SlurmUnavailable
-from ..model import JobInfo, NodeState
-from ..probes.commands import CommandResult, run
-from . import parse
-from .base import SignalTarget
+from slurm_hooks.core import hostlist
+from slurm_hooks.core.errors import CommandError, CommandTimeout, SlurmError, SlurmUnavailable
+from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.detect.probes.commands import CommandResult, run
+from slurm_hooks.slurm import parse
+from slurm_hooks.slurm.base import SignalTarget
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..config import SLURM_BACKENDS as BACKENDS
-from ..errors import ConfigError, SlurmError
-from .base import SlurmClient
+from slurm_hooks.core.config import SLURM_BACKENDS as BACKENDS
+from slurm_hooks.core.errors import ConfigError, SlurmError
+from slurm_hooks.slurm.base import SlurmClient
 
 if TYPE_CHECKING:
-    from ..config import Config, GeneralConfig
+    from slurm_hooks.core.config import Config, GeneralConfig
 
 __all__ = ["BACKENDS", "client_from_config", "get_client"]
 
@@ -24,15 +24,15 @@ def get_client(backend: str = "cli", **opts: Any) -> SlurmClient:
     ``socket=`` or ``url=`` plus ``user=``/``token=``) or ``pyslurm``.
     ``opts`` go to the backend's constructor."""
     if backend == "cli":
-        from .cli_backend import CliClient
+        from slurm_hooks.slurm.cli_backend import CliClient
 
         return CliClient(**opts)
     if backend == "rest":
-        from .rest_backend import RestClient
+        from slurm_hooks.slurm.rest_backend import RestClient
 
         return RestClient(**opts)
     if backend == "pyslurm":
-        from .pyslurm_backend import PyslurmClient
+        from slurm_hooks.slurm.pyslurm_backend import PyslurmClient
 
         return PyslurmClient(**opts)
     raise SlurmError(f"unknown slurm backend {backend!r} (one of: {', '.join(BACKENDS)})")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from ..drain_reason import classify_owner, try_parse_reason
-from ..errors import ForeignReasonError, SlurmError
-from ..model import NodeState, ReasonOwner
-from .base import SlurmClient
+from slurm_hooks.core.errors import ForeignReasonError, SlurmError
+from slurm_hooks.core.model import NodeState, ReasonOwner
+from slurm_hooks.core.reason import classify_owner, try_parse_reason
+from slurm_hooks.slurm.base import SlurmClient
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..errors import SlurmError
-from ..model import JobInfo, NodeState
+from slurm_hooks.core.errors import SlurmError
+from slurm_hooks.core.model import JobInfo, NodeState
 
 #: Suffix characters ``sinfo``/``scontrol`` append to a base state, and the
 #: flag each one stands for (``DOWN*`` = down and not responding).

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from ..errors import SlurmError
-from ..model import NodeState
-from . import parse
-from .cli_backend import CliClient, check_reason
+from slurm_hooks.core.errors import SlurmError
+from slurm_hooks.core.model import NodeState
+from slurm_hooks.slurm import parse
+from slurm_hooks.slurm.cli_backend import CliClient, check_reason
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class PyslurmClient(CliClient):
             )
         if names is None:
             return nodes
-        from .. import hostlist
+        from slurm_hooks.core import hostlist
 
         wanted = set(hostlist.expand(names) if isinstance(names, str) else names)
         return [n for n in nodes if n.name in wanted]

@@ -22,12 +22,17 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import hostlist
-from ..errors import SlurmError, SlurmUnavailable
-from ..model import JobInfo, NodeState
-from . import parse
-from .base import SignalTarget
-from .cli_backend import ACTIVE_JOB_STATES, check_job_id, check_reason, check_signal
+from slurm_hooks.core import hostlist
+from slurm_hooks.core.errors import SlurmError, SlurmUnavailable
+from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.slurm import parse
+from slurm_hooks.slurm.base import SignalTarget
+from slurm_hooks.slurm.cli_backend import (
+    ACTIVE_JOB_STATES,
+    check_job_id,
+    check_reason,
+    check_signal,
+)
 
 log = logging.getLogger(__name__)
 

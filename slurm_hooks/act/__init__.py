@@ -1,0 +1,1 @@
+"""Acting on decisions: the remediation engine, notifications, metrics."""

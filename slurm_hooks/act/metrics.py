@@ -1,0 +1,203 @@
+"""Prometheus metrics: a textfile per hook phase, and ``/metrics`` for daemons.
+
+Hooks are short-lived, so they cannot be scraped: each run writes a file for
+node_exporter's textfile collector (``--collector.textfile.directory``),
+atomically (prometheus_client writes a temp file in the same directory and
+renames it), so node_exporter never reads half a file.  One file per phase
+(``slurm_hooks_prolog.prom`` ...) and a ``phase`` label on every sample keep
+the files from overwriting each other's numbers and from colliding in
+node_exporter, which refuses the same series from two files.
+
+The long-running watcher and bridge expose ``/metrics`` over HTTP instead
+(``serve``).  prometheus_client is imported only inside the functions: the
+hook path pays for it only when it actually writes metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurm_hooks.core.model import Finding
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "slurm_hooks"
+DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """``[metrics]``."""
+
+    #: Write a textfile after each hook run.
+    enabled: bool = True
+    #: node_exporter's ``--collector.textfile.directory`` (Debian's
+    #: prometheus-node-exporter reads /var/lib/prometheus/node-exporter).
+    textfile_dir: str = DEFAULT_TEXTFILE_DIR
+    #: Address ``slurm-hooks watch`` serves ``/metrics`` on.  The watcher
+    #: only: the bridge serves on ``[bridge] metrics_port``, on all addresses.
+    listen_addr: str = "0.0.0.0"
+    #: Port of ``slurm-hooks watch``'s ``/metrics``; 0 turns it off (the
+    #: ``--metrics-port`` option wins).
+    watch_port: int = 9839
+
+    def validate(self) -> None:
+        if not 0 <= self.watch_port <= 65535:
+            raise ValueError("watch_port must be a port number (0 turns it off)")
+        if not self.textfile_dir:
+            raise ValueError("textfile_dir must not be empty")
+
+
+@dataclass(frozen=True)
+class PhaseRun:
+    """What one hook run reports."""
+
+    phase: str
+    findings: Sequence[Finding]
+    #: Unix time the run finished.
+    timestamp: float
+    #: Seconds the whole phase took.
+    duration_s: float
+    #: Seconds per check (optional).
+    check_durations: Mapping[str, float] = field(default_factory=dict)
+    #: Cumulative XID events seen on this node, by XID code (the watcher
+    #: keeps the counts in its state; hooks may pass none).
+    xid_counts: Mapping[str | int, int] = field(default_factory=dict)
+
+
+def textfile_name(phase: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in phase)
+    return f"{NAMESPACE}_{safe}.prom"
+
+
+def _families(run: PhaseRun) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    findings = GaugeMetricFamily(
+        f"{NAMESPACE}_findings",
+        "Findings of the last run, by check, status and fault code.",
+        labels=["phase", "check", "status", "code"],
+    )
+    counts: dict[tuple[str, str, str], int] = {}
+    for f in run.findings:
+        key = (f.check, str(f.status), f.code)
+        counts[key] = counts.get(key, 0) + 1
+    for (check, status, code), n in sorted(counts.items()):
+        findings.add_metric([run.phase, check, status, code], n)
+    yield findings
+
+    worst = GaugeMetricFamily(
+        f"{NAMESPACE}_check_status",
+        "Worst status of each check in the last run (0 OK, 1 UNKNOWN, 2 WARN, 3 FAIL).",
+        labels=["phase", "check"],
+    )
+    ranks: dict[str, int] = {}
+    for f in run.findings:
+        ranks[f.check] = max(ranks.get(f.check, 0), f.status.rank)
+    for check, rank in sorted(ranks.items()):
+        worst.add_metric([run.phase, check], rank)
+    yield worst
+
+    last = GaugeMetricFamily(
+        f"{NAMESPACE}_last_check_timestamp_seconds",
+        "Unix time the phase last finished its checks.",
+        labels=["phase"],
+    )
+    last.add_metric([run.phase], run.timestamp)
+    yield last
+
+    dur = GaugeMetricFamily(
+        f"{NAMESPACE}_phase_duration_seconds",
+        "Seconds the last run of the phase took.",
+        labels=["phase"],
+    )
+    dur.add_metric([run.phase], run.duration_s)
+    yield dur
+
+    if run.check_durations:
+        cdur = GaugeMetricFamily(
+            f"{NAMESPACE}_check_duration_seconds",
+            "Seconds each check took in the last run.",
+            labels=["phase", "check"],
+        )
+        for check, secs in sorted(run.check_durations.items()):
+            cdur.add_metric([run.phase, check], secs)
+        yield cdur
+
+    if run.xid_counts:
+        # CounterMetricFamily without ``created`` writes no _created sample:
+        # the count comes from the watcher's persistent state, not this process.
+        xid = CounterMetricFamily(
+            f"{NAMESPACE}_xid_events",
+            "NVIDIA XID events seen in the kernel log, by XID code.",
+            labels=["xid"],
+        )
+        for code, n in sorted(run.xid_counts.items(), key=lambda kv: int(str(kv[0]))):
+            xid.add_metric([str(code)], n)
+        yield xid
+
+
+class _RunCollector:
+    def __init__(self, run: PhaseRun) -> None:
+        self.run = run
+
+    def collect(self) -> Iterable[Any]:
+        return list(_families(self.run))
+
+
+def build_registry(run: PhaseRun) -> Any:
+    """A fresh CollectorRegistry holding only this run's metrics (never the
+    global one: a hook must not export the interpreter's process metrics)."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_RunCollector(run))  # type: ignore[arg-type]
+    return registry
+
+
+def render(run: PhaseRun) -> str:
+    """The exposition text for ``run`` (what the textfile will contain)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(build_registry(run)).decode("utf-8")
+
+
+def write_textfile(directory: str | os.PathLike[str], run: PhaseRun) -> Path:
+    """Write ``<directory>/slurm_hooks_<phase>.prom`` atomically; returns the path.
+
+    Raises OSError when the directory is missing or not writable: the caller
+    (the hook) logs it and carries on, metrics never fail a hook.
+    """
+    from prometheus_client import write_to_textfile
+
+    path = Path(directory) / textfile_name(run.phase)
+    write_to_textfile(str(path), build_registry(run))
+    return path
+
+
+def try_write_textfile(directory: str | os.PathLike[str], run: PhaseRun) -> Path | None:
+    """``write_textfile`` for the hook path: logs and returns None on failure."""
+    try:
+        return write_textfile(directory, run)
+    except (OSError, ImportError) as exc:
+        log.warning(
+            "metrics textfile not written dir=%s phase=%s error=%s", directory, run.phase, exc
+        )
+        return None
+
+
+def serve(port: int, addr: str = "0.0.0.0", registry: Any = None) -> tuple[Any, Any]:
+    """Serve ``/metrics`` from a daemon thread (watcher, bridge).  Returns
+    (server, thread); ``server.server_port`` is the bound port (useful with
+    port 0) and ``server.shutdown()`` stops it."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    result = start_http_server(port, addr=addr, registry=registry or REGISTRY)
+    if not isinstance(result, tuple):  # older prometheus_client returned None
+        return (None, None)
+    return result

@@ -1,0 +1,1 @@
+"""Thin process entry points: the hook, prolog, watcher, grace worker, acceptance, preflight."""

@@ -1,0 +1,146 @@
+"""``python3 -m slurm_hooks hook healthcheck|epilog|prolog``: what the shims exec.
+
+Runs the phase's checks (runner.run_phase, with its own budget) and feeds the
+findings to the remediation engine.  No click, no requests on this path.
+
+Slurm's limits shape it:
+
+* HealthCheckProgram is killed after 60 s: the checks get their budget, the
+  engine gets what is left (at least ENGINE_MIN_S, else it does not start and
+  the next run acts), and the grace wait runs in the detached worker.
+* A non-zero epilog makes Slurm drain the node with "Epilog error", a reason
+  that is not ours and that would hide ours: the epilog exits 0 after acting
+  (the drain it needs, it wrote itself).  The health check's exit status is
+  not read by Slurm; it is 1 when the node is unhealthy, for people and logs.
+* An open incident with work left (a grace worker that died) is rolled
+  forward on the next run, healthy or not.
+* The prolog runs before every job: its cache, budget and requeue live in
+  ``slurm_hooks.agent.prolog`` (exit 0: the job may start or was requeued by us;
+  1: the node failed, Slurm handles the job).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_hooks.core.config import Config
+    from slurm_hooks.store.state import StateStore
+
+log = logging.getLogger("slurm_hooks.agent.hook")
+
+#: Seconds Slurm gives a HealthCheckProgram (hard-coded in slurmd).
+HEALTHCHECK_LIMIT_S = 60.0
+#: Do not start acting with less than this left: a drain plus a few job
+#: signals are a handful of scontrol/scancel calls.
+ENGINE_MIN_S = 8.0
+PHASES = ("healthcheck", "epilog", "prolog")
+#: Exit status meaning "slurm-hooks drained this node; the job must not start
+#: here".  The prolog shim turns it into Slurm's failure status (1); any other
+#: non-zero status is slurm-hooks itself failing (not installed, crashed) and
+#: the shim lets the job run: our own bug must never drain the fleet.
+EXIT_REJECT = 3
+#: Seconds to wait for the watcher to finish acting before giving up this run.
+DETECT_LOCK_WAIT_S = 15.0
+#: Environment variable that sets the log level; it wins over ``[general] log_level``.
+ENV_LOG_LEVEL = "SLURM_HOOKS_LOG_LEVEL"
+
+
+def main(argv: Sequence[str]) -> int:
+    t0 = time.monotonic()
+    if len(argv) != 1 or argv[0] not in PHASES:
+        print(f"usage: python3 -m slurm_hooks hook {{{'|'.join(PHASES)}}}", file=sys.stderr)
+        return 2
+    phase = argv[0]
+    # Set up before the config is read, so that a config error is logged;
+    # [general] log_level applies once it is (apply_log_level).
+    logging.basicConfig(
+        level=(os.environ.get(ENV_LOG_LEVEL) or "INFO").upper(),
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s slurm-hooks[{phase}] %(name)s %(message)s",
+    )
+    try:
+        return _main(phase, t0)
+    except Exception:  # noqa: BLE001 - a hook must fail open, with the traceback logged
+        log.exception("hook %s crashed", phase)
+        return 0 if phase in ("prolog", "epilog") else 2
+
+
+def _main(phase: str, t0: float) -> int:
+    if phase == "prolog":
+        from slurm_hooks.agent.prolog import hook_main
+
+        return hook_main(t0)
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.detect.runner import node_name
+    from slurm_hooks.store.state import DETECT_LOCK, StateStore
+
+    try:
+        cfg = config_mod.load(validate=False)
+        apply_log_level(cfg)
+        node = node_name()
+        # The watcher, the health check and the epilog share one kernel-log
+        # cursor: scan-then-act under one lock, so no XID is handled (or
+        # counted towards a repeat rule) twice.
+        store = StateStore(cfg.general.state_dir)
+        with store.lock(DETECT_LOCK, timeout=DETECT_LOCK_WAIT_S):
+            return _run_and_act(phase, cfg, store, node, t0)
+    except SlurmHooksError as exc:
+        log.error("hook %s could not run: %s", phase, exc)
+        return 0 if phase == "epilog" else 2
+
+
+def apply_log_level(cfg: Config) -> None:
+    """``[general] log_level`` for the rest of the run, unless
+    SLURM_HOOKS_LOG_LEVEL chose the level (one run is debugged through the
+    environment, whatever the config says).  Raises ConfigError for a level
+    that is not a logging level name."""
+    if not os.environ.get(ENV_LOG_LEVEL):
+        logging.getLogger().setLevel(cfg.general.log_level.upper())
+
+
+def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: float) -> int:
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.core.model import Status
+    from slurm_hooks.detect.runner import run_phase
+
+    result = run_phase(phase, cfg=cfg, node=node)
+    unhealthy = any(f.is_problem for f in result.findings)
+    remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
+    if all(f.status is Status.OK for f in result.findings) and not _work_left(store, node):
+        # The common case on every node every interval: nothing to decide and
+        # nothing to roll forward, so the engine (policy, Slurm backend,
+        # notifiers) is not even imported.
+        return 0
+    if phase == "healthcheck" and remaining < ENGINE_MIN_S:
+        log.warning("hook %s: %.1fs left, not acting this run", phase, remaining)
+    else:
+        try:
+            from slurm_hooks.act.engine import Engine
+
+            engine = Engine.from_config(cfg, actor=f"slurm-hooks/{phase}")
+            for d in engine.handle(node, result.findings):
+                log.info("decision node=%s kind=%s code=%s why=%s", node, d.kind, d.code,
+                         d.explanation)  # fmt: skip
+        except SlurmHooksError as exc:
+            log.error("hook %s: remediation failed: %s", phase, exc)
+    if phase == "epilog":
+        return 0
+    return 1 if unhealthy else 0
+
+
+def _work_left(store: StateStore, node: str) -> bool:
+    """An incident of this node whose jobs are not settled yet.  A node that
+    stays drained after its jobs were requeued (waiting for acceptance, or
+    resumed by an admin elsewhere) has nothing for a hook to roll forward."""
+    incident = store.open_incident(node)
+    if incident is None:
+        return False
+    doc = store.read_incident(incident)
+    return doc is None or not doc.get("jobs_done")

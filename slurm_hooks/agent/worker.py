@@ -1,0 +1,99 @@
+"""The detached grace worker: ``python -m slurm_hooks.agent.worker <incident-file>``.
+
+A hook cannot wait out a job's checkpoint grace (slurmd kills a
+HealthCheckProgram at 60 s and an epilog holds the node), so the engine
+starts this in its own session and returns.  It sleeps until the incident's
+deadline, then requeues (or cancels) the jobs through the same engine code.
+If it dies, the journal still says what is left and ``resume_pending()``
+(or the next hook run on the node) finishes the work: exactly once, because
+the engine asks Slurm for the job's restart count before requeueing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+log = logging.getLogger("slurm_hooks.agent.worker")
+
+
+def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def,type-arg]
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.notify import build_notifier
+    from slurm_hooks.act.notify.config import NotifyConfig
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.decide.config import PolicyConfig
+    from slurm_hooks.slurm import factory
+    from slurm_hooks.store.audit import AuditLog
+    from slurm_hooks.store.state import StateStore
+
+    for key, value in (doc.get("worker_env") or {}).items():
+        os.environ[key] = str(value)
+    # Only the sections the worker reads are validated: a typo in, say, the
+    # bridge's table must not stop a signalled job from being requeued.
+    cfg = config_mod.load(validate=False)
+    general = cfg.general
+    policy = cfg.section("policy", PolicyConfig)
+    # The cli and pyslurm backends run Slurm's commands: point them at the
+    # cluster the hook ran against (SLURM_CONF comes with the worker_env).
+    opts: dict[str, str] = {}
+    if general.slurm_backend in ("cli", "pyslurm") and os.environ.get("SLURM_CONF"):
+        opts["slurm_conf"] = os.environ["SLURM_CONF"]
+    slurm = factory.client_from_config(cfg, **opts)
+    state = StateStore(incident_file.parent.parent)
+    audit = AuditLog(doc.get("audit_log") or state.root / "audit.jsonl", actor="slurm-hooks/worker")
+    notifier = build_notifier(cfg.section("notify", NotifyConfig), slurm)
+    return Engine(slurm, policy, state, audit, notifier, spawn=None, actor="slurm-hooks/worker")
+
+
+#: Seconds between looks at the incident's jobs during the grace.
+POLL_S = 1.0
+
+
+def run(incident_file: Path) -> int:
+    from slurm_hooks.store.state import parse_time, read_json
+
+    doc = read_json(incident_file)
+    if not isinstance(doc, dict):
+        log.error("no incident journal at %s", incident_file)
+        return 2
+    engine = build_engine(incident_file, doc)
+    outcomes = []
+    if doc.get("deadline"):
+        deadline = parse_time(doc["deadline"])
+        log.info("incident %s: grace until %s", doc["incident"], doc["deadline"])
+        # Poll rather than sleep: a job that checkpointed and exited on the
+        # signal is requeued at once instead of after the whole grace.
+        while (left := (deadline - datetime.now(UTC)).total_seconds()) > 0:
+            time.sleep(min(POLL_S, left))
+            outcomes += engine.finish_incident(doc["incident"], early=True)
+            current = read_json(incident_file)
+            if isinstance(current, dict) and current.get("jobs_done"):
+                break
+    outcomes += engine.finish_incident(doc["incident"])
+    for o in outcomes:
+        log.info("incident %s job %s: %s (%s)", doc["incident"], o.job_id, o.outcome, o.detail)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s worker[%(process)d] %(message)s"
+    )
+    if len(args) != 1:
+        print("usage: python -m slurm_hooks.agent.worker <incident-file>", file=sys.stderr)
+        return 2
+    try:
+        return run(Path(args[0]))
+    except Exception:  # noqa: BLE001 - a worker must log why it died; the journal keeps the rest
+        log.exception("grace worker failed for %s", args[0])
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The Slurm -> Kubernetes bridge: pure planners (faults, lending) beside their executors."""

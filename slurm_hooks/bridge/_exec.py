@@ -1,0 +1,64 @@
+"""Kubernetes writes that the fault bridge and the lender both make: a Node
+patched read-modify-write, and pods evicted through the Eviction API."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from slurm_hooks.core.errors import ConflictError, KubernetesError
+from slurm_hooks.k8s.client import KubeClient, eviction_path, nodes_path
+
+log = logging.getLogger(__name__)
+
+#: Read-modify-write attempts on a Node before a step counts as failed.
+PATCH_ATTEMPTS = 4
+
+Obj = dict[str, Any]
+
+
+def patch_node(
+    kube: KubeClient, nodes: dict[str, Obj], name: str, make_patch: Callable[[Obj], dict[str, Any]]
+) -> Obj:
+    """Patch from the object as last read; on 409 read it again and redo.
+    ``nodes[name]`` becomes what the server returned."""
+    obj = nodes[name]
+    for attempt in range(PATCH_ATTEMPTS):
+        try:
+            new = kube.patch(nodes_path(name), make_patch(obj), "merge")
+        except ConflictError:
+            if attempt == PATCH_ATTEMPTS - 1:
+                raise
+            log.info("node=%s changed meanwhile (409), reading it again", name)
+            obj = kube.get(nodes_path(name))
+            continue
+        nodes[name] = new
+        return new
+    raise AssertionError("unreachable")
+
+
+def evict_pods(kube: KubeClient, pods: Iterable[Obj]) -> tuple[int, list[str]]:
+    """Ask for each pod's eviction: how many were evicted, and the
+    ``namespace/name`` of those a disruption budget kept (429: the next pass
+    tries again).  A pod already gone (404) is neither."""
+    evicted = 0
+    blocked: list[str] = []
+    for pod in pods:
+        md = pod["metadata"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": md["name"], "namespace": md["namespace"]},
+        }
+        try:
+            kube.create(eviction_path(md["namespace"], md["name"]), body)
+            evicted += 1
+        except KubernetesError as exc:
+            if exc.status == 404:
+                continue
+            if exc.status == 429:
+                blocked.append(f"{md['namespace']}/{md['name']}")
+                continue
+            raise
+    return evicted, blocked

@@ -1,0 +1,365 @@
+"""The bridge's executor and loop: read Slurm, read Kubernetes, plan, act.
+
+Slurm is the only source of truth; Kubernetes mirrors it.  One pass costs one
+Node LIST, one Slurm node listing and calls proportional to what changed
+(pods LIST and evictions on newly held nodes, job queries on nodes whose
+replacement is still open, one PATCH per step).
+
+Crash safety: each step is a read-modify-write of the Node that records what
+was done in our annotations, and every outward request (replacement, spare
+resume) is idempotent per incident, so a bridge killed between any two calls
+and started again finishes the incident without doing anything twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.bridge import plan as planner
+from slurm_hooks.bridge._exec import Obj, evict_pods, patch_node
+from slurm_hooks.bridge.metrics import BridgeMetrics
+from slurm_hooks.bridge.replace import Replacer, make_replacer
+from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.errors import KubernetesError, SlurmError, SlurmHooksError
+from slurm_hooks.core.model import JobInfo
+from slurm_hooks.k8s.client import KubeClient, nodes_path, pods_path
+from slurm_hooks.k8s.lease import LeaderElector
+from slurm_hooks.slurm.base import SlurmClient
+
+if TYPE_CHECKING:
+    from slurm_hooks.bridge.lend_exec import Lender, LendPass
+    from slurm_hooks.store.audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+#: Our reason code for a node lent to inference: out of Slurm on purpose, not
+#: a fault, so the fault planner never cordons or replaces it.
+LEND_CODE = "LEND"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: planner.Step
+    #: done, partial, failed, skipped or dry-run
+    outcome: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PassResult:
+    leader: bool
+    plan: planner.Plan | None = None
+    results: tuple[StepResult, ...] = ()
+    api_calls: Mapping[str, int] = field(default_factory=dict)
+    error: str | None = None
+    #: The lending pass (None when lending is off or failed).
+    lending: LendPass | None = None
+
+    def outcomes(self, outcome: str) -> list[StepResult]:
+        return [r for r in self.results if r.outcome == outcome]
+
+
+def default_identity() -> str:
+    """POD_NAME when the Deployment passes it (downward API), else host + a
+    random suffix: two processes never share an identity."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def _seconds_since(text: str | None, now: datetime) -> float | None:
+    when = planner.parse_time(text)
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.astimezone()  # Slurm's reason times are local
+    return max((now - when).total_seconds(), 0.0)
+
+
+class Bridge:
+    """One reconcile pass per ``reconcile_once()``; ``run()`` loops."""
+
+    def __init__(
+        self,
+        slurm: SlurmClient,
+        kube: KubeClient,
+        cfg: BridgeConfig,
+        *,
+        identity: str | None = None,
+        metrics: BridgeMetrics | None = None,
+        replacer: Replacer | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        after_step: Callable[[planner.Step], None] | None = None,
+        audit: AuditLog | None = None,
+        lender: Lender | None = None,
+    ) -> None:
+        self.slurm = slurm
+        self.kube = kube
+        self.cfg = cfg
+        self.clock = clock
+        self.metrics = metrics or BridgeMetrics()
+        self.identity = identity or default_identity()
+        self.replacer = replacer if replacer is not None else make_replacer(kube, cfg)
+        #: Called after every step; tests use it to kill the bridge mid-way.
+        self.after_step = after_step
+        self.keys = planner.Keys(cfg.annotation_prefix)
+        #: The fault planner's view: a LEND drain is never a fault.
+        self.plan_cfg = (
+            cfg
+            if LEND_CODE in cfg.ignore_codes
+            else dataclasses.replace(cfg, ignore_codes=(*cfg.ignore_codes, LEND_CODE))
+        )
+        self.lender = lender
+        if self.lender is None and cfg.lending.enabled:
+            from slurm_hooks.bridge.lend_exec import Lender
+
+            self.lender = Lender(slurm, kube, cfg, metrics=self.metrics, clock=clock, audit=audit)
+        self._lend_pass: LendPass | None = None
+        self.elector: LeaderElector | None = None
+        if cfg.leader_election and not cfg.dry_run:
+            self.elector = LeaderElector(
+                kube, cfg.namespace, cfg.lease_name, self.identity, cfg.lease_duration, clock
+            )
+        self.spare_pool: list[str] = []
+        if cfg.spare_pool:
+            from slurm_hooks.core.hostlist import expand
+
+            self.spare_pool = expand(cfg.spare_pool)
+        if kube.on_call is None:
+            kube.on_call = self.metrics.on_api_call
+
+    # -- one pass -------------------------------------------------------------
+
+    def reconcile_once(self) -> PassResult:
+        started = time.monotonic()
+        calls_before = dict(self.kube.calls)
+        if self.elector is not None:
+            leader = self.elector.try_acquire()
+            self.metrics.leader.set(1 if leader else 0)
+            if not leader:
+                self.metrics.passes.labels("follower").inc()
+                return PassResult(False)
+        try:
+            result = self._pass()
+        except SlurmHooksError as exc:
+            log.error("reconcile pass failed: %s", exc)
+            self.metrics.passes.labels("error").inc()
+            return PassResult(True, error=str(exc), api_calls=self._calls_since(calls_before))
+        self.metrics.passes.labels("ok").inc()
+        self.metrics.pass_seconds.observe(time.monotonic() - started)
+        return PassResult(
+            True,
+            result[0],
+            result[1],
+            api_calls=self._calls_since(calls_before),
+            lending=self._lend_pass,
+        )
+
+    def _calls_since(self, before: Mapping[str, int]) -> dict[str, int]:
+        return {k: v - before.get(k, 0) for k, v in self.kube.calls.items() if v - before.get(k, 0)}
+
+    def _pass(self) -> tuple[planner.Plan, tuple[StepResult, ...]]:
+        cfg = self.cfg
+        states = self.slurm.list_nodes()
+        nodes = (
+            self.kube.list(nodes_path(), label_selector=cfg.node_selector or None).get("items")
+            or []
+        )
+        jobs: dict[str, list[JobInfo]] = {}
+        for name in planner.job_queries(states, nodes, self.plan_cfg):
+            try:
+                jobs[name] = self.slurm.jobs_on_node(name)
+            except SlurmError as exc:
+                log.warning("node=%s jobs unknown (%s): treating as busy", name, exc)
+                jobs[name] = [JobInfo("?", None, "UNKNOWN", name)]
+        the_plan = planner.plan(states, nodes, self.plan_cfg, jobs=jobs, spare_pool=self.spare_pool)
+        for d in the_plan.deferred:
+            log.warning("node=%s slurm_node=%s deferred: %s", d.node, d.slurm_node, d.why)
+            self.metrics.deferred.labels(d.why.split(" (")[0]).inc()
+
+        current = {planner.node_name(n): n for n in nodes}
+        failed_nodes: set[str] = set()
+        results: list[StepResult] = []
+        for step in the_plan.steps:
+            if step.node in failed_nodes:
+                results.append(StepResult(step, "skipped", "an earlier step on this node failed"))
+                continue
+            if cfg.dry_run:
+                log.info("dry-run: would %s", _describe(step))
+                results.append(StepResult(step, "dry-run", _describe(step)))
+                continue
+            if not self._still_leader():
+                results.append(StepResult(step, "skipped", "lost the lease during the pass"))
+                continue
+            try:
+                res = self._execute(step, current)
+            except (KubernetesError, SlurmError) as exc:
+                log.error("node=%s %s failed: %s", step.node, type(step).__name__, exc)
+                res = StepResult(step, "failed", str(exc))
+            if res.outcome in ("failed", "partial"):
+                failed_nodes.add(step.node)
+            results.append(res)
+            if self.after_step is not None:
+                self.after_step(step)
+        self.metrics.held.set(
+            sum(1 for n in current.values() if self.keys.incident in planner.annotations(n))
+        )
+        self._lend_pass = None
+        if self.lender is not None and (cfg.dry_run or self._still_leader()):
+            # After the fault steps, on the nodes as they now are: a fault on
+            # a lent node has been cordoned already, and lending sees it.
+            try:
+                self._lend_pass = self.lender.reconcile(states, current)
+            except (KubernetesError, SlurmError) as exc:
+                log.error("lending pass failed: %s", exc)
+                self.metrics.lend_events.labels("error").inc()
+        return the_plan, tuple(results)
+
+    def _still_leader(self) -> bool:
+        """Re-checked before every write: a pass that stalled (a hung call)
+        past the lease's renew deadline renews first, and stops if another
+        replica has taken over meanwhile."""
+        if self.elector is None or self.elector.holds():
+            return True
+        leader = self.elector.try_acquire()
+        self.metrics.leader.set(1 if leader else 0)
+        if not leader:
+            log.warning("lost the lease during the pass: no further writes")
+        return leader
+
+    # -- steps ----------------------------------------------------------------
+
+    def _execute(self, step: planner.Step, current: dict[str, Obj]) -> StepResult:
+        now = self.clock()
+        keys = self.keys
+        if isinstance(step, planner.Cordon):
+            self._rmw(step.node, current, lambda n: planner.cordon_patch(n, step, self.cfg, now))
+            self.metrics.incidents.labels("cordon").inc()
+            if step.drained_at is not None:
+                since = _seconds_since(step.drained_at.isoformat(), now)
+                if since is not None:
+                    self.metrics.drain_to_cordon.observe(since)
+            log.warning(
+                "node=%s slurm_node=%s incident=%s cordoned and tainted: %s",
+                step.node,
+                step.slurm_node,
+                step.incident,
+                step.reason,
+            )
+            return StepResult(step, "done")
+        if isinstance(step, planner.ClaimSpare):
+            # Intent first, then the resume: a crash in between resumes the same spare.
+            node = current[step.node]
+            if planner.annotations(node).get(keys.spare) != step.spare:
+                self._rmw(
+                    step.node,
+                    current,
+                    lambda n: planner.annotate_patch(n, {keys.spare: step.spare}),
+                )
+            self.slurm.resume(step.spare)
+            self.metrics.incidents.labels("spare_resumed").inc()
+            log.warning(
+                "node=%s incident=%s resumed spare %s", step.node, step.incident, step.spare
+            )
+            return StepResult(step, "done", step.spare)
+        if isinstance(step, planner.Evict):
+            return self._evict(step, current)
+        if isinstance(step, planner.RequestReplacement):
+            if self.replacer is None:
+                return StepResult(step, "skipped", "no replacement method configured")
+            detail = self.replacer.request(step)
+            self._rmw(
+                step.node,
+                current,
+                lambda n: planner.annotate_patch(
+                    n, {keys.replacement: step.incident, keys.replacement_at: planner._iso(now)}
+                ),
+            )
+            self.metrics.incidents.labels("replacement_requested").inc()
+            since = _seconds_since(
+                planner.annotations(current[step.node]).get(keys.cordoned_at), now
+            )
+            if since is not None:
+                self.metrics.cordon_to_replacement.observe(since)
+            log.warning(
+                "node=%s incident=%s replacement requested: %s", step.node, step.incident, detail
+            )
+            return StepResult(step, "done", detail)
+        if isinstance(step, planner.Uncordon):
+            ann = planner.annotations(current[step.node])
+            since = _seconds_since(ann.get(keys.drained_at) or ann.get(keys.cordoned_at), now)
+            self._rmw(step.node, current, lambda n: planner.uncordon_patch(n, self.cfg))
+            self.metrics.incidents.labels("uncordon").inc()
+            if since is not None:
+                self.metrics.drain_to_back.observe(since)
+            log.warning(
+                "node=%s incident=%s Slurm resumed the node: taint and annotations removed%s",
+                step.node,
+                step.incident,
+                ", uncordoned" if step.uncordon else " (cordon is not ours, kept)",
+            )
+            return StepResult(step, "done")
+        raise TypeError(f"unknown step {step!r}")
+
+    def _rmw(
+        self, name: str, current: dict[str, Obj], make_patch: Callable[[Obj], dict[str, Any]]
+    ) -> Obj:
+        """A method, not a bare call: tests wrap it to kill the bridge mid-step."""
+        return patch_node(self.kube, current, name, make_patch)
+
+    def _evict(self, step: planner.Evict, current: dict[str, Obj]) -> StepResult:
+        pods = (
+            self.kube.list(pods_path(), field_selector=f"spec.nodeName={step.node}").get("items")
+            or []
+        )
+        todo = planner.pods_to_evict(pods, keep_slurmd=step.keep_slurmd, cfg=self.cfg)
+        evicted, blocked = evict_pods(self.kube, todo)
+        if evicted:
+            self.metrics.incidents.labels("pods_evicted").inc(evicted)
+        if blocked:
+            log.info(
+                "node=%s eviction blocked by a disruption budget: %s", step.node, ", ".join(blocked)
+            )
+            return StepResult(step, "partial", f"{evicted} evicted, blocked: {', '.join(blocked)}")
+        if not step.keep_slurmd:
+            self._rmw(
+                step.node,
+                current,
+                lambda n: planner.annotate_patch(n, {self.keys.evicted: step.incident}),
+            )
+        return StepResult(step, "done", f"{evicted} evicted")
+
+    # -- loop -----------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, *, once: bool = False) -> None:
+        stop = stop or threading.Event()
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.reconcile_once()
+                if once:
+                    return
+                stop.wait(max(self.cfg.interval - (time.monotonic() - started), 0.0))
+        finally:
+            if self.elector is not None:
+                self.elector.release()
+
+
+def _describe(step: planner.Step) -> str:
+    if isinstance(step, planner.Cordon):
+        return f"cordon and taint {step.node} (incident {step.incident}: {step.reason})"
+    if isinstance(step, planner.ClaimSpare):
+        return f"resume spare {step.spare} for {step.node}"
+    if isinstance(step, planner.Evict):
+        return f"evict pods from {step.node}" + (" (keeping slurmd)" if step.keep_slurmd else "")
+    if isinstance(step, planner.RequestReplacement):
+        return f"request a replacement for {step.node} (incident {step.incident})"
+    return f"remove our taint from {step.node}" + (" and uncordon" if step.uncordon else "")

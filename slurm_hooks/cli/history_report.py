@@ -1,0 +1,404 @@
+"""Incident timelines, rebuilt from the audit log.
+
+The audit log is JSON lines, one record per thing automation (or an
+operator through the CLI) did.  Records this module relies on::
+
+    {"ts": "2024-05-01T10:00:00+00:00", "node": "gpu003", "incident": "7f3a2c1b",
+     "job": "1234", "action": "drain", "actor": "slurm-hooks/healthcheck",
+     "why": "XID79 gpu3", "code": "XID79", ...}
+
+Only ``ts`` and ``action`` are required; other keys are read when present
+and anything else in a record is kept (``extra``) for ``--json``.  Action
+names are mapped to timeline stages through STAGE_ALIASES so that the log
+can say ``drain`` or ``drained``.  A malformed line is skipped and counted,
+never fatal: an operator reading history during an outage must get what can
+be read.
+
+Pure apart from ``read_records`` (which reads files); ``build_incidents``
+takes records and a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from slurm_hooks.core.errors import SlurmHooksError
+
+log = logging.getLogger(__name__)
+
+#: Timeline stages in the order an incident normally goes through them.
+STAGES = (
+    "detected",
+    "drained",
+    "signalled",
+    "requeued",
+    "replacement_requested",
+    "resumed",
+)
+
+#: Audit ``action`` values (lower case) -> stage.  Actions not listed keep
+#: their own name in the timeline (``notify``, ``cancel``, ``skip`` ...).
+STAGE_ALIASES: Mapping[str, str] = {
+    "detect": "detected",
+    "detected": "detected",
+    "finding": "detected",
+    "fault": "detected",
+    "decide": "detected",
+    "decision": "detected",
+    "drain": "drained",
+    "drained": "drained",
+    "down": "drained",
+    "signal": "signalled",
+    "signal_job": "signalled",
+    "signalled": "signalled",
+    "signaled": "signalled",
+    "requeue": "requeued",
+    "requeued": "requeued",
+    "replace": "replacement_requested",
+    "request_replacement": "replacement_requested",
+    "replacement_requested": "replacement_requested",
+    "replacement": "replacement_requested",
+    "resume": "resumed",
+    "resumed": "resumed",
+    "undrain": "resumed",
+}
+
+#: Audit outcomes that mean the action did not happen.
+_NOT_DONE = frozenset({"skipped", "refused", "failed", "error", "dry_run", "observe_only"})
+
+
+class HistoryError(SlurmHooksError):
+    """The audit log could not be read, or a --since value is invalid."""
+
+
+@dataclass(frozen=True)
+class Event:
+    ts: datetime
+    action: str
+    stage: str
+    node: str | None = None
+    incident: str | None = None
+    job: str | None = None
+    actor: str | None = None
+    why: str | None = None
+    code: str | None = None
+    outcome: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return (self.outcome or "").lower() not in _NOT_DONE
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "ts": self.ts.isoformat(),
+            "action": self.action,
+            "stage": self.stage,
+            "node": self.node,
+            "incident": self.incident,
+            "job": self.job,
+            "actor": self.actor,
+            "why": self.why,
+            "code": self.code,
+            "outcome": self.outcome,
+        }
+        if self.extra:
+            d["extra"] = dict(self.extra)
+        return d
+
+
+@dataclass(frozen=True)
+class Incident:
+    incident: str
+    nodes: tuple[str, ...]
+    events: tuple[Event, ...]
+    code: str | None = None
+
+    @property
+    def start(self) -> datetime:
+        return self.events[0].ts
+
+    @property
+    def last(self) -> datetime:
+        return self.events[-1].ts
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for e in self.events:
+            if e.job:
+                seen.setdefault(e.job, None)
+        return tuple(seen)
+
+    def reached(self, stage: str) -> datetime | None:
+        """When the incident first reached ``stage`` (an action that was done)."""
+        for e in self.events:
+            if e.stage == stage and e.done:
+                return e.ts
+        return None
+
+    @property
+    def resolved(self) -> datetime | None:
+        return self.reached("resumed")
+
+    def duration_s(self, now: datetime) -> float:
+        """Open incidents count up to ``now``."""
+        end = self.resolved or now
+        return max((end - self.start).total_seconds(), 0.0)
+
+    def milestones(self) -> dict[str, float]:
+        """Seconds from the first event to each stage reached."""
+        out = {}
+        for stage in STAGES:
+            t = self.reached(stage)
+            if t is not None:
+                out[stage] = (t - self.start).total_seconds()
+        return out
+
+    def to_dict(self, now: datetime) -> dict[str, Any]:
+        return {
+            "incident": self.incident,
+            "nodes": list(self.nodes),
+            "code": self.code,
+            "start": self.start.isoformat(),
+            "end": self.resolved.isoformat() if self.resolved else None,
+            "open": self.resolved is None,
+            "duration_s": round(self.duration_s(now), 1),
+            "jobs": list(self.jobs),
+            "milestones_s": {k: round(v, 1) for k, v in self.milestones().items()},
+            "events": [e.to_dict() for e in self.events],
+        }
+
+
+@dataclass(frozen=True)
+class History:
+    incidents: tuple[Incident, ...]
+    #: Records with no incident id (notifications, breaker trips, operator commands).
+    loose: tuple[Event, ...] = ()
+    #: Lines that could not be read (bad JSON, no ts/action).
+    skipped: int = 0
+
+
+# -- time parsing -----------------------------------------------------------
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``15m``, ``2h``, ``3d``, ``1w``, ``1h30m``."""
+    s = text.strip().replace(" ", "")
+    if not s:
+        raise HistoryError("empty duration")
+    pos, total = 0, 0.0
+    for m in _DURATION_RE.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2).lower()]
+        pos = m.end()
+    if pos != len(s) or pos == 0:
+        raise HistoryError(f"invalid duration {text!r} (use e.g. 90s, 15m, 2h, 3d, 1h30m)")
+    return timedelta(seconds=total)
+
+
+def parse_time(value: Any) -> datetime:
+    """An ISO 8601 time (``Z`` allowed) or a Unix timestamp; naive means local."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(float(value), UTC)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"not a time: {value!r}")
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    t = datetime.fromisoformat(text)
+    return t.astimezone() if t.tzinfo is None else t
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``--since``: a relative duration back from ``now`` (``2h``, ``3d``) or
+    an ISO time (``2024-05-01``, ``2024-05-01T10:00``, ``...Z``)."""
+    if _DURATION_RE.match(text.strip()):
+        try:
+            return now - parse_duration(text)
+        except HistoryError:
+            pass
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise HistoryError(
+            f"invalid --since {text!r}: use a duration (2h, 3d) or an ISO time (2024-05-01T10:00)"
+        ) from exc
+
+
+# -- reading ------------------------------------------------------------------
+
+_KNOWN = ("ts", "action", "node", "incident", "job", "actor", "why", "code", "outcome")
+
+
+def stage_of(action: str) -> str:
+    return STAGE_ALIASES.get(action.strip().lower(), action.strip().lower())
+
+
+def _s(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return str(value)
+
+
+def event_from_record(rec: Mapping[str, Any]) -> Event:
+    """Raise ValueError for a record without a usable ts or action."""
+    ts = parse_time(rec.get("ts"))
+    action = rec.get("action")
+    if not isinstance(action, str) or not action.strip():
+        raise ValueError("record has no action")
+    outcome = rec.get("outcome", rec.get("result"))
+    return Event(
+        ts=ts,
+        action=action,
+        stage=stage_of(action),
+        node=_s(rec.get("node")),
+        incident=_s(rec.get("incident")),
+        job=_s(rec.get("job", rec.get("job_id"))),
+        actor=_s(rec.get("actor")),
+        why=_s(rec.get("why", rec.get("reason"))),
+        code=_s(rec.get("code")),
+        outcome=_s(outcome),
+        extra={k: v for k, v in rec.items() if k not in _KNOWN and k not in ("result", "job_id")},
+    )
+
+
+def parse_lines(lines: Iterable[str]) -> tuple[list[Event], int]:
+    """Events from JSON lines, plus the number of lines skipped."""
+    events: list[Event] = []
+    skipped = 0
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+            events.append(event_from_record(rec))
+        except (ValueError, TypeError) as exc:
+            skipped += 1
+            log.debug("audit line skipped line=%s error=%s", n, exc)
+    return events, skipped
+
+
+def audit_files(path: str | Path) -> list[Path]:
+    """The log and its rotated copies (``audit.jsonl.1`` ...), oldest first.
+    Compressed rotations are not read."""
+    p = Path(path)
+    rotated = []
+    for q in p.parent.glob(p.name + ".*"):
+        suffix = q.name[len(p.name) + 1 :]
+        if suffix.isdigit():
+            rotated.append((int(suffix), q))
+    files = [q for _, q in sorted(rotated, reverse=True)]
+    if p.exists():
+        files.append(p)
+    return files
+
+
+def read_records(path: str | Path) -> tuple[list[Event], int]:
+    files = audit_files(path)
+    if not files:
+        raise HistoryError(f"no audit log at {path}")
+    events: list[Event] = []
+    skipped = 0
+    for f in files:
+        try:
+            with f.open(encoding="utf-8", errors="replace") as fh:
+                ev, sk = parse_lines(fh)
+        except OSError as exc:
+            raise HistoryError(f"cannot read audit log {f}: {exc}") from exc
+        events.extend(ev)
+        skipped += sk
+    return events, skipped
+
+
+# -- building -------------------------------------------------------------------
+
+
+def build_incidents(events: Iterable[Event], skipped: int = 0) -> History:
+    """Group events by incident id, each timeline in time order; incidents
+    ordered by start time."""
+    by_id: dict[str, list[Event]] = {}
+    loose: list[Event] = []
+    for e in events:
+        if e.incident:
+            by_id.setdefault(e.incident, []).append(e)
+        else:
+            loose.append(e)
+    incidents = []
+    for inc, evs in by_id.items():
+        evs.sort(key=lambda e: (e.ts, _stage_rank(e.stage)))
+        nodes = tuple(dict.fromkeys(e.node for e in evs if e.node))
+        code = next((e.code for e in evs if e.code), None)
+        incidents.append(Incident(inc, nodes, tuple(evs), code))
+    incidents.sort(key=lambda i: (i.start, i.incident))
+    loose.sort(key=lambda e: e.ts)
+    return History(tuple(incidents), tuple(loose), skipped)
+
+
+def _stage_rank(stage: str) -> int:
+    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+
+
+def select(
+    history: History,
+    *,
+    node: str | None = None,
+    since: datetime | None = None,
+) -> History:
+    """Incidents touching ``node`` that were active at or after ``since``
+    (an incident opened last week and resolved an hour ago is in ``--since 2h``)."""
+
+    def keep_inc(i: Incident) -> bool:
+        if node is not None and node not in i.nodes:
+            return False
+        return since is None or i.resolved is None or i.last >= since
+
+    def keep_ev(e: Event) -> bool:
+        if node is not None and e.node != node:
+            return False
+        return since is None or e.ts >= since
+
+    return History(
+        tuple(i for i in history.incidents if keep_inc(i)),
+        tuple(e for e in history.loose if keep_ev(e)),
+        history.skipped,
+    )
+
+
+def iter_lines(history: History, now: datetime) -> Iterator[str]:
+    """Human-readable timelines, 80 columns."""
+    from slurm_hooks.cli.fleet import format_age
+
+    for inc in history.incidents:
+        state = "open" if inc.resolved is None else "resolved"
+        head = (
+            f"incident {inc.incident}  {inc.code or '?'}  {','.join(inc.nodes) or '?'}  "
+            f"{state}, {format_age(inc.duration_s(now))}"
+        )
+        yield head[:80]
+        for e in inc.events:
+            offset = format_age((e.ts - inc.start).total_seconds())
+            parts = [f"  {e.ts.astimezone().strftime('%m-%d %H:%M:%S')}", f"+{offset:<6}"]
+            parts.append(f"{e.stage:<22}")
+            if e.job:
+                parts.append(f"job={e.job}")
+            if e.outcome and not e.done:
+                parts.append(f"[{e.outcome}]")
+            if e.why:
+                parts.append(e.why)
+            line = " ".join(parts)
+            yield line if len(line) <= 80 else line[:77] + "..."
+        yield ""

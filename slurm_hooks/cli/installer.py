@@ -1,0 +1,863 @@
+"""What ``slurm-hooks install`` writes, and how it compares with a running Slurm.
+
+Three parts, all plain functions so tests need no root and no cluster:
+
+* the hook shims (``render_shim``): slurmd starts Prolog, Epilog and
+  HealthCheckProgram with no PATH, and HealthCheckProgram also without
+  SLURM_CONF, so each shim sets defaults for both and execs the Python of
+  the installation (an absolute path, written in at install time);
+* the slurm.conf lines the installation needs (``recommended_settings``);
+* a comparison with ``scontrol show config`` (``compare``) that says, line by
+  line, what the running Slurm already has and what it lacks.
+
+The shims in the source tree (``prolog.d/50-slurm-hooks`` ...) are
+``render_shim(phase)`` with the default ``python3``; a test keeps them equal.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_hooks.detect.probes.commands import DEFAULT_PATH
+
+SHIM_NAME = "50-slurm-hooks"
+HEALTHCHECK_NAME = "slurm-hooks-healthcheck"
+DEFAULT_PREFIX = "/etc/slurm"
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+#: Seconds added to the hook budget for PrologEpilogTimeout: interpreter
+#: start, Slurm calls after the checks, and slack so slurmd never kills a
+#: hook that is about to report.
+TIMEOUT_MARGIN_S = 30
+#: Hook budget when the config's own budgets cannot be read (the default
+#: [prolog] budget_s, 60 s; the epilog's default is 60 s too).
+DEFAULT_HOOK_BUDGET_S = 60
+#: Seconds a requeued job waits before it may start again is cred_expire+1;
+#: Slurm's default is 120.
+SUGGESTED_CRED_EXPIRE = 30
+HEALTHCHECK_INTERVAL = 300
+
+
+class Phase(enum.StrEnum):
+    PROLOG = "prolog"
+    EPILOG = "epilog"
+    HEALTHCHECK = "healthcheck"
+
+
+#: phase -> (directory under the prefix, file name)
+SHIM_PATHS: Mapping[Phase, tuple[str, str]] = {
+    Phase.PROLOG: ("prolog.d", SHIM_NAME),
+    Phase.EPILOG: ("epilog.d", SHIM_NAME),
+    Phase.HEALTHCHECK: ("healthcheck", HEALTHCHECK_NAME),
+}
+
+
+def render_shim(
+    phase: Phase | str,
+    *,
+    python: str = "python3",
+    slurm_conf: str = DEFAULT_SLURM_CONF,
+    config: str | None = None,
+) -> str:
+    """The shim for ``phase``.  Only defaults are set (``${VAR:-...}``): a
+    site that starts slurmd with its own PATH or SLURM_CONF keeps them."""
+    phase = Phase(phase)
+    q = shlex.quote
+    exports = [
+        f'PATH="${{PATH:-{DEFAULT_PATH}}}"',
+        f'SLURM_CONF="${{SLURM_CONF:-{slurm_conf}}}"',
+    ]
+    if config:
+        exports.append(f'SLURM_HOOKS_CONFIG="${{SLURM_HOOKS_CONFIG:-{config}}}"')
+    for value in (slurm_conf, config or ""):
+        if any(ch in value for ch in '"$`\\\n'):
+            raise ValueError(f"path not allowed in a shim: {value!r}")
+    head = (
+        "#!/bin/sh\n"
+        f"# slurm-hooks {phase} shim ('slurm-hooks install' puts it in place). slurmd starts\n"
+        "# hooks with no PATH (and HealthCheckProgram without SLURM_CONF): set defaults, hand over.\n"
+        f"export {' '.join(exports)}\n"
+    )
+    run = f'{q(python)} -m slurm_hooks hook {phase} "$@"'
+    if phase is Phase.HEALTHCHECK:
+        return head + f"exec {run}\n"  # slurmd does not read its exit status
+    # Prolog/Epilog: a non-zero status drains the node with Slurm's own reason.
+    # Only the hook's deliberate "reject" (3) may do that; slurm-hooks failing
+    # (not installed, crashed) fails open, logged, so our bug never drains the fleet.
+    reject = "exit 1" if phase is Phase.PROLOG else "exit 0"
+    return head + (
+        f"{run}\n"
+        "rc=$?\n"
+        "case $rc in\n"
+        "  0) exit 0 ;;\n"
+        f"  3) {reject} ;;\n"
+        f'  *) logger -t slurm-hooks "{phase} hook failed (rc=$rc); job left alone" 2>/dev/null\n'
+        "     exit 0 ;;\n"
+        "esac\n"
+    )
+
+
+def shim_path(prefix: str | os.PathLike[str], phase: Phase | str) -> Path:
+    sub, name = SHIM_PATHS[Phase(phase)]
+    return Path(prefix) / sub / name
+
+
+# -- slurm.conf -------------------------------------------------------------------
+
+
+class Match(enum.Enum):
+    """How a running value is compared with the wanted one."""
+
+    EQUAL = "equal"
+    #: Comma-separated list that must contain the wanted items.
+    CONTAINS = "contains"
+    #: A number at least as large as the wanted one.
+    AT_LEAST = "at_least"
+    #: ``key=value`` item inside a comma list (``cred_expire=30`` in AuthInfo),
+    #: where any value at most the wanted one is fine.
+    ITEM_AT_MOST = "item_at_most"
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    value: str
+    match: Match = Match.EQUAL
+    #: True for lines the hooks need; False for hints that make recovery faster.
+    required: bool = True
+    why: str = ""
+
+    def line(self, running: str | None = None) -> str:
+        """The slurm.conf line, merged into the running value for list keys
+        (so a hint never tells an admin to drop their other parameters)."""
+        if self.match is Match.CONTAINS and running and not _is_unset(running):
+            items = _items(running)
+            items += [i for i in _items(self.value) if i.lower() not in map(str.lower, items)]
+            return f"{self.key}={','.join(items)}"
+        if self.match is Match.ITEM_AT_MOST and running and not _is_unset(running):
+            name = self.value.partition("=")[0]
+            items = [i for i in _items(running) if i.partition("=")[0] != name]
+            return f"{self.key}={','.join([*items, self.value])}"
+        return f"{self.key}={self.value}"
+
+
+def recommended_settings(
+    prefix: str | os.PathLike[str] = DEFAULT_PREFIX,
+    *,
+    hook_budget_s: float = DEFAULT_HOOK_BUDGET_S,
+    margin_s: float = TIMEOUT_MARGIN_S,
+    healthcheck_interval: int = HEALTHCHECK_INTERVAL,
+    cred_expire: int = SUGGESTED_CRED_EXPIRE,
+) -> list[Setting]:
+    p = Path(prefix)
+    timeout = int(hook_budget_s + margin_s + 0.999)
+    return [
+        Setting(
+            "Prolog",
+            f"{p}/prolog.d/*",
+            why="run every script in prolog.d (Slurm >= 22.05 accepts a glob)",
+        ),
+        Setting("Epilog", f"{p}/epilog.d/*", why="run every script in epilog.d"),
+        Setting(
+            "PrologFlags",
+            "Alloc",
+            Match.CONTAINS,
+            why="run the prolog on every node at allocation, before the job starts",
+        ),
+        Setting(
+            "PrologEpilogTimeout",
+            str(timeout),
+            Match.AT_LEAST,
+            why=f"hook budget {hook_budget_s:g}s + {margin_s:g}s margin",
+        ),
+        Setting(
+            "HealthCheckProgram",
+            f"{p}/healthcheck/{HEALTHCHECK_NAME}",
+            why="periodic checks on idle and busy nodes",
+        ),
+        Setting("HealthCheckInterval", str(healthcheck_interval), why="seconds between checks"),
+        Setting("HealthCheckNodeState", "ANY", why="check busy nodes too, not only idle ones"),
+        Setting(
+            "SchedulerParameters",
+            "nohold_on_prolog_fail",
+            Match.CONTAINS,
+            required=False,
+            why="a job whose prolog failed restarts elsewhere instead of being held",
+        ),
+        Setting(
+            "AuthInfo",
+            f"cred_expire={cred_expire}",
+            Match.ITEM_AT_MOST,
+            required=False,
+            why="a requeued job waits cred_expire+1 s before it may start (default 120)",
+        ),
+    ]
+
+
+def render_snippet(settings: Sequence[Setting], running: Mapping[str, str] | None = None) -> str:
+    """The lines to add; optional hints come with a comment line above them.
+    List values are merged into ``running`` when it is known."""
+    running = running or {}
+    lines = ["# slurm-hooks (slurm-hooks install)"]
+    for s in settings:
+        if not s.required:
+            merge = "" if running.get(s.key) else "; merge with any value you already have"
+            lines.append(f"# optional: {s.why}{merge}")
+        lines.append(s.line(running.get(s.key)))
+    return "\n".join(lines) + "\n"
+
+
+# -- comparison with the running Slurm -----------------------------------------------
+
+
+class Verdict(enum.StrEnum):
+    OK = "ok"
+    MISSING = "missing"
+    DIFFERS = "differs"
+
+
+@dataclass(frozen=True)
+class Difference:
+    setting: Setting
+    running: str | None
+    verdict: Verdict
+
+    @property
+    def suggested(self) -> str:
+        return self.setting.line(self.running)
+
+
+def _is_unset(value: str | None) -> bool:
+    return value is None or value.strip() in ("", "(null)", "NONE", "none", "n/a")
+
+
+def _items(value: str) -> list[str]:
+    return [i.strip() for i in value.split(",") if i.strip()]
+
+
+def _number(value: str) -> float | None:
+    """``300``, ``300 sec``, ``65534`` -> float."""
+    head = value.strip().split()[0] if value.strip() else ""
+    try:
+        return float(head)
+    except ValueError:
+        return None
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.normpath(a.strip()) == os.path.normpath(b.strip())
+
+
+def judge(setting: Setting, running: str | None) -> Verdict:
+    if _is_unset(running):
+        return Verdict.MISSING
+    assert running is not None
+    if setting.match is Match.CONTAINS:
+        have = {i.lower() for i in _items(running)}
+        return (
+            Verdict.OK
+            if all(i.lower() in have for i in _items(setting.value))
+            else (Verdict.DIFFERS)
+        )
+    if setting.match is Match.AT_LEAST:
+        have, want = _number(running), _number(setting.value)
+        # 65534 is Slurm's "no limit" for PrologEpilogTimeout.
+        return (
+            Verdict.OK
+            if have is not None and want is not None and have >= want
+            else (Verdict.DIFFERS)
+        )
+    if setting.match is Match.ITEM_AT_MOST:
+        name, _, want = setting.value.partition("=")
+        for item in _items(running):
+            k, _, v = item.partition("=")
+            if k.strip() == name:
+                have = _number(v)
+                return Verdict.OK if have is not None and have <= float(want) else (Verdict.DIFFERS)
+        return Verdict.MISSING
+    if setting.key in ("HealthCheckInterval",):
+        have, want = _number(running), _number(setting.value)
+        return Verdict.OK if have == want else Verdict.DIFFERS
+    if "/" in setting.value:
+        return Verdict.OK if _same_path(running, setting.value) else Verdict.DIFFERS
+    if setting.key == "HealthCheckNodeState":
+        # scontrol shows e.g. "ANY" or "ANY,CYCLE"; ANY must be in it.
+        return (
+            Verdict.OK
+            if setting.value.upper() in {i.upper() for i in _items(running)}
+            else (Verdict.DIFFERS)
+        )
+    return Verdict.OK if running.strip() == setting.value else Verdict.DIFFERS
+
+
+def compare(settings: Iterable[Setting], running: Mapping[str, str]) -> list[Difference]:
+    return [Difference(s, running.get(s.key), judge(s, running.get(s.key))) for s in settings]
+
+
+def read_running_config(
+    *, timeout: float = 10.0, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``scontrol show config`` of the Slurm this host talks to.  Raises
+    CommandError/CommandTimeout when scontrol is missing or slurmctld is down."""
+    from slurm_hooks.detect.probes.commands import run
+    from slurm_hooks.slurm.parse import parse_show_config
+
+    result = run(["scontrol", "show", "config"], timeout=timeout, env=env)
+    return parse_show_config(result.stdout)
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: Path
+    #: created, updated, unchanged, kept (an existing config file is never replaced)
+    change: str
+
+
+def write_file(path: Path, text: str, mode: int, *, dry_run: bool = False) -> FileChange:
+    """Write atomically (temp + rename) unless the content is already there."""
+    try:
+        old = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        old = None
+    if old == text:
+        if not dry_run and (path.stat().st_mode & 0o777) != mode:
+            path.chmod(mode)
+        return FileChange(path, "unchanged")
+    change = "created" if old is None else "updated"
+    if not dry_run:
+        from slurm_hooks.store.atomicfile import write_atomic
+
+        write_atomic(path, text, mode=mode)
+    return FileChange(path, change)
+
+
+def install_shims(
+    prefix: str | os.PathLike[str],
+    *,
+    python: str,
+    slurm_conf: str = DEFAULT_SLURM_CONF,
+    config: str | None = None,
+    dry_run: bool = False,
+) -> list[FileChange]:
+    return [
+        write_file(
+            shim_path(prefix, phase),
+            render_shim(phase, python=python, slurm_conf=slurm_conf, config=config),
+            0o755,
+            dry_run=dry_run,
+        )
+        for phase in Phase
+    ]
+
+
+def install_config(path: str | os.PathLike[str], text: str, *, dry_run: bool = False) -> FileChange:
+    """Write the commented default config, but never over an existing file."""
+    p = Path(path)
+    if p.exists():
+        return FileChange(p, "kept")
+    return write_file(p, text, 0o644, dry_run=dry_run)
+
+
+def hook_budget_s(cfg: Any = None) -> float:
+    """The longest budget of a hook that PrologEpilogTimeout bounds: the
+    prolog's ``[prolog] budget_s`` and the epilog's ``[checks] budget_s``
+    (their defaults when unset).  ``cfg``: a Config, a config file path, or
+    None for the config the hooks load (``$SLURM_HOOKS_CONFIG`` or the
+    default file); an unreadable config gives the defaults."""
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+
+    try:
+        if cfg is None or isinstance(cfg, str | os.PathLike):
+            cfg = config_mod.load(cfg, validate=False)
+    except SlurmHooksError:
+        cfg = config_mod.Config(path=None, data={})
+    from slurm_hooks.agent.prolog import PrologConfig
+    from slurm_hooks.core.model import Phase as RunPhase
+    from slurm_hooks.detect.checks.settings import DEFAULT_BUDGETS, load_checks_config
+
+    try:
+        prolog_s = cfg.section("prolog", PrologConfig).budget_s
+    except SlurmHooksError:
+        prolog_s = PrologConfig.budget_s
+    try:
+        epilog_s = load_checks_config(cfg).budget(RunPhase.EPILOG)
+    except SlurmHooksError:
+        epilog_s = DEFAULT_BUDGETS[RunPhase.EPILOG]
+    return float(max(prolog_s, epilog_s))
+
+
+# -- config file rendering (install's commented defaults, ``config show``, docs) ----
+#
+# One walk over a section's dataclass (``config_tables``) gives the TOML tables
+# and keys with type, default and ``#:`` comment; the commented defaults file,
+# ``config show`` and docs/configuration.md (tools/gen_config_docs.py) are all
+# rendered from it, so they cannot disagree about which keys exist.
+
+#: Placeholder for a user-chosen table name (``[profiles.<name>]``).
+PLACEHOLDER = "<name>"
+
+#: ``[checks]`` keys: ChecksConfig parses itself and has no ``#:`` comments.
+CHECKS_KEY_DOCS: Mapping[str, str] = {
+    "timeout_s": "Seconds one check may take when neither its table nor the check itself "
+    "sets timeout_s.",
+    "budget_s": "Seconds each phase may take in total, per phase (healthcheck, prolog, "
+    "epilog, acceptance, watch); a phase left out keeps its default. The prolog hook "
+    "uses [prolog] budget_s instead.",
+    "nvml_scenario": "Fake NVML scenario file (lab, demo and tests only; relative to the "
+    "config file); unset: the real NVML.",
+    "sysfs_root": "Where sysfs is mounted (PCIe and InfiniBand checks read it).",
+}
+#: Keys every ``[checks.<name>]`` table takes (``checks.base.COMMON_SETTINGS``);
+#: the runner reads them, not the check.
+COMMON_CHECK_KEY_DOCS: Mapping[str, str] = {
+    "enabled": "false: the check never runs, in any phase.",
+    "timeout_s": "Seconds one run may take; unset: [checks] timeout_s.",
+    "phases": "Phases the check runs in (default: the ones it is registered for).",
+}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The ``#:`` comments above each field of a dataclass, from its source
+    (empty when the source is not available, e.g. in a zipapp)."""
+    import inspect
+    import re
+
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return {}
+    docs: dict[str, str] = {}
+    pending: list[str] = []
+    field_re = re.compile(r"^\s+([A-Za-z_]\w*)\s*:")
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            pending.append(stripped[2:].strip())
+            continue
+        m = field_re.match(line)
+        if m and pending:
+            docs.setdefault(m.group(1), " ".join(pending))
+        pending = []
+    return docs
+
+
+def _toml_key(key: str) -> str:
+    import re
+
+    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else _toml_str(key)
+
+
+def _toml_str(value: str) -> str:
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    out = out.replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{out}"'
+
+
+def toml_value(value: object) -> str | None:
+    """A TOML literal, or None for values TOML cannot express inline (None,
+    tables)."""
+    import dataclasses
+    import math
+
+    if value is None or dataclasses.is_dataclass(value) or isinstance(value, Mapping):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, enum.Enum):
+        return toml_value(value.value)
+    if isinstance(value, list | tuple | frozenset | set):
+        items = [toml_value(v) for v in value]
+        if any(i is None for i in items):
+            return None
+        return "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+    return _toml_str(str(value))
+
+
+def toml_literal(value: object) -> str | None:
+    """:func:`toml_value`, with plain tables as inline tables (``{}``,
+    ``{ prolog = 60.0 }``)."""
+    import dataclasses
+
+    if isinstance(value, Mapping) and not dataclasses.is_dataclass(value):
+        items = []
+        for k, v in value.items():
+            lit = toml_literal(v)
+            if lit is None:
+                return None
+            items.append(f"{_toml_key(str(k))} = {lit}")
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    return toml_value(value)
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One key of a TOML table: what the docs and the defaults file show."""
+
+    name: str
+    #: Human-readable type ("float", "list of str", "str or unset").
+    type: str
+    value: object
+    #: False for a required key (no default).
+    has_value: bool = True
+    doc: str = ""
+    #: The key holds one sub-table per name (``[policy.repeat.<name>]``):
+    #: those tables follow; the key itself is not written as ``key = ...``.
+    tables: bool = False
+
+
+@dataclass(frozen=True)
+class TableDoc:
+    """One TOML table (``[bridge.lending]``) and its keys, in field order."""
+
+    name: str
+    summary: str = ""
+    #: "module:Class" defining the keys ("" for raw tables).
+    source: str = ""
+    keys: tuple[KeyDoc, ...] = ()
+
+
+def type_name(tp: Any) -> str:
+    """A TOML-minded name for a field annotation."""
+    import dataclasses
+    import types as pytypes
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return "any"
+    if origin in (typing.Union, pytypes.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        name = " or ".join(type_name(a) for a in rest)
+        return name + (" or unset" if len(rest) < len(args) else "")
+    if origin in (tuple, list):
+        return f"list of {type_name(args[0])}" if args else "list"
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        vt = args[1] if len(args) == 2 else Any
+        if dataclasses.is_dataclass(vt):
+            return "tables"
+        return "table" if vt is Any else f"table of {type_name(vt)}"
+    if dataclasses.is_dataclass(tp):
+        return "table"
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp)
+
+
+def _spec_of(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _summary(cls: type) -> str:
+    """The class docstring as one line, without a leading ``[name]`` label
+    (the heading says it) and without dataclass's generated signature."""
+    import inspect
+    import re
+
+    doc = cls.__dict__.get("__doc__") or ""
+    if not doc.strip() or doc.startswith(f"{cls.__name__}("):
+        return ""
+    text = " ".join(inspect.cleandoc(doc).split())
+    text = re.sub(r"^``\[[^\]]+\]``\s*[.:]?\s*", "", text)
+    return text[:1].upper() + text[1:]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+
+
+def _dataclass_arg(tp: Any, *, mapping: bool) -> type | None:
+    """``DC`` for ``Mapping[str, DC]`` (mapping) or ``DC | None`` (not)."""
+    import dataclasses
+    import types as pytypes
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if mapping:
+        ok = origin in (dict, Mapping) and len(args) == 2
+        cand = args[1] if ok else None
+    else:
+        ok = origin in (typing.Union, pytypes.UnionType) and type(None) in args
+        rest = [a for a in args if a is not type(None)] if ok else []
+        cand = rest[0] if len(rest) == 1 else None
+    return cand if isinstance(cand, type) and dataclasses.is_dataclass(cand) else None
+
+
+def _field_values(obj_or_cls: object) -> list[tuple[str, object, bool]]:
+    """(name, value, has_value) for an instance or, for a class, its
+    defaults (has_value False: the field has none)."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(obj_or_cls):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        if not isinstance(obj_or_cls, type):
+            out.append((f.name, getattr(obj_or_cls, f.name), True))
+        elif f.default is not dataclasses.MISSING:
+            out.append((f.name, f.default, True))
+        elif f.default_factory is not dataclasses.MISSING:
+            out.append((f.name, f.default_factory(), True))
+        else:
+            out.append((f.name, None, False))
+    return out
+
+
+def config_tables(name: str, obj_or_cls: object) -> list[TableDoc]:
+    """The TOML tables of section ``name``: for a class, every key with its
+    default (user-named tables as ``<name>`` templates); for an instance,
+    its values.  ``[checks]`` and ``[profiles]`` parse themselves and are
+    walked through their registries."""
+    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
+    spec = _spec_of(cls)
+    if spec == "slurm_hooks.detect.checks.settings:ChecksConfig":
+        return _checks_tables(name, obj_or_cls)
+    if spec == "slurm_hooks.detect.profiles:Profiles":
+        return _profiles_tables(name, obj_or_cls)
+    return _dataclass_tables(name, obj_or_cls)
+
+
+def _dataclass_tables(
+    name: str, obj_or_cls: object, *, skip: Iterable[str] = (), fallback_summary: str = ""
+) -> list[TableDoc]:
+    import dataclasses
+
+    is_cls = isinstance(obj_or_cls, type)
+    cls = obj_or_cls if is_cls else type(obj_or_cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
+    docs = field_docs(cls)  # type: ignore[arg-type]
+    skip = set(skip)
+    keys: list[KeyDoc] = []
+    subs: list[TableDoc] = []
+    for key, value, has in _field_values(obj_or_cls):
+        if key in skip:
+            continue
+        tp = hints.get(key, Any)
+        doc = docs.get(key, "")
+        sub = f"{name}.{_toml_key(key)}"
+        if dataclasses.is_dataclass(value):
+            subs.extend(_dataclass_tables(sub, value, fallback_summary=doc))
+            continue
+        optional_dc = _dataclass_arg(tp, mapping=False)
+        if is_cls and value is None and optional_dc is not None:
+            subs.extend(_dataclass_tables(sub, optional_dc, fallback_summary=doc))
+            continue
+        per_name = _dataclass_arg(tp, mapping=True)
+        if per_name is not None and isinstance(value, Mapping):
+            keys.append(KeyDoc(key, type_name(tp), value, has, doc, tables=True))
+            if is_cls:
+                subs.extend(
+                    _dataclass_tables(f"{sub}.{PLACEHOLDER}", per_name, fallback_summary=doc)
+                )
+            for k, v in value.items():
+                subs.extend(_dataclass_tables(f"{sub}.{_toml_key(str(k))}", v))
+            continue
+        if isinstance(value, Mapping) and any(isinstance(v, Mapping) for v in value.values()):
+            keys.append(KeyDoc(key, type_name(tp), value, has, doc, tables=True))
+            for k, v in value.items():
+                raw = tuple(KeyDoc(str(kk), "", vv) for kk, vv in v.items())
+                subs.append(TableDoc(f"{sub}.{_toml_key(str(k))}", keys=raw))
+            continue
+        keys.append(KeyDoc(key, type_name(tp), value, has, doc))
+    summary = _summary(cls) or fallback_summary  # type: ignore[arg-type]
+    return [TableDoc(name, summary, _spec_of(cls), tuple(keys)), *subs]  # type: ignore[arg-type]
+
+
+def check_settings_class(check: str) -> type | None:
+    """The dataclass holding ``[checks.<check>]``'s own keys (None: only the
+    common ones).  A check that validates its table itself (no
+    ``settings_class``) counts when its module uses exactly one
+    ``*Settings`` dataclass (the xid check's ``XidSettings``)."""
+    import dataclasses
+    import importlib
+
+    from slurm_hooks.detect.checks.registry import CHECKS, load_class
+    from slurm_hooks.detect.checks.settings import settings_class
+
+    check_cls = load_class(CHECKS[check])
+    target = settings_class(check_cls)
+    if target is not False:
+        return target  # type: ignore[return-value]
+    module = importlib.import_module(check_cls.__module__)
+    found = [
+        v
+        for k, v in vars(module).items()
+        if k.endswith("Settings") and isinstance(v, type) and dataclasses.is_dataclass(v)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _checks_tables(name: str, obj_or_cls: object) -> list[TableDoc]:
+    from slurm_hooks.core.config import from_mapping
+    from slurm_hooks.core.errors import CheckNotInstalled
+    from slurm_hooks.core.model import Phase
+    from slurm_hooks.detect.checks.base import COMMON_SETTINGS
+    from slurm_hooks.detect.checks.registry import CHECKS
+    from slurm_hooks.detect.checks.settings import DEFAULT_BUDGETS
+
+    is_cls = isinstance(obj_or_cls, type)
+    cls = obj_or_cls if is_cls else type(obj_or_cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
+    top: list[KeyDoc] = []
+    for key, value, has in _field_values(obj_or_cls):
+        if key in ("tables", "path"):  # the per-check tables below; the file's path
+            continue
+        if key == "budget_s":
+            value = {str(ph): s for ph, s in DEFAULT_BUDGETS.items()} | {
+                str(ph): s
+                for ph, s in value.items()  # type: ignore[attr-defined]
+            }
+        top.append(KeyDoc(key, type_name(hints.get(key, Any)), value, has, CHECKS_KEY_DOCS[key]))
+    summary = (
+        "Runner settings. Each check also reads its own table, [checks.<check>], "
+        "below: the common keys enabled, timeout_s and phases, and the check's own."
+    )
+    tables = [TableDoc(name, summary, _spec_of(cls), tuple(top))]  # type: ignore[arg-type]
+    for check, spec in CHECKS.items():
+        table = f"{name}.{check}"
+        if is_cls:
+            enabled, timeout, phases, raw = True, spec.timeout_s, spec.phases, {}
+        else:
+            cfg: Any = obj_or_cls
+            enabled, timeout = cfg.enabled(check), cfg.timeout(check)
+            phases, raw = cfg.phases(check), cfg.table(check)
+        keys = [
+            KeyDoc("enabled", "bool", enabled, True, COMMON_CHECK_KEY_DOCS["enabled"]),
+            KeyDoc(
+                "timeout_s", "float or unset", timeout, True, COMMON_CHECK_KEY_DOCS["timeout_s"]
+            ),
+            KeyDoc(
+                "phases",
+                "list of str",
+                [str(p) for p in Phase if p in phases],
+                True,
+                COMMON_CHECK_KEY_DOCS["phases"],
+            ),
+        ]
+        source, subs = "", []
+        try:
+            target = check_settings_class(check)
+        except CheckNotInstalled:
+            target = None
+        if target is not None:
+            own = {k: v for k, v in raw.items() if k not in COMMON_SETTINGS}
+            settings = target if is_cls else from_mapping(target, own, path=cfg.path, prefix=table)
+            walked = _dataclass_tables(table, settings, skip=COMMON_SETTINGS)
+            keys.extend(walked[0].keys)
+            source, subs = walked[0].source, walked[1:]
+        tables.append(
+            TableDoc(table, spec.summary[:1].upper() + spec.summary[1:] + ".", source, tuple(keys))
+        )
+        tables.extend(subs)
+    return tables
+
+
+def _profiles_tables(name: str, obj_or_cls: object) -> list[TableDoc]:
+    from slurm_hooks.detect.profiles import Profile
+
+    is_cls = isinstance(obj_or_cls, type)
+    cls = obj_or_cls if is_cls else type(obj_or_cls)
+    tables = [TableDoc(name, _summary(cls), _spec_of(cls))]  # type: ignore[arg-type]
+    named = {PLACEHOLDER: Profile} if is_cls else dict(obj_or_cls.profiles)  # type: ignore[attr-defined]
+    for key, prof in named.items():
+        sub = PLACEHOLDER if key == PLACEHOLDER else _toml_key(key)
+        tables.extend(_dataclass_tables(f"{name}.{sub}", prof, skip=("name",)))
+    return tables
+
+
+def _doc_lines(doc: str) -> list[str]:
+    import textwrap
+
+    lines = textwrap.wrap(doc, 76, break_long_words=False, break_on_hyphens=False)
+    return [f"# {line}" for line in lines] or ["#"]
+
+
+def render_table(
+    name: str, obj_or_cls: object, *, commented: bool = False, with_docs: bool = True
+) -> list[str]:
+    """``[name]`` and its keys, then its sub-tables (``[name.key]``,
+    ``[checks.<check>]``, ``[profiles.<name>]``).  ``commented`` prefixes
+    every key line with ``# `` (the defaults file: every key documented,
+    none set)."""
+    c = "# " if commented else ""
+    lines: list[str] = []
+    said: set[tuple[str, str]] = set()  # (key, doc) already written: said once is enough
+    for i, table in enumerate(config_tables(name, obj_or_cls)):
+        if i:
+            lines.append("")
+        lines.append(f"{c}[{table.name}]")
+        if with_docs and table.summary:
+            lines.extend(_doc_lines(table.summary))
+        for key in table.keys:
+            if key.tables:
+                continue
+            if with_docs and key.doc and (key.name, key.doc) not in said:
+                said.add((key.name, key.doc))
+                lines.extend(_doc_lines(key.doc))
+            literal = toml_literal(key.value) if key.has_value else None
+            if literal is None:
+                state = "(unset)" if key.has_value else "(required)"
+                lines.append(f"# {_toml_key(key.name)} = {state}")
+            else:
+                lines.append(f"{c}{_toml_key(key.name)} = {literal}")
+    return lines
+
+
+def resolve_sections(
+    sections: Mapping[str, str] | None = None,
+) -> tuple[dict[str, type], dict[str, str]]:
+    """(section -> class, section -> import error) for the registered sections."""
+    from slurm_hooks.core import config as config_mod
+
+    specs = sections if sections is not None else config_mod.SECTIONS
+    classes: dict[str, type] = {}
+    errors: dict[str, str] = {}
+    for name, spec in specs.items():
+        try:
+            classes[name] = config_mod._resolve(spec)
+        except (ImportError, AttributeError) as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    return classes, errors
+
+
+def section_order(names: Iterable[str]) -> list[str]:
+    """``general`` first, then alphabetical: the defaults file, ``config
+    show`` and the reference all list sections in this order."""
+    return sorted(names, key=lambda n: (n != "general", n))
+
+
+def default_config_text(sections: Mapping[str, str] | None = None) -> str:
+    """The config file ``install`` writes when there is none: every section
+    and key with its default, commented out, so the file changes nothing
+    until an admin uncomments a line."""
+    classes, _ = resolve_sections(sections)
+    out = [
+        "# slurm-hooks configuration (TOML).  Every key below is commented out and shows",
+        "# its default; uncomment and edit what you need.  Check the file with",
+        "#   slurm-hooks config validate /etc/slurm-hooks/config.toml",
+        f"# {PLACEHOLDER} in a table name stands for a name of your choice",
+        "# ([profiles.h100], [policy.repeat.XID13]).  Reference: docs/configuration.md",
+    ]
+    for name in section_order(classes):
+        out.append("")
+        out.extend(render_table(name, classes[name], commented=True))
+    return "\n".join(out) + "\n"

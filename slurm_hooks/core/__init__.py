@@ -1,0 +1,1 @@
+"""Core types every stage shares: model, errors, config, the reason grammar, hostlists."""

@@ -1,0 +1,307 @@
+"""TOML configuration -> frozen, validated dataclasses.
+
+One file (``/etc/slurm-hooks/config.toml`` or ``$SLURM_HOOKS_CONFIG``) holds
+every section.  Each stage owns the dataclass for its own section and
+registers it in SECTIONS, so that ``load()`` validates the whole file at once
+and an error names the file and the dotted key, not a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from slurm_hooks.core.errors import ConfigError
+
+DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
+ENV_CONFIG = "SLURM_HOOKS_CONFIG"
+
+T = TypeVar("T")
+
+#: Values of ``[general] slurm_backend`` (slurm_hooks.slurm.factory.BACKENDS
+#: is the same tuple; kept here so loading a config imports no backend code).
+SLURM_BACKENDS = ("cli", "rest", "pyslurm")
+
+
+class InvalidKey(ValueError):
+    """Raised by a section's ``validate()`` about one of its keys, so that
+    the ConfigError names ``section.key`` rather than the whole section."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class GeneralConfig:
+    """Settings every stage shares."""
+
+    #: Where the per-node state store, audit log and cursors live.
+    state_dir: str = "/var/lib/slurm-hooks"
+    #: Log level of the hooks and the watcher: a logging level name (DEBUG,
+    #: INFO, WARNING, ERROR, CRITICAL; any case).  ``SLURM_HOOKS_LOG_LEVEL``
+    #: wins, and the watcher's ``--log-level`` or ``-v``.  The admin CLI does
+    #: not read it (it loads the config per command): ``-v``, else
+    #: ``SLURM_HOOKS_LOG_LEVEL``, else WARNING.
+    log_level: str = "INFO"
+    #: Slurm access backend: "cli" (scontrol/sinfo/squeue/scancel on this
+    #: host), "rest" (slurmrestd: for the bridge, and admin hosts without
+    #: Slurm's commands; needs ``slurm_rest_url`` or ``slurm_rest_socket``) or
+    #: "pyslurm".
+    slurm_backend: str = "cli"
+    #: Log decisions without acting on them.
+    observe_only: bool = False
+    #: Seconds any one scontrol/sinfo call or slurmrestd request may take.
+    slurm_timeout: float = 10.0
+    #: With ``slurm_backend = "rest"``: slurmrestd's URL (``http://host:6820``
+    #: or ``https://``), sent the JWT named by ``slurm_rest_token_env``.  Give
+    #: this or ``slurm_rest_socket``, not both.  The bridge's
+    #: ``[bridge] slurm_rest_url``, when set, wins for the bridge.
+    slurm_rest_url: str = ""
+    #: With ``slurm_backend = "rest"``: absolute path of slurmrestd's unix
+    #: socket (``rest_auth/local``: slurmrestd trusts the caller's uid, no
+    #: token; needs requests-unixsocket, the ``rest`` extra).
+    slurm_rest_socket: str = ""
+    #: Sent as ``X-SLURM-USER-NAME`` with the JWT (only when a token is set).
+    slurm_rest_user: str = ""
+    #: Name of the environment variable holding slurmrestd's JWT (never the
+    #: token itself); unset or empty: no token header is sent.
+    slurm_rest_token_env: str = "SLURM_JWT"
+    #: OpenAPI version to ask slurmrestd for: v0.0.38 for Slurm 22.05 (the
+    #: default), v0.0.40 for 23.11, v0.0.41 for 24.05, v0.0.42 for 24.11.
+    slurm_rest_api: str = "v0.0.38"
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"v0\.0\.\d+", self.slurm_rest_api):
+            raise InvalidKey(
+                "slurm_rest_api", f"must look like v0.0.42, got {self.slurm_rest_api!r}"
+            )
+        if self.log_level.upper() not in logging.getLevelNamesMapping():
+            raise ValueError(
+                f"log_level must be a logging level name (DEBUG, INFO, WARNING, ERROR,"
+                f" CRITICAL), got {self.log_level!r}"
+            )
+        if self.slurm_backend not in SLURM_BACKENDS:
+            raise InvalidKey(
+                "slurm_backend",
+                f"must be one of {', '.join(SLURM_BACKENDS)}, got {self.slurm_backend!r}",
+            )
+        # Only "both" is refused here: whether a rest backend without an
+        # address is usable depends on the caller (the bridge has its own
+        # [bridge] slurm_rest_url), so client_from_config() checks "neither".
+        if self.slurm_rest_url and self.slurm_rest_socket:
+            raise InvalidKey(
+                "slurm_rest_url",
+                "give slurm_rest_url or slurm_rest_socket, not both",
+            )
+        if self.slurm_rest_url and not self.slurm_rest_url.startswith(("http://", "https://")):
+            raise InvalidKey(
+                "slurm_rest_url",
+                f"must be an http:// or https:// URL, got {self.slurm_rest_url!r}",
+            )
+        if self.slurm_rest_socket and not self.slurm_rest_socket.startswith("/"):
+            raise InvalidKey(
+                "slurm_rest_socket",
+                f"must be an absolute path, got {self.slurm_rest_socket!r}",
+            )
+
+
+#: section name -> "module:Class", imported only when the section is read or
+#: validated.  Stages add their own section here.
+SECTIONS: dict[str, str] = {
+    "general": "slurm_hooks.core.config:GeneralConfig",
+    "metrics": "slurm_hooks.act.metrics:MetricsConfig",
+    "policy": "slurm_hooks.decide.config:PolicyConfig",
+    "notify": "slurm_hooks.act.notify.config:NotifyConfig",
+    "bridge": "slurm_hooks.bridge.settings:BridgeConfig",
+    "profiles": "slurm_hooks.detect.profiles:Profiles",
+    "checks": "slurm_hooks.detect.checks.settings:ChecksConfig",
+    "watch": "slurm_hooks.agent.watch:WatchConfig",
+    "prolog": "slurm_hooks.agent.prolog:PrologConfig",
+    "acceptance": "slurm_hooks.agent.acceptance:AcceptanceConfig",
+    "preflight": "slurm_hooks.agent.preflight:PreflightConfig",
+}
+
+
+def _resolve(spec: str) -> type:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+
+def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; convert lists to tuples
+    and tables to nested dataclasses.  Raises ConfigError naming ``key``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        candidates = [a for a in args if a is not type(None)]
+        if len(candidates) == 1:
+            return _coerce(value, candidates[0], path, key)
+        for arg in candidates:
+            try:
+                return _coerce(value, arg, path, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"unexpected value {value!r}", path=path, key=key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=key)
+        return from_mapping(tp, value, path=path, prefix=key)  # type: ignore[arg-type]
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"expected a list, got {type(value).__name__}", path=path, key=key)
+        item_tp = args[0] if args else Any
+        return tuple(_coerce(v, item_tp, path, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=key)
+        vt = args[1] if len(args) == 2 else Any
+        return types.MappingProxyType(
+            {str(k): _coerce(v, vt, path, f"{key}.{k}") for k, v in value.items()}
+        )
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"expected true or false, got {value!r}", path=path, key=key)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"expected a number, got {value!r}", path=path, key=key)
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"expected an integer, got {value!r}", path=path, key=key)
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"expected a string, got {value!r}", path=path, key=key)
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        try:
+            return tp(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid value {value!r}: {exc}", path=path, key=key) from exc
+    return value
+
+
+_SCHEMAS: dict[type, tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]] = {}
+
+
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """The resolved annotations and init fields of ``cls``, computed once per
+    class: ``get_type_hints`` evaluates every (string) annotation, and a hook
+    builds the same few classes many times (one Profile per profile table)."""
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        schema = _SCHEMAS[cls] = (hints, fields)
+    return schema
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, prefix: str) -> T:
+    """Build the frozen dataclass ``cls`` from a TOML table, rejecting
+    unknown keys (a typo must not silently fall back to a default).
+
+    A class keyed by user-chosen names (``[profiles.<name>]``) parses
+    itself through a ``from_section(data, path=, prefix=)`` classmethod."""
+    hook = getattr(cls, "from_section", None)
+    if hook is not None:
+        return hook(data, path=path, prefix=prefix)  # type: ignore[no-any-return]
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints, fields = _schema(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key (known: {', '.join(sorted(fields))})",
+            path=path,
+            key=f"{prefix}.{unknown[0]}" if prefix else unknown[0],
+        )
+    kwargs = {
+        name: _coerce(value, hints[name], path, f"{prefix}.{name}" if prefix else name)
+        for name, value in data.items()
+    }
+    try:
+        obj = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc), path=path, key=prefix) from exc
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except InvalidKey as exc:
+            key = f"{prefix}.{exc.key}" if prefix else exc.key
+            raise ConfigError(exc.message, path=path, key=key) from exc
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=path, key=prefix) from exc
+    return obj
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole file, raw, plus typed access per section."""
+
+    path: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def section(self, name: str, cls: type[T] | None = None) -> T:
+        target = cls if cls is not None else _resolve(SECTIONS[name])
+        return from_mapping(target, self.data.get(name, {}), path=self.path, prefix=name)  # type: ignore[arg-type]
+
+    @property
+    def general(self) -> GeneralConfig:
+        return self.section("general", GeneralConfig)
+
+    def validate(self) -> None:
+        """Check every known section and reject unknown ones."""
+        unknown = sorted(set(self.data) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown section (known: {', '.join(sorted(SECTIONS))})",
+                path=self.path,
+                key=unknown[0],
+            )
+        for name in self.data:
+            self.section(name)
+
+
+def parse(text: str, *, path: str | None = None, validate: bool = True) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=path) from exc
+    cfg = Config(path=path, data=data)
+    if validate:
+        cfg.validate()
+    return cfg
+
+
+def load(path: str | os.PathLike[str] | None = None, *, validate: bool = True) -> Config:
+    """Load the config file.  With no path: ``$SLURM_HOOKS_CONFIG``, else the
+    default location; a missing default file means all defaults."""
+    explicit = path is not None or ENV_CONFIG in os.environ
+    p = Path(path if path is not None else os.environ.get(ENV_CONFIG, DEFAULT_CONFIG))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        if explicit:
+            raise ConfigError("file not found", path=str(p)) from exc
+        return Config(path=None, data={})
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", path=str(p)) from exc
+    return parse(text, path=str(p), validate=validate)

@@ -1,0 +1,204 @@
+"""NVLink links down, and link error counters rising since the last run.
+
+``nvmlDeviceGetNvLinkState`` is asked for every link the profile expects
+(``nvlinks_per_gpu``; without a profile value, until NVML says there are no
+more).  A link that is down, or missing, breaks NVSwitch all-to-all
+bandwidth: FAIL.  Error counters only ever grow until a driver reload or
+reset, so the check keeps the last values in the state directory and
+judges the increase; a counter that went down was reset, not improved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, GpuSample, call_optional
+from slurm_hooks.detect.probes.nvml import (
+    ERROR_INVALID_ARGUMENT,
+    ERROR_NOT_SUPPORTED,
+    is_nvml_error,
+)
+from slurm_hooks.detect.profiles import as_profile
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "nvlink_counters.json"
+#: Counter name -> pynvml constant name.
+COUNTERS = {
+    "replay": "NVML_NVLINK_ERROR_DL_REPLAY",
+    "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
+    "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+}
+#: Upper bound when the profile does not say how many links to expect.
+MAX_LINKS = 18
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: New replay + CRC errors on one link since the last run before WARN.
+    max_new_errors: int = 100
+    #: New link recoveries (the link retrained) on one link before WARN.
+    max_new_recoveries: int = 0
+
+
+class NvlinkCheck(GpuCheck):
+    name: ClassVar[str] = "nvlink"
+    settings_class: ClassVar[type | None] = Settings
+    phases: ClassVar[frozenset[Phase]] = frozenset(
+        {Phase.HEALTHCHECK, Phase.EPILOG, Phase.ACCEPTANCE}
+    )
+
+    # Not applicable with nvlinks_per_gpu = 0 or gpu_count = 0: ``skip_when`` in
+    # checks/registry.py, read by the runner before this module is imported.
+
+    def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> dict[str, Any] | None:
+        expected = as_profile(ctx.profile).nvlinks_per_gpu
+        limit = expected if expected is not None else MAX_LINKS
+        states: dict[int, int | None] = {}
+        for link in range(limit):
+            try:
+                states[link] = int(nvml.nvmlDeviceGetNvLinkState(handle, link))
+            except Exception as exc:
+                if not is_nvml_error(exc, ERROR_NOT_SUPPORTED, ERROR_INVALID_ARGUMENT):
+                    raise
+                if expected is None:
+                    break
+                states[link] = None  # expected but not reported
+        if not any(v is not None for v in states.values()):
+            return None
+        up = int(nvml.NVML_FEATURE_ENABLED)
+        counters: dict[str, dict[str, int]] = {}
+        for link, state in states.items():
+            if state != up:
+                continue
+            per: dict[str, int] = {}
+            for cname, const in COUNTERS.items():
+                v = call_optional(
+                    nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, const)
+                )
+                if v is not None:
+                    per[cname] = int(v)
+            counters[str(link)] = per
+        return {"states": states, "up_value": up, "counters": counters}
+
+    def gather(self, ctx: CheckContext) -> GpuData:
+        data = super().gather(ctx)
+        if data.skipped:
+            return data
+        path = os.path.join(ctx.state_dir, STATE_FILE)
+        previous = _load(path)
+        current = dict(previous)
+        samples = []
+        for s in data.samples:
+            key = s.component.uuid or f"gpu{s.component.index}"
+            if s.value is not None:
+                current[key] = s.value["counters"]
+                s = GpuSample(s.component, {**s.value, "previous": previous.get(key)}, None)
+            samples.append(s)
+        saved = _save(path, current)
+        return dataclasses.replace(data, samples=tuple(samples), extra={"state_saved": saved})
+
+    def judge_gpu(self, comp: Component, value: Any, ctx: CheckContext) -> list[Finding]:
+        expected = as_profile(ctx.profile).nvlinks_per_gpu
+        if value is None:
+            if not expected:
+                return []
+            return [
+                Finding(
+                    check=self.name,
+                    status=Status.FAIL,
+                    code="NVLINK_DOWN",
+                    message=f"{comp.short()}: NVML reports no NVLink, profile expects {expected} links",
+                    component=comp,
+                    action=Action.RESET_GPU,
+                    values={"expected": expected, "up": 0},
+                )
+            ]
+        findings = []
+        states = value["states"]
+        down = [link for link, st in states.items() if st is not None and st != value["up_value"]]
+        missing = [link for link, st in states.items() if st is None]
+        if down or missing:
+            parts = []
+            if down:
+                parts.append(f"link(s) {_links(down)} down")
+            if missing:
+                parts.append(f"link(s) {_links(missing)} not reported")
+            findings.append(
+                Finding(
+                    check=self.name,
+                    status=Status.FAIL,
+                    code="NVLINK_DOWN",
+                    message=f"{comp.short()}: NVLink {'; '.join(parts)}",
+                    component=comp,
+                    action=Action.RESET_GPU,
+                    values={
+                        "down": _links(down),
+                        "missing": _links(missing),
+                        "up": len(states) - len(down) - len(missing),
+                        "expected": expected if expected is not None else len(states),
+                    },
+                )
+            )
+        s = ctx.settings_as(Settings, self.name)
+        previous = value.get("previous") or {}
+        for link, cur in value["counters"].items():
+            prev = previous.get(link)
+            if not prev:
+                continue
+            delta = {k: v - prev[k] for k, v in cur.items() if k in prev and v >= prev[k]}
+            errors = sum(v for k, v in delta.items() if k != "recovery")
+            recoveries = delta.get("recovery", 0)
+            if errors > s.max_new_errors or recoveries > s.max_new_recoveries:
+                findings.append(
+                    Finding(
+                        check=self.name,
+                        status=Status.WARN,
+                        code="NVLINK_ERRORS",
+                        message=f"{comp.short()} link {link}: {errors} new replay/CRC error(s), "
+                        f"{recoveries} new recovery(ies) since the last run",
+                        component=comp,
+                        action=Action.DRAIN,
+                        values={"link": int(link), **{f"new_{k}": v for k, v in delta.items()}},
+                    )
+                )
+        return findings
+
+
+def _links(links: list[int]) -> str:
+    return ",".join(str(x) for x in links)
+
+
+def _load(path: str) -> dict[str, Any]:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("nvlink: ignoring unreadable state %s: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(path: str, data: dict[str, Any]) -> bool:
+    """Atomic (temp file + rename): a crash never leaves half a file."""
+    import json
+
+    from slurm_hooks.store.atomicfile import write_atomic
+
+    try:
+        write_atomic(path, json.dumps(data, sort_keys=True), mode=0o600)
+    except OSError as exc:
+        log.warning("nvlink: cannot save counters to %s: %s", path, exc)
+        return False
+    return True

@@ -1,0 +1,236 @@
+"""Every check by name, with the phases it may run in, imported only when run.
+
+The registry is data: ``name -> "module:Class"`` plus phases, so a hook
+that runs three checks imports three modules and nothing else.  Checks
+written elsewhere (``xid``, ``burnin``, ``nccl``) are listed here too; a
+module that is not installed yet raises :class:`CheckNotInstalled`, which
+the runner reports as UNKNOWN "check not installed" while the other checks
+still run.
+
+A check can also say, as data (``skip_when``), for which profiles it does
+not apply ("profile expects no GPUs").  The runner reads that before
+importing the module, so a CPU node's health check imports none of the
+NVML checks; the checks themselves skip through the same data
+(:meth:`CheckSpec.not_applicable`), so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_hooks.core.errors import CheckNotInstalled
+from slurm_hooks.core.model import Phase
+
+H, P, E, A, W = Phase.HEALTHCHECK, Phase.PROLOG, Phase.EPILOG, Phase.ACCEPTANCE, Phase.WATCH
+
+#: (profile key, value, reason): the check does not apply when the profile's
+#: ``key`` is ``value``.  The common one for NVML checks:
+NO_GPUS = ("gpu_count", 0, "profile expects no GPUs")
+
+
+def not_applicable(rules: tuple[tuple[str, Any, str], ...], profile: Any) -> str | None:
+    """The reason of the first rule the profile meets, else None.  A bool
+    value matches only that bool (``fabric_manager = false``, not None); a
+    number matches equal numbers that are not bools."""
+    for key, value, reason in rules:
+        actual = getattr(profile, key, None)
+        if isinstance(value, bool):
+            if actual is value:
+                return reason
+        elif not isinstance(actual, bool) and actual is not None and actual == value:
+            return reason
+    return None
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    #: "package.module:Class", imported on first use.
+    target: str
+    phases: frozenset[Phase]
+    summary: str
+    #: Seconds one run may take unless ``[checks.<name>] timeout_s`` says otherwise.
+    timeout_s: float | None = None
+    #: Uses NVML (skipped without loading it on nodes whose profile has no GPU).
+    gpu: bool = False
+    #: Profiles this check does not apply to, in order: (key, value, reason).
+    skip_when: tuple[tuple[str, Any, str], ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+    def not_applicable(self, profile: Any) -> str | None:
+        """Why this check does not apply to a node with ``profile`` (a
+        :class:`~slurm_hooks.detect.profiles.Profile`), None when it may."""
+        return not_applicable(self.skip_when, profile)
+
+
+def _spec(name: str, target: str, phases: set[Phase], summary: str, **kw: object) -> CheckSpec:
+    if kw.get("gpu") and "skip_when" not in kw:
+        kw["skip_when"] = (NO_GPUS,)
+    return CheckSpec(name, target, frozenset(phases), summary, **kw)  # type: ignore[arg-type]
+
+
+_M = "slurm_hooks.detect.checks"
+#: In run order: cheap node-level facts first, so a lost GPU is reported
+#: before the checks that can no longer look at it.
+CHECKS: dict[str, CheckSpec] = {
+    s.name: s
+    for s in (
+        _spec(
+            "gpu_count",
+            f"{_M}.gpu_count:GpuCountCheck",
+            {H, P, E, A, W},
+            "GPU count and model vs profile; NVML starts",
+            gpu=True,
+        ),
+        _spec(
+            "gpu_lost",
+            f"{_M}.gpu_lost:GpuLostCheck",
+            {H, P, E, A, W},
+            "GPUs NVML reports lost (XID 79) or needing reset",
+            gpu=True,
+        ),
+        _spec(
+            "ecc",
+            f"{_M}.ecc:EccCheck",
+            {H, P, E, A, W},
+            "volatile uncorrectable ECC errors",
+            gpu=True,
+        ),
+        _spec(
+            "retired_pages",
+            f"{_M}.retired_pages:RetiredPagesCheck",
+            {H, P, E, A, W},
+            "retired pages pending a reset (pre-Ampere)",
+            gpu=True,
+        ),
+        _spec(
+            "row_remap",
+            f"{_M}.row_remap:RowRemapCheck",
+            {H, P, E, A, W},
+            "row remapping pending or failed (Ampere+)",
+            gpu=True,
+        ),
+        _spec(
+            "fabric",
+            f"{_M}.fabric:FabricCheck",
+            {H, P, A},
+            "NVSwitch fabric manager state (Hopper+)",
+            gpu=True,
+            skip_when=(("fabric_manager", False, "profile expects no fabric manager"), NO_GPUS),
+        ),
+        _spec(
+            "nvlink",
+            f"{_M}.nvlink:NvlinkCheck",
+            {H, E, A},
+            "NVLink links down or error counters rising",
+            gpu=True,
+            skip_when=(("nvlinks_per_gpu", 0, "profile expects no NVLink"), NO_GPUS),
+        ),
+        _spec(
+            "pcie", f"{_M}.pcie:PcieCheck", {H, A}, "PCIe link width/generation below max", gpu=True
+        ),
+        _spec(
+            "throttle",
+            f"{_M}.throttle:ThrottleCheck",
+            {H, A, W},
+            "hardware clock slowdown reasons active",
+            gpu=True,
+        ),
+        _spec(
+            "gpu_temp",
+            f"{_M}.gpu_temp:GpuTempCheck",
+            {H, A, W},
+            "GPU temperature vs thresholds",
+            gpu=True,
+        ),
+        _spec("driver", f"{_M}.driver:DriverCheck", {H, A}, "driver version vs profile", gpu=True),
+        _spec(
+            "persistence",
+            f"{_M}.persistence:PersistenceCheck",
+            {H, A},
+            "persistence mode on",
+            gpu=True,
+            skip_when=(
+                ("persistence_mode", False, "profile does not require persistence mode"),
+                NO_GPUS,
+            ),
+        ),
+        _spec("ib", f"{_M}.ib:IbCheck", {H, A}, "InfiniBand/RoCE ports active at expected rate"),
+        _spec("memory", f"{_M}.memory:MemoryCheck", {H, A}, "installed RAM vs profile"),
+        _spec(
+            "mounts",
+            f"{_M}.mounts:MountsCheck",
+            {H, P, E, A},
+            "required mounts present and writable",
+            timeout_s=15.0,
+        ),
+        _spec("scratch", f"{_M}.scratch:ScratchCheck", {H, P, E, A}, "free space on scratch"),
+        _spec("xid", f"{_M}.xid:XidCheck", {H, P, E, W}, "XID events in the kernel log"),
+        _spec(
+            "burnin",
+            f"{_M}.burnin:BurninCheck",
+            {P, A},
+            "short GPU burn-in vs TFLOP/s floor",
+            timeout_s=120.0,
+            gpu=True,
+            skip_when=(),  # decides for itself (Skipped)
+        ),
+        _spec(
+            "nccl",
+            f"{_M}.nccl:NcclCheck",
+            {P, A},
+            "NCCL all-reduce bus bandwidth vs floor",
+            timeout_s=120.0,
+            gpu=True,
+            skip_when=(),  # decides for itself (Skipped)
+        ),
+        _spec(
+            "dcgm",
+            f"{_M}.dcgm:DcgmCheck",
+            {A},
+            "DCGM diagnostics (dcgmi diag), where installed",
+            timeout_s=900.0,
+            gpu=True,
+            skip_when=(),  # decides for itself (Skipped)
+        ),
+    )
+}
+
+
+def get(name: str) -> CheckSpec:
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise KeyError(f"unknown check {name!r} (known: {', '.join(CHECKS)})") from None
+
+
+def for_phase(phase: Phase | str) -> list[CheckSpec]:
+    """Registered checks that may run in ``phase``, in run order."""
+    ph = Phase(phase)
+    return [s for s in CHECKS.values() if ph in s.phases]
+
+
+def load_class(spec: CheckSpec) -> type:
+    module_name, _, attr = spec.target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only "this check's own module is missing" means not installed; a
+        # missing dependency inside an installed check is a real error.
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CheckNotInstalled(f"check {spec.name!r} not installed ({module_name})") from exc
+        raise
+    try:
+        return getattr(module, attr)  # type: ignore[no-any-return]
+    except AttributeError as exc:
+        raise CheckNotInstalled(f"check {spec.name!r}: {module_name} has no {attr}") from exc
+
+
+def load(name: str) -> object:
+    """An instance of the named check (a :class:`~.base.Check`)."""
+    return load_class(get(name))()

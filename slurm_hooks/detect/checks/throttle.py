@@ -1,0 +1,78 @@
+"""Clock event (throttle) reasons that point at hardware trouble.
+
+Idle, application clocks, the software power cap and sync boost are normal
+operation and ignored.  Hardware slowdown, hardware thermal slowdown and
+power-brake slowdown on a healthy node mean failing cooling or power
+(PSU, cabling): FAIL.  Software thermal slowdown means the GPU is running
+hot: WARN.  Both lists are settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.gpubase import GpuCheck, clock_event_reasons
+
+#: Reason name -> pynvml constant name (the bit values are NVML's).
+REASONS = {
+    "gpu_idle": "nvmlClocksThrottleReasonGpuIdle",
+    "applications_clocks": "nvmlClocksThrottleReasonApplicationsClocksSetting",
+    "sw_power_cap": "nvmlClocksThrottleReasonSwPowerCap",
+    "hw_slowdown": "nvmlClocksThrottleReasonHwSlowdown",
+    "sync_boost": "nvmlClocksThrottleReasonSyncBoost",
+    "sw_thermal": "nvmlClocksThrottleReasonSwThermalSlowdown",
+    "hw_thermal": "nvmlClocksThrottleReasonHwThermalSlowdown",
+    "hw_power_brake": "nvmlClocksThrottleReasonHwPowerBrakeSlowdown",
+    "display_clock": "nvmlClocksThrottleReasonDisplayClockSetting",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: Active clock event reasons (names from REASONS: gpu_idle, sw_power_cap,
+    #: hw_slowdown, ...) that make a GPU FAIL (drain); wins over warn_reasons.
+    fail_reasons: tuple[str, ...] = ("hw_slowdown", "hw_thermal", "hw_power_brake")
+    #: Active reasons that make a GPU WARN (no action); reasons in neither
+    #: list are ignored.
+    warn_reasons: tuple[str, ...] = ("sw_thermal",)
+
+    def validate(self) -> None:
+        for r in (*self.fail_reasons, *self.warn_reasons):
+            if r not in REASONS:
+                raise ValueError(f"unknown throttle reason {r!r} (known: {', '.join(REASONS)})")
+
+
+class ThrottleCheck(GpuCheck):
+    name: ClassVar[str] = "throttle"
+    settings_class: ClassVar[type | None] = Settings
+    phases: ClassVar[frozenset[Phase]] = frozenset(
+        {Phase.HEALTHCHECK, Phase.ACCEPTANCE, Phase.WATCH}
+    )
+
+    def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> dict[str, Any]:
+        mask = clock_event_reasons(nvml, handle)
+        active = [name for name, const in REASONS.items() if mask & int(getattr(nvml, const, 0))]
+        return {"mask": mask, "active": active}
+
+    def judge_gpu(self, comp: Component, value: Any, ctx: CheckContext) -> list[Finding]:
+        s = ctx.settings_as(Settings, self.name)
+        active = value["active"]
+        failing = [r for r in active if r in s.fail_reasons]
+        warning = [r for r in active if r in s.warn_reasons]
+        if not failing and not warning:
+            return []
+        status = Status.FAIL if failing else Status.WARN
+        return [
+            Finding(
+                check=self.name,
+                status=status,
+                code="GPU_THROTTLE",
+                message=f"{comp.short()}: clocks held down by {', '.join(failing + warning)}",
+                component=comp,
+                action=Action.DRAIN if failing else Action.NONE,
+                values={"mask": f"0x{value['mask']:x}", "reasons": ",".join(active)},
+            )
+        ]

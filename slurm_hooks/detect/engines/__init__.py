@@ -1,0 +1,1 @@
+"""Burn-in, NCCL and DCGM engines: run, parse, judge."""

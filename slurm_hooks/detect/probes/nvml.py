@@ -1,0 +1,248 @@
+"""NVML access: the real ``pynvml`` or the scenario-driven fake, chosen at run time.
+
+Checks never import ``pynvml`` themselves.  They get an :class:`NvmlSession`
+from the check context, which loads the library on first use (a CPU node
+that expects no GPU never pays for the import), calls ``nvmlInit`` once per
+process and caches device handles and identities.  Whatever ``load_nvml``
+returns has the pynvml module's interface (function names, constants,
+``NVMLError_*`` classes), so probe code runs unchanged against both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from slurm_hooks.core.errors import NvmlError
+from slurm_hooks.core.model import Component
+
+log = logging.getLogger(__name__)
+
+#: A scenario file here switches NVML to the fake (tests, lab, demo).
+ENV_SCENARIO = "SLURM_HOOKS_NVML_SCENARIO"
+#: Where the kernel module lists its GPUs (names a GPU NVML has lost).
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+
+# nvmlReturn_t values from nvml.h: part of NVML's C ABI, so fixed; copied
+# here so that judging an error never needs pynvml imported.
+ERROR_UNINITIALIZED = 1
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
+ERROR_NOT_FOUND = 6
+ERROR_DRIVER_NOT_LOADED = 9
+ERROR_TIMEOUT = 10
+ERROR_LIBRARY_NOT_FOUND = 12
+ERROR_FUNCTION_NOT_FOUND = 13
+ERROR_CORRUPTED_INFOROM = 14
+ERROR_GPU_IS_LOST = 15
+ERROR_RESET_REQUIRED = 16
+ERROR_LIB_RM_VERSION_MISMATCH = 18
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
+ERROR_NOT_READY = 27
+ERROR_UNKNOWN = 999
+
+_ERROR_NAMES = {
+    v: k.removeprefix("ERROR_") for k, v in dict(globals()).items() if k.startswith("ERROR_")
+}
+
+
+def load_nvml(scenario: str | os.PathLike[str] | None = None) -> Any:
+    """``pynvml`` itself, or a :class:`~slurm_hooks_lab.fake_nvml.FakeNvml`
+    when ``scenario`` (or ``$SLURM_HOOKS_NVML_SCENARIO``) names a scenario file.
+    The environment wins over the argument so that the lab can redirect a
+    configured node without editing its config."""
+    chosen = os.environ.get(ENV_SCENARIO) or (os.fspath(scenario) if scenario else None)
+    if chosen:
+        from slurm_hooks_lab.fake_nvml import FakeNvml
+
+        log.debug("nvml: using fake scenario=%s", chosen)
+        return FakeNvml(chosen)
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlError(f"nvidia-ml-py (pynvml) is not installed: {exc}") from exc
+    return pynvml
+
+
+class NvmlSession:
+    """One process's use of NVML: lazy load, ``nvmlInit`` once, cached handles.
+
+    A failed ``nvmlInit`` is remembered and re-raised to every caller, so
+    twenty checks do not retry a missing driver twenty times.  Thread-safe:
+    the runner runs each check in its own thread.
+    """
+
+    def __init__(
+        self,
+        scenario: str | os.PathLike[str] | None = None,
+        *,
+        nvml: Any = None,
+        proc_gpus: str = PROC_GPUS,
+    ):
+        self._scenario = scenario
+        self._proc_gpus = proc_gpus
+        self._proc: list[tuple[str, str | None]] | None = None
+        self._nvml = nvml
+        self._lock = threading.RLock()
+        self._initialized = False
+        self._init_error: BaseException | None = None
+        self._handles: dict[int, Any] = {}
+        self._identities: dict[int, Component] = {}
+
+    @property
+    def scenario(self) -> str | None:
+        """The fake-NVML scenario file this session uses, None for real NVML."""
+        return None if self._scenario is None else os.fspath(self._scenario)
+
+    @property
+    def loaded(self) -> bool:
+        return self._initialized
+
+    @property
+    def nvml(self) -> Any:
+        """The initialised library; raises the original load/init error."""
+        with self._lock:
+            if self._initialized:
+                return self._nvml
+            if self._init_error is not None:
+                raise self._init_error
+            try:
+                if self._nvml is None:
+                    self._nvml = load_nvml(self._scenario)
+                self._nvml.nvmlInit()
+            except BaseException as exc:
+                self._init_error = exc
+                log.warning("nvml: init failed: %s: %s", type(exc).__name__, exc)
+                raise
+            self._initialized = True
+            return self._nvml
+
+    def device_count(self) -> int:
+        return int(self.nvml.nvmlDeviceGetCount())
+
+    def handle(self, index: int) -> Any:
+        """Handle of GPU ``index``; raises NVMLError (e.g. GPU is lost) uncached."""
+        nvml = self.nvml
+        with self._lock:
+            if index in self._handles:
+                return self._handles[index]
+        h = nvml.nvmlDeviceGetHandleByIndex(index)
+        with self._lock:
+            self._handles[index] = h
+        return h
+
+    def identity(self, index: int) -> Component:
+        """GPU ``index`` as a Component with UUID and PCI bus id where NVML
+        can still tell them; never raises (a lost GPU is still ``gpu3``)."""
+        with self._lock:
+            if index in self._identities:
+                return self._identities[index]
+        uuid = pci = None
+        complete = True
+        try:
+            h = self.handle(index)
+            nvml = self.nvml
+            try:
+                uuid = str(nvml.nvmlDeviceGetUUID(h))
+            except Exception:  # noqa: BLE001 - identity is best effort
+                complete = False
+            try:
+                pci = _text(nvml.nvmlDeviceGetPciInfo(h).busId)
+            except Exception:  # noqa: BLE001
+                complete = False
+        except Exception:  # noqa: BLE001
+            complete = False
+        if not complete:
+            # A lost GPU answers nothing; the driver's procfs still names it.
+            # NVML numbers GPUs in PCI bus order, as the procfs listing sorts.
+            proc = self._procfs()
+            if index < len(proc):
+                pci = pci or proc[index][0]
+                uuid = uuid or proc[index][1]
+        comp = Component("gpu", index=index, uuid=uuid, pci=pci)
+        if complete:
+            with self._lock:
+                self._identities[index] = comp
+        return comp
+
+    def _procfs(self) -> list[tuple[str, str | None]]:
+        if self._proc is None:
+            self._proc = read_proc_gpus(self._proc_gpus)
+        return self._proc
+
+    def close(self) -> None:
+        """``nvmlShutdown`` if we initialised; errors are logged, not raised."""
+        with self._lock:
+            if not self._initialized:
+                return
+            self._initialized = False
+            self._handles.clear()
+            self._identities.clear()
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception as exc:  # noqa: BLE001 - shutting down anyway
+                log.debug("nvml: shutdown failed: %s", exc)
+
+
+def read_proc_gpus(root: str = "/proc/driver/nvidia/gpus") -> list[tuple[str, str | None]]:
+    """(bus id in NVML's 8-digit-domain form, UUID) per GPU the kernel module
+    knows, in PCI order, from ``<root>/<bus>/information`` ("GPU UUID:",
+    "Bus Location:" lines)."""
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return []
+    out: list[tuple[str, str | None]] = []
+    for entry in entries:
+        uuid = None
+        bus = entry
+        try:
+            with open(
+                os.path.join(root, entry, "information"), encoding="utf-8", errors="replace"
+            ) as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    if key.strip() == "GPU UUID":
+                        uuid = value.strip() or None
+                    elif key.strip() == "Bus Location":
+                        bus = value.strip()
+        except OSError:
+            pass
+        domain, _, rest = bus.partition(":")
+        out.append((f"{int(domain, 16):08X}:{rest.upper()}" if rest else bus.upper(), uuid))
+    return out
+
+
+def _text(value: Any) -> str:
+    """pynvml returns str from its structures on Python 3, but be liberal."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def error_name(exc: BaseException) -> str:
+    """``NVMLError_GpuIsLost`` -> ``GPU_IS_LOST``-style name for messages and values."""
+    value = getattr(exc, "value", None)
+    if isinstance(value, int) and is_nvml_error(exc):
+        return return_name(value)
+    return type(exc).__name__
+
+
+def return_name(value: int) -> str:
+    """An nvmlReturn_t as a name: 0 -> ``SUCCESS``, 15 -> ``GPU_IS_LOST``."""
+    if value == 0:
+        return "SUCCESS"
+    return _ERROR_NAMES.get(value, f"ERROR_{value}")
+
+
+def is_nvml_error(exc: BaseException, *codes: int) -> bool:
+    """True if ``exc`` is an NVMLError, optionally with one of ``codes``.
+    Works for the real module and the fake alike (the fake raises pynvml's
+    own classes), and without importing pynvml when it is absent."""
+    value = getattr(exc, "value", None)
+    if not isinstance(value, int) or not type(exc).__name__.startswith("NVMLError"):
+        return False
+    return not codes or value in codes

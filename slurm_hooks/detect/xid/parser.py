@@ -1,0 +1,360 @@
+"""Parse NVIDIA XID / NVSwitch SXID lines out of kernel-log records.
+
+One function, :func:`parse_line`, understands every wrapping admins meet:
+raw ``dmesg``, ``dmesg -T``, ``dmesg --time-format=iso``, syslog and
+``journalctl -k`` prefixes (classic and ISO 8601 timestamps, optionally with
+the kernel's ``[secs.usecs]`` after ``kernel:``), ``/dev/kmsg`` records and
+``journalctl -o json`` objects (``MESSAGE`` as text or as a byte array).
+
+Speed matters more than elegance here: a node's kernel log can hold hundreds
+of thousands of lines and a flood of one XID can add another million, so the
+first thing done with any line is one substring test, and regular
+expressions run only on lines that pass it.  The scanner in ``scan.py`` goes
+further and never decodes lines without ``Xid`` in them at all.
+
+Nothing here raises on bad input: a line that looks like an XID but cannot be
+parsed returns ``None`` and :func:`classify_line` says why, so callers count
+it instead of crashing or inventing an event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from slurm_hooks.detect.xid.pci import normalise_pci
+from slurm_hooks.detect.xid.scan import MAX_LINE
+
+__all__ = ["MAX_LINE", "XidEvent", "classify_line", "parse_line"]
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One XID (``kind="xid"``) or NVSwitch SXID (``kind="sxid"``) line.
+
+    ``pci`` is normalised (``0000:3b:00.0``) or None when the line carries no
+    usable bus id; ``raw_pci`` keeps what the driver printed.  ``monotonic``
+    is seconds since boot (dmesg, /dev/kmsg, journal), ``wall`` seconds since
+    the epoch (dmesg -T, syslog, ISO stamps, journal); either may be None.
+    """
+
+    kind: str
+    xid: int
+    pci: str | None
+    pid: int | None
+    name: str | None
+    message: str
+    raw_pci: str | None = None
+    switch: str | None = None
+    monotonic: float | None = None
+    wall: float | None = None
+    boot_id: str | None = None
+    seq: int | None = None
+    cursor: str | None = None
+
+    @property
+    def code(self) -> str:
+        return f"SXID{self.xid}" if self.kind == "sxid" else f"XID{self.xid}"
+
+
+# -- bodies -----------------------------------------------------------------
+
+_XID_RE = re.compile(
+    r"NVRM: Xid (?:\((?:PCI:)?(?P<pci>[^)]{0,64})\):? ?)?(?P<xid>\d{1,6}),[ \t]*(?P<rest>.*)",
+    re.S,
+)
+_SXID_RE = re.compile(
+    r"(?:(?P<switch>nvidia-nvswitch\d+): )?SXid \((?:PCI:)?(?P<pci>[^)]{0,64})\):? ?"
+    r"(?P<xid>\d{1,6}),[ \t]*(?P<rest>.*)",
+    re.S,
+)
+_PID_RE = re.compile(r"pid=(?P<pid>'?<[^>,]{0,16}>'?|'?-?\d+'?)(?:,[ \t]*|$)")
+_NAME_RE = re.compile(r"name=(?P<name>[^,]{0,256})(?:,[ \t]*|$)")
+
+# -- prefixes ---------------------------------------------------------------
+
+_KMSG_RE = re.compile(r"^\s*(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;")
+_MONO_RE = re.compile(r"\[\s*(?P<mono>\d+\.\d+)\]")
+_CTIME_RE = re.compile(
+    r"\[(?:\w{3} )?(?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<time>\d\d:\d\d:\d\d) (?P<year>\d{4})\]"
+)
+_ISO_RE = re.compile(
+    r"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
+)
+_SYSLOG_RE = re.compile(r"^(?:<\d+>)?(?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<time>\d\d:\d\d:\d\d) ")
+#: The start of a second record glued to the end of a first one.
+_GLUED_PREFIX = re.compile(r"(?:\[[^\[\]]{0,40}\]|\S+ kernel:|\d+,\d+,\d+,[^;]{0,20};|kernel:)\s*$")
+_JSON_BYTES_RE = re.compile(r'"MESSAGE"\s*:\s*\[')
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+
+#: Results of :func:`classify_line` besides an event.
+NOT_XID = "not_xid"
+MALFORMED = "malformed"
+OVERSIZED = "oversized"
+
+
+def parse_line(line: str, *, year: int | None = None) -> XidEvent | None:
+    """The XID/SXID event in one log line, or None (not one, or unparseable).
+
+    ``year`` fills in syslog stamps, which carry none (default: this year).
+    """
+    result = classify_line(line, year=year)
+    return result if isinstance(result, XidEvent) else None
+
+
+def classify_line(
+    line: str, *, year: int | None = None, max_line: int = MAX_LINE
+) -> XidEvent | str:
+    """Like :func:`parse_line` but says why a line yields no event:
+    NOT_XID, MALFORMED (mentions an XID but does not parse) or OVERSIZED
+    (longer than ``max_line``, the scanner's ``[checks.xid] max_line``)."""
+    if "Xid" not in line:
+        # One cheap test for the 99.9 % case.  A JSON record whose MESSAGE is a
+        # byte array has no "Xid" text; those are recognised by their key.
+        if '"MESSAGE"' not in line or _JSON_BYTES_RE.search(line) is None:
+            return NOT_XID
+    if len(line) > max_line:
+        return OVERSIZED
+    stripped = line.lstrip()
+    if stripped.startswith("{"):
+        return _parse_json(stripped, year, max_line)
+    return _parse_text(line, year)
+
+
+def _parse_text(
+    line: str,
+    year: int | None,
+    *,
+    mono: float | None = None,
+    wall: float | None = None,
+    seq: int | None = None,
+    boot_id: str | None = None,
+    cursor: str | None = None,
+) -> XidEvent | str:
+    is_sxid = False
+    at = line.find("NVRM: Xid")
+    if at < 0:
+        at = line.find("SXid (")
+        if at < 0:
+            return NOT_XID
+        is_sxid = True
+        sw = line.rfind("nvidia-nvswitch", 0, at)
+        if sw >= 0 and line[sw:at].count(" ") <= 1:
+            at = sw
+    body = line[at:]
+    if not is_sxid and body.count("NVRM: Xid", 1) > 0:
+        # Two writers interleaved on one line: keep only this record's text.
+        body = _GLUED_PREFIX.sub("", body[: body.find("NVRM: Xid", 1)]).rstrip()
+    m = (_SXID_RE if is_sxid else _XID_RE).match(body)
+    if m is None:
+        return MALFORMED
+    try:
+        xid = int(m["xid"])
+    except ValueError:  # pragma: no cover - the regex admits digits only
+        return MALFORMED
+    raw_pci = m["pci"]
+    rest = m["rest"].rstrip("\r\n\x00 ")
+    pid: int | None = None
+    name: str | None = None
+    pm = _PID_RE.match(rest)
+    if pm is not None:
+        text = pm["pid"].strip("'")
+        pid = int(text) if text.lstrip("-").isdigit() else None
+        rest = rest[pm.end() :]
+        nm = _NAME_RE.match(rest)
+        if nm is not None:
+            value = nm["name"].strip()
+            name = None if value in ("<unknown>", "'<unknown>'", "") else value
+            rest = rest[nm.end() :]
+    prefix = line[:at]
+    if prefix:
+        mono2, wall2, seq2 = _parse_prefix(prefix, year)
+        mono = mono if mono is not None else mono2
+        wall = wall if wall is not None else wall2
+        seq = seq if seq is not None else seq2
+    return XidEvent(
+        kind="sxid" if is_sxid else "xid",
+        xid=xid,
+        pci=normalise_pci(raw_pci) if raw_pci else None,
+        pid=pid,
+        name=name,
+        message=rest.strip(),
+        raw_pci=raw_pci or None,
+        switch=m["switch"] if is_sxid else None,
+        monotonic=mono,
+        wall=wall,
+        boot_id=boot_id,
+        seq=seq,
+        cursor=cursor,
+    )
+
+
+def _parse_prefix(prefix: str, year: int | None) -> tuple[float | None, float | None, int | None]:
+    mono = wall = None
+    seq = None
+    km = _KMSG_RE.match(prefix)
+    if km is not None:
+        seq = int(km["seq"])
+        mono = int(km["usec"]) / 1e6
+        return mono, wall, seq
+    mm = _MONO_RE.search(prefix)
+    if mm is not None:
+        mono = float(mm["mono"])
+    cm = _CTIME_RE.search(prefix)
+    if cm is not None:
+        wall = _local(int(cm["year"]), cm["mon"], cm["day"], cm["time"])
+    else:
+        im = _ISO_RE.search(prefix)
+        if im is not None:
+            wall = _iso(im["iso"])
+        else:
+            sm = _SYSLOG_RE.match(prefix)
+            if sm is not None:
+                wall = _local(year or datetime.now().year, sm["mon"], sm["day"], sm["time"])
+    return mono, wall, seq
+
+
+def _local(year: int, mon: str, day: str, hms: str) -> float | None:
+    month = _MONTHS.get(mon)
+    if month is None:
+        return None
+    try:
+        h, mi, s = (int(x) for x in hms.split(":"))
+        return datetime(year, month, int(day), h, mi, s).timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
+def _iso(text: str) -> float | None:
+    text = text.replace(",", ".").replace(" ", "T", 1)
+    if "." in text:  # fromisoformat wants at most 6 fractional digits
+        head, _, tail = text.partition(".")
+        digits = len(tail) - len(tail.lstrip("0123456789"))
+        text = head + "." + tail[: min(digits, 6)].ljust(6, "0") + tail[digits:]
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    elif len(text) > 5 and text[-5] in "+-" and text[-4:].isdigit():
+        text = text[:-2] + ":" + text[-2:]
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _parse_json(text: str, year: int | None, max_line: int = MAX_LINE) -> XidEvent | str:
+    """One ``journalctl -o json`` record."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return MALFORMED
+    if not isinstance(obj, dict):
+        return MALFORMED
+    msg = obj.get("MESSAGE")
+    if isinstance(msg, list):
+        try:
+            msg = bytes(msg).decode("utf-8", errors="replace")
+        except (TypeError, ValueError):
+            return MALFORMED
+    if not isinstance(msg, str):
+        return MALFORMED if msg is not None else NOT_XID
+    if "Xid" not in msg:
+        return NOT_XID
+    if len(msg) > max_line:
+        return OVERSIZED
+    wall = _int_field(obj.get("__REALTIME_TIMESTAMP"))
+    mono = _int_field(obj.get("__MONOTONIC_TIMESTAMP"))
+    boot = obj.get("_BOOT_ID")
+    cursor = obj.get("__CURSOR")
+    return _parse_text(
+        msg,
+        year,
+        mono=mono / 1e6 if mono is not None else None,
+        wall=wall / 1e6 if wall is not None else None,
+        boot_id=boot if isinstance(boot, str) else None,
+        cursor=cursor if isinstance(cursor, str) else None,
+    )
+
+
+def _int_field(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+# -- message details the rules need -----------------------------------------
+
+_RECOVERY_RE = re.compile(
+    r"recovery action changed(?: from (?P<from>0x[0-9a-fA-F]+)(?: \((?P<from_text>[^)]*)\))?)?"
+    r" to (?P<to>0x[0-9a-fA-F]+)(?: \((?P<to_text>[^)]*)\))?"
+)
+_NVLINK74_RE = re.compile(
+    r"[Ll]ink (?P<link>-?\d+) ?\((?P<regs>0x[0-9a-fA-F]+(?:, ?0x[0-9a-fA-F]+)*)\)"
+)
+_NVLINK5_RE = re.compile(
+    r"^(?P<sub>[A-Z][A-Z0-9_/]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\b.*?[Ll]ink\s+(?P<link>-?\d+)"
+    r"(?:\s*\((?P<regs>0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*)\))?",
+    re.S,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryAction:
+    """What an XID 154 line says the driver wants."""
+
+    code: int
+    text: str | None
+    previous: int | None = None
+
+
+def recovery_action(message: str) -> RecoveryAction | None:
+    m = _RECOVERY_RE.search(message)
+    if m is None:
+        return None
+    return RecoveryAction(
+        code=int(m["to"], 16),
+        text=m["to_text"],
+        previous=int(m["from"], 16) if m["from"] else None,
+    )
+
+
+def nvlink_registers(message: str) -> tuple[int, tuple[int, ...]] | None:
+    """(link, registers) from an XID 74 line such as
+    ``NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, ...)``."""
+    m = _NVLINK74_RE.search(message)
+    if m is None:
+        return None
+    return int(m["link"]), tuple(int(r, 16) for r in re.split(r",\s*", m["regs"]))
+
+
+@dataclass(frozen=True, slots=True)
+class NvLink5Info:
+    """Fields of an XID 144-150 line (Blackwell NVLink 5)."""
+
+    subcode: str
+    fatal: bool
+    link: int
+    intr_info: int | None
+    error_status: int | None
+
+
+def nvlink5_info(message: str) -> NvLink5Info | None:
+    m = _NVLINK5_RE.search(message.strip())
+    if m is None:
+        return None
+    regs = [int(r, 16) for r in m["regs"].split()] if m["regs"] else []
+    return NvLink5Info(
+        subcode=m["sub"],
+        fatal=m["sev"] == "Fatal",
+        link=int(m["link"]),
+        intr_info=regs[0] if regs else None,
+        error_status=regs[1] if len(regs) > 1 else None,
+    )

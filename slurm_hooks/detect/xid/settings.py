@@ -1,0 +1,86 @@
+"""Settings for XID detection: the ``[checks.xid]`` table (or the ``xid``
+config section).  Defaults suit a production GPU node; the lab and tests set
+``source = "file"`` and a per-node ``path``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_hooks.detect.xid.scan import MAX_LINE
+from slurm_hooks.detect.xid.source import BOOT_ID_PATH, FIRST_RUN, KMSG_PATH
+
+SOURCES = ("auto", "kmsg", "journal", "file")
+#: Keys every ``[checks.<name>]`` table may carry for the runner (validated there).
+RUNNER_KEYS = frozenset({"timeout_s", "phases"})
+
+
+@dataclass(frozen=True)
+class XidSettings:
+    enabled: bool = True
+    #: auto: ``path`` if set, else /dev/kmsg if readable, else the journal.
+    source: str = "auto"
+    #: The kernel-log file for ``source = "file"`` (syslog, kern.log, lab file).
+    path: str = ""
+    #: The kernel's record device for ``source = "kmsg"`` (and for ``auto``,
+    #: which uses it when it is readable).
+    kmsg_path: str = KMSG_PATH
+    #: This boot's id: a kmsg cursor saved under another boot id is dropped
+    #: (sequence numbers restart at boot) and the log is read from its start.
+    boot_id_path: str = BOOT_ID_PATH
+    #: The journalctl binary for ``source = "journal"`` (``journalctl -k -o
+    #: json``, resumed with ``--after-cursor``).
+    journalctl: str = "journalctl"
+    #: Seconds one journalctl call may take before it is killed (> 0).
+    journal_timeout: float = 30.0
+    #: First run without a cursor: read everything there is, or start at the end.
+    first_run: str = "all"
+    #: Longest kernel-log line (bytes) to parse; longer ones are skipped and
+    #: counted as oversized (journal JSON: the whole record).  At least 1024.
+    #: /dev/kmsg records are read into 16 KiB (the kernel's own are ~1 KiB):
+    #: a larger value matters only for files and the journal.
+    max_line: int = MAX_LINE
+    #: Where GPU index/UUID come from when NVML is not injected.
+    proc_gpus: str = "/proc/driver/nvidia/gpus"
+    #: XIDs that count as hardware only when repeated on one GPU (WORKFLOW_XID_13/31).
+    repeat_xids: tuple[int, ...] = (13, 31)
+    #: ... this many distinct incidents (different processes, or bursts
+    #: further apart than ``burst_s``) ...
+    repeat_count: int = 3
+    #: ... within this many seconds.
+    repeat_window_s: float = 86400.0
+    #: Events with no process id that follow the previous one within this
+    #: many seconds belong to the same burst (one incident).
+    burst_s: float = 60.0
+    #: XID 48 with XID 63/64 on the same GPU within this window: drain and reset.
+    pair_window_s: float = 3600.0
+    #: History of incidents kept in the state dir (entries).
+    history_max: int = 2000
+
+    def validate(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}")
+        if self.source == "file" and not self.path:
+            raise ValueError('source = "file" needs path')
+        if self.first_run not in FIRST_RUN:
+            raise ValueError(f"first_run must be one of {', '.join(FIRST_RUN)}")
+        if self.repeat_count < 1:
+            raise ValueError("repeat_count must be at least 1")
+        for name in ("repeat_window_s", "burst_s", "pair_window_s", "journal_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.max_line < 1024:
+            raise ValueError("max_line must be at least 1024")
+
+    @property
+    def history_window_s(self) -> float:
+        return max(self.repeat_window_s, self.pair_window_s)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, path: str | None = None) -> XidSettings:
+        """Validated settings from a TOML table; errors name ``checks.xid.<key>``."""
+        from slurm_hooks.core.config import from_mapping
+
+        own = {k: v for k, v in data.items() if k not in RUNNER_KEYS}
+        return from_mapping(cls, own, path=path, prefix="checks.xid")

@@ -1,0 +1,337 @@
+"""The node-local state store: small JSON files that survive restarts.
+
+Layout under ``state_dir``::
+
+    nodes/<node>.json        cursors, fault events, resumes, acceptance passes,
+                             the open incident
+    incidents/<id>.json      one remediation journal per incident (steps per job)
+    locks/<name>.lock        fcntl locks; hooks, the watcher and the grace
+                             worker run concurrently on one node
+
+Every write is temp file + fsync + rename + directory fsync, so a crash
+leaves the old file or the new one, never half of one.  Every
+read-modify-write holds the file's lock.  Lists are capped so the files
+stay small however long a node lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.core.errors import StateError
+from slurm_hooks.store.atomicfile import write_atomic
+
+if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
+    # on a healthy node open the state store but never decide anything.
+    from slurm_hooks.core.history import FaultEvent, NodeHistory
+    from slurm_hooks.decide.breaker import Trip
+
+log = logging.getLogger(__name__)
+
+#: Entries kept per list in a node file (oldest dropped first).
+MAX_ENTRIES = 500
+_SAFE = re.compile(r"^[A-Za-z0-9_.\-\[\],:+]{1,128}$")
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat()
+
+
+def parse_time(s: str) -> datetime:
+    t = datetime.fromisoformat(s)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` as JSON, durably and atomically."""
+    text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+    write_atomic(path, text, mode=0o600)
+
+
+def read_json(path: Path) -> Any | None:
+    """The file's JSON, or None when it does not exist.  A file that is not
+    JSON (should not happen with atomic writes; a disk may still lie) is
+    moved aside and reported, so a bad byte cannot wedge remediation."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"cannot read {path}: {exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+        log.error("state file %s is not JSON (%s); moved to %s", path, exc, aside)
+        with contextlib.suppress(OSError):
+            os.replace(path, aside)
+        return None
+
+
+def _safe(name: str, what: str) -> str:
+    if not _SAFE.match(name) or name in (".", ".."):
+        raise StateError(f"invalid {what} name {name!r}")
+    return name
+
+
+#: The node's detect-and-act lock: held around "scan the kernel log, then
+#: act" by the watcher and the hooks, which share one cursor.
+DETECT_LOCK = "detect"
+
+
+class StateStore:
+    """Per-node state under ``root`` (``general.state_dir``)."""
+
+    def __init__(self, root: str | os.PathLike[str], *, lock_timeout: float = 20.0):
+        self.root = Path(root)
+        self.lock_timeout = lock_timeout
+
+    # -- locking -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, name: str, timeout: float | None = None) -> Iterator[None]:
+        """An exclusive fcntl lock, waited for at most ``timeout`` seconds."""
+        path = self.root / "locks" / f"{_safe(name, 'lock')}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + (self.lock_timeout if timeout is None else timeout)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise StateError(f"cannot lock {path}: {exc}") from exc
+                    if time.monotonic() >= deadline:
+                        raise StateError(f"timed out waiting for lock {path}") from exc
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # -- nodes ---------------------------------------------------------------
+
+    def node_path(self, node: str) -> Path:
+        return self.root / "nodes" / f"{_safe(node, 'node')}.json"
+
+    def read_node(self, node: str) -> dict[str, Any]:
+        data = read_json(self.node_path(node))
+        return data if isinstance(data, dict) else {"node": node}
+
+    def update_node(self, node: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Locked read-modify-write of the node's file."""
+        with self.lock(f"node-{node}"):
+            data = self.read_node(node)
+            change(data)
+            for key in ("faults", "resumes", "acceptance"):
+                if key in data and len(data[key]) > MAX_ENTRIES:
+                    data[key] = data[key][-MAX_ENTRIES:]
+            atomic_write_json(self.node_path(node), data)
+            return data
+
+    def history(self, node: str) -> NodeHistory:
+        from slurm_hooks.core.history import FaultEvent, NodeHistory
+
+        data = self.read_node(node)
+        faults = tuple(
+            FaultEvent(
+                parse_time(f["at"]),
+                f["code"],
+                f.get("component"),
+                f.get("severity", "log"),
+                f.get("incident"),
+            )
+            for f in data.get("faults", ())
+        )
+        return NodeHistory(
+            faults=faults,
+            resumes=tuple(parse_time(t) for t in data.get("resumes", ())),
+            acceptance_passes=tuple(
+                parse_time(a["at"]) for a in data.get("acceptance", ()) if a.get("passed")
+            ),
+            open_incident=data.get("open_incident"),
+        )
+
+    def open_incident(self, node: str) -> str | None:
+        """Cheap check the engine makes on every run (no Slurm call)."""
+        return self.read_node(node).get("open_incident")
+
+    def record_faults(self, node: str, events: list[FaultEvent]) -> None:
+        if not events:
+            return
+
+        def change(d: dict[str, Any]) -> None:
+            d.setdefault("faults", []).extend(
+                {
+                    "at": iso(e.at),
+                    "code": e.code,
+                    "component": e.component,
+                    "severity": e.severity,
+                    "incident": e.incident,
+                }
+                for e in events
+            )
+
+        self.update_node(node, change)
+
+    def set_open_incident(self, node: str, incident: str | None) -> None:
+        def change(d: dict[str, Any]) -> None:
+            d["open_incident"] = incident
+
+        self.update_node(node, change)
+
+    def clear_open_incident(self, node: str, incident: str) -> None:
+        """Close ``incident`` if it is the node's open one (and only then)."""
+
+        def change(d: dict[str, Any]) -> None:
+            if d.get("open_incident") == incident:
+                d["open_incident"] = None
+
+        self.update_node(node, change)
+
+    def record_resume(self, node: str, at: datetime, incident: str | None = None) -> None:
+        def change(d: dict[str, Any]) -> None:
+            d.setdefault("resumes", []).append(iso(at))
+            if incident is None or d.get("open_incident") == incident:
+                d["open_incident"] = None
+
+        self.update_node(node, change)
+
+    def record_acceptance(
+        self, node: str, at: datetime, passed: bool = True, detail: str = ""
+    ) -> None:
+        """The acceptance run's verdict; resume needs a pass after the fault."""
+
+        def change(d: dict[str, Any]) -> None:
+            d.setdefault("acceptance", []).append(
+                {"at": iso(at), "passed": passed, "detail": detail}
+            )
+
+        self.update_node(node, change)
+
+    def get_cursor(self, node: str, name: str) -> Any | None:
+        return self.read_node(node).get("cursors", {}).get(name)
+
+    def set_cursor(self, node: str, name: str, value: Any) -> None:
+        def change(d: dict[str, Any]) -> None:
+            d.setdefault("cursors", {})[name] = value
+
+        self.update_node(node, change)
+
+    # -- incidents -------------------------------------------------------------
+
+    def incident_path(self, incident: str) -> Path:
+        return self.root / "incidents" / f"{_safe(incident, 'incident')}.json"
+
+    def read_incident(self, incident: str) -> dict[str, Any] | None:
+        data = read_json(self.incident_path(incident))
+        return data if isinstance(data, dict) else None
+
+    def write_incident(self, doc: dict[str, Any]) -> None:
+        atomic_write_json(self.incident_path(doc["incident"]), doc)
+
+    @contextlib.contextmanager
+    def incident_lock(self, incident: str, timeout: float | None = None) -> Iterator[None]:
+        """Held by whoever works on an incident's jobs (engine, worker,
+        resume_pending), so that two of them never requeue the same job."""
+        with self.lock(f"incident-{incident}", timeout):
+            yield
+
+    def update_incident(
+        self, incident: str, change: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Read-modify-write of a journal.  Callers hold ``incident_lock``."""
+        doc = self.read_incident(incident)
+        if doc is None:
+            raise StateError(f"no incident {incident}")
+        change(doc)
+        self.write_incident(doc)
+        return doc
+
+    def incidents(self, node: str | None = None, *, pending_only: bool = False) -> list[dict]:
+        folder = self.root / "incidents"
+        out = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            doc = read_json(path)
+            if not isinstance(doc, dict):
+                continue
+            if node is not None and doc.get("node") != node:
+                continue
+            if pending_only and doc.get("jobs_done"):
+                continue
+            out.append(doc)
+        return out
+
+
+class BreakerLatch:
+    """The circuit breaker's latch: tripped partitions, kept until a human
+    resets them.  Point ``policy.breaker_state_file`` at a file system every
+    node mounts (the Slurm state save directory's share, a home NFS) so that
+    one node's trip stops every node; the lock file sits beside it."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def read(self) -> dict[str, Trip]:
+        from slurm_hooks.decide.breaker import Trip
+
+        data = read_json(self.path) or {}
+        trips = {}
+        for part, t in (data.get("trips") or {}).items():
+            try:
+                trips[part] = Trip(
+                    part, parse_time(t["at"]), t.get("node", "?"), t["counted"], t["limit"]
+                )
+            except (KeyError, TypeError, ValueError):
+                log.warning("breaker latch %s: bad entry for %s ignored", self.path, part)
+        return trips
+
+    def trip(self, trip: Trip) -> bool:
+        """Latch a partition; False when it already was."""
+        with self._locked():
+            data = read_json(self.path) or {}
+            trips = data.setdefault("trips", {})
+            if trip.partition in trips:
+                return False
+            trips[trip.partition] = {
+                "at": iso(trip.at),
+                "node": trip.node,
+                "counted": trip.counted,
+                "limit": trip.limit,
+            }
+            atomic_write_json(self.path, data)
+            return True
+
+    def reset(self, partition: str | None = None) -> list[str]:
+        """Re-arm one partition (or all); returns the partitions re-armed."""
+        with self._locked():
+            data = read_json(self.path) or {}
+            trips = data.get("trips") or {}
+            gone = sorted(trips) if partition is None else [p for p in trips if p == partition]
+            for p in gone:
+                del trips[p]
+            data["trips"] = trips
+            atomic_write_json(self.path, data)
+            return gone
