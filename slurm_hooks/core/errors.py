@@ -60,6 +60,45 @@ class ForeignReasonError(SlurmError):
     """We were asked to change a node whose reason someone else wrote."""
 
 
+class JobGone(SlurmError):
+    """The job no longer exists in slurmctld (finished and purged, or never
+    was): signalling, requeueing or cancelling it has nothing to act on."""
+
+    def __init__(self, job_id: str, message: str = ""):
+        super().__init__(message or f"job {job_id} no longer exists")
+        self.job_id = job_id
+
+
+class NotRequeueable(SlurmError):
+    """Slurm refuses to requeue this job (``--no-requeue``, or a state that
+    cannot be requeued); the caller cancels it instead or leaves it."""
+
+    def __init__(self, job_id: str, message: str = ""):
+        super().__init__(message or f"job {job_id} cannot be requeued")
+        self.job_id = job_id
+
+
+class NodeNotFound(SlurmError):
+    """Slurm knows no node by that name."""
+
+    def __init__(self, node: str, message: str = ""):
+        super().__init__(message or f"node {node!r} not found")
+        self.node = node
+
+
+class ReasonChanged(SlurmError):
+    """A node's reason changed between our read and our write (someone else
+    drained or resumed it): the write was not made."""
+
+    def __init__(self, node: str, expected: str | None, found: str | None):
+        super().__init__(
+            f"node {node}: reason changed under us (expected {expected!r}, found {found!r})"
+        )
+        self.node = node
+        self.expected = expected
+        self.found = found
+
+
 class ReasonFormatError(SlurmHooksError, ValueError):
     """A string is not a reason in our format."""
 
