@@ -146,3 +146,84 @@ def test_run_gpu_burn_nonzero_rc_is_not_completed():
     run = run_gpu_burn(["gpu_burn"], timeout=40, run=fake_run)
     assert not run.completed
     assert run.errors[-1] == "gpu_burn exited with rc=123"
+
+
+# Written from upstream's printf strings per release family (tests/data/gpu_burn/README.md).
+UPSTREAM = [
+    # file, gpus, completed, processed-but-no-Gflop/s, faulty
+    ("v0.3_2017_2x_gtx1080_ok.txt", 2, True, True, ()),
+    ("v0.7_2017_2x_p100_ok.txt", 2, True, False, ()),
+    ("v0.8_2019_4x_v100_faulty_gpu2.txt", 4, True, False, (2,)),
+    ("v2022_2x_a100_doubles_ok.txt", 2, True, False, ()),
+    ("v2023_8x_h100_tc_compare_ok.txt", 8, True, False, ()),
+    ("v2026_4x_h200_sigkill_ok.txt", 4, True, False, ()),
+    ("pasted_indented_verdict_8x_ok.txt", 8, True, False, ()),
+]
+
+
+@pytest.mark.parametrize("name,ngpus,completed,counts_only,faulty", UPSTREAM)
+def test_every_release_format_parses_and_judges(name, ngpus, completed, counts_only, faulty):
+    from slurm_hooks.core.model import Status
+    from slurm_hooks.detect.engines.burnin.judge import judge_burnin
+
+    run = parse_gpu_burn(load(name))
+    assert run.completed is completed
+    assert [g.index for g in run.gpus] == list(range(ngpus))
+    for g in run.gpus:
+        assert g.ran and g.processed > 0
+        assert (g.tflops is None) is counts_only
+        assert g.max_temp_c is not None
+        assert g.verdict == ("FAULTY" if g.index in faulty else "OK")
+    findings = judge_burnin(run)
+    statuses = {f.status for f in findings}
+    if faulty:
+        assert Status.FAIL in statuses
+        assert {f.component.short() for f in findings if f.status is Status.FAIL} == {
+            f"gpu{i}" for i in faulty
+        }
+    else:
+        assert statuses == {Status.OK}, [f.message for f in findings]
+
+
+def test_header_facts_of_each_release():
+    assert parse_gpu_burn(load("v0.3_2017_2x_gtx1080_ok.txt")).duration_s == 10
+    r22 = parse_gpu_burn(load("v2022_2x_a100_doubles_ok.txt"))
+    assert r22.duration_s == 60 and dict(r22.info)["precision"] == "doubles"
+    r23 = parse_gpu_burn(load("v2023_8x_h100_tc_compare_ok.txt"))
+    assert dict(r23.info)["compare_file"] == "/opt/gpu-burn/compare.ptx"
+    assert dict(r23.info)["precision"] == "floats tensor"
+    assert dict(parse_gpu_burn(load("v2026_4x_h200_sigkill_ok.txt")).info)["compare_file"] == (
+        "compare.fatbin"
+    )
+
+
+def test_verdict_block_alone_is_complete_but_not_healthy():
+    from slurm_hooks.core.model import Status
+    from slurm_hooks.detect.engines.burnin.judge import judge_burnin
+
+    run = parse_gpu_burn(load("verdict_only_8x_ok.txt"))
+    assert run.completed and len(run.gpus) == 8
+    assert [f.status for f in judge_burnin(run)] == [Status.UNKNOWN]
+
+
+def test_partial_verdict_block_is_incomplete():
+    text = load("v2023_8x_h100_tc_compare_ok.txt")
+    cut = text[: text.index("\tGPU 5: OK")]
+    run = parse_gpu_burn(cut)
+    assert not run.completed
+
+
+def test_cli_judges_a_pasted_indented_run_healthy(tmp_path):
+    import subprocess
+    import sys
+
+    path = DATA / "pasted_indented_verdict_8x_ok.txt"
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "burnin", "parse", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "completed=True" in res.stdout and "8 GPUs passed burn-in" in res.stdout

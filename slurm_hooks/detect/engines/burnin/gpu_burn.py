@@ -16,7 +16,13 @@ What the parser has to cope with, all seen in the wild:
 * gpu_burn exits 0 even when GPUs are FAULTY: only the text tells;
 * newer versions print ``nvidia-smi -L`` lines (``GPU 0: NVIDIA H100 80GB HBM3
   (UUID: GPU-...)``) first, and with ``-i N`` the only worker is shown as
-  column/summary 0 while it runs on device N.
+  column/summary 0 while it runs on device N;
+* releases up to 0.6 print counts without Gflop/s and ``/ `` separators;
+  up to 2023-03 ``Killing processes.. `` has no newline, so the workers'
+  flushed lines (or ``done``) follow on the same line;
+* a run is complete when the final ``Tested N GPUs:`` block lists every GPU
+  (printed after all workers are reaped), whatever precedes it in a paste.
+Samples per release family: tests/data/gpu_burn/README.md.
 """
 
 from __future__ import annotations
@@ -44,13 +50,19 @@ _INIT = re.compile(
 _PROGRESS = re.compile(
     r"(\d+(?:\.\d+)?)%\s+proc'd:\s*(?P<proc>.*?)\s*errors:\s*(?P<err>.*?)\s*temps:\s*(?P<temps>.*)$"
 )
-_PROC_ITEM = re.compile(r"(-?\d+) \((-?\d+(?:\.\d+)?) Gflop/s\)")
+# Releases up to 0.6 print the count alone ("1234 / 1240"), later ones
+# "1234 (4031 Gflop/s)"; 0.7 glues the "/ " separator to the closing paren.
+_PROC_ITEM = re.compile(r"(-?\d+)(?: \((-?\d+(?:\.\d+)?) Gflop/s\))?")
 _ERR_ITEM = re.compile(r"(-?\d+)\s*(?:\((WARNING|DIED)!\))?")
 _TEMP_ITEM = re.compile(r"(\d+) C|(--)")
-_BURNING = re.compile(r"Burning for (\d+) seconds")
+_BURNING = re.compile(r"Burning for (\d+) (?:seconds|secs)")
+# Up to 2023-03 "Killing processes.. " has no newline: what the workers flush
+# when they exit (and finally "done") follows on the same line.
+_KILLING = re.compile(r"^Killing processes(?:\.\. | with SIG\w+ \([^)]*\))?")
 _COMPARE = re.compile(r"Using compare file: (\S+)")
 _COULDNT_INIT = re.compile(r"Couldn't init a GPU test: (.*)$")
 _COMPUTE_FAIL = re.compile(r"Failure during compute: (.*)$")
+_CUDA_INIT = re.compile(r"Couldn't init CUDA: (.*)$")
 _READ_ERR = re.compile(r"read\[(\d+)\] error (-?\d+)")
 
 
@@ -89,6 +101,7 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
     info: dict[str, str] = {}
     tested: int | None = None
     saw_summary_header = False
+    verdicts: set[int] = set()
     killed_line = False
     skipped = 0
 
@@ -97,6 +110,9 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
 
     for raw in _split_lines(text):
         line = raw.strip()
+        if m := _KILLING.match(line):
+            killed_line = True
+            line = line[m.end() :].strip()
         if not line:
             continue
         if m := _PROGRESS.search(line):
@@ -110,7 +126,7 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
                     g.died = True
                 else:
                     g.processed = max(g.processed, n)
-                    if float(gflops) > 0:
+                    if gflops and float(gflops) > 0:
                         g.gflops.append(float(gflops))
             for i, (count, note) in enumerate(errs):
                 g = gpu(i)
@@ -134,6 +150,7 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
         if m := _SUMMARY.match(line):
             if saw_summary_header:
                 gpu(int(m.group(1))).verdict = m.group(2)
+                verdicts.add(int(m.group(1)))
                 continue
         if m := _GPU_LIST.match(line):
             g = gpu(int(m.group(1)))
@@ -169,8 +186,10 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
         if m := _COMPARE.search(line):
             info["compare_file"] = m.group(1)
             continue
-        if line.startswith("Killing processes"):
-            killed_line = True
+        if m := _CUDA_INIT.search(line):
+            errors.append(f"couldn't init CUDA: {m.group(1).strip()}")
+            continue
+        if line == "done":
             continue
         skipped += 1
 
@@ -202,7 +221,12 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
         for i in range(n):
             gpu(i)
 
-    completed = saw_summary_header and killed_line
+    # The verdict block is the last thing gpu_burn prints, after every worker
+    # was reaped: a run is complete when the block lists each tested GPU.
+    # "Killing processes" is not required (pasted excerpts drop it).
+    completed = tested is not None and tested > 0 and verdicts >= set(range(tested))
+    if killed_line:
+        info["stopped"] = "killed"
     if skipped:
         log.debug("gpu_burn parser skipped %d unrecognised lines", skipped)
     duration = float(info["duration_s"]) if "duration_s" in info else None
