@@ -45,6 +45,7 @@ def config(tmp: Path, gpus: bool) -> Path:
     text = f'[general]\nstate_dir = "{tmp / "state"}"\n[checks]\n'
     text += f'sysfs_root = "{DATA / "sysfs" / "dgx_h100_healthy"}"\n'
     if gpus:
+        text += 'nvml = "lab:fake"\n'
         text += f'nvml_scenario = "{DATA / "nvml" / "h100_healthy.toml"}"\n'
     # The xid check reads a (quiet) log file here, as it would /dev/kmsg on a node.
     text += f'[checks.xid]\nsource = "file"\npath = "{kern}"\n'

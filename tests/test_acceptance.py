@@ -52,11 +52,11 @@ class FakeEngine:
         self.resumes = []
         self.open_incident = open_incident
 
-    def record_acceptance(self, node, passed, *, detail=""):
+    def record_acceptance(self, node, passed, *, detail="", resume=True):
         from slurm_hooks.decide.decision import Decision, DecisionKind
 
         self.recorded.append((node, passed, detail))
-        if passed and self.open_incident:
+        if resume and passed and self.open_incident:
             return Decision(DecisionKind.RESUME, node, "XID79", "acceptance passed")
         return None
 
@@ -73,20 +73,21 @@ def node_cfg(tmp_path, monkeypatch):
     gpus.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {}}))
     engine = tmp_path / "engine.toml"
     engine.write_text("")
-    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(gpus))
-    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(engine))
     text = f"""
 [general]
 state_dir = "{tmp_path / "state"}"
 [checks]
+nvml = "lab:fake"
 nvml_scenario = "{gpus}"
 [checks.xid]
 source = "file"
 path = "{tmp_path / "kern.log"}"
 [checks.burnin]
-engine = "fake"
+engine = "lab:fake"
+scenario = "engine.toml"
 [checks.nccl]
-engine = "fake"
+engine = "lab:fake"
+scenario = "engine.toml"
 [checks.dcgm]
 dcgmi = "/nonexistent/dcgmi"
 """
@@ -191,7 +192,7 @@ def test_cli_preflight_fake(tmp_path, monkeypatch, registered):
     for i in range(1, 5):
         (tmp_path / f"n{i}.toml").write_text(f"[nccl]\nbusbw_gbps = {8 if i == 4 else 48}\n")
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(f'[preflight]\nfake_scenarios = "{tmp_path}/{{node}}.toml"\n')
+    cfg.write_text(f'[preflight]\nengine = "lab:fake"\nscenario = "{tmp_path}/{{node}}.toml"\n')
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-4]")
     monkeypatch.delenv("SLURM_PROCID", raising=False)
     r = CliRunner().invoke(command, ["--no-drain", "--json", "-c", str(cfg)])
@@ -203,15 +204,13 @@ def test_cli_preflight_fake(tmp_path, monkeypatch, registered):
 
 
 def test_node_config_alone_feeds_the_fake_engines(node_cfg, monkeypatch):
-    """Acceptance with only the node's config (no SLURM_HOOKS_*_SCENARIO in
-    the environment, burn-in and NCCL on "auto"): the fake engines are
-    chosen and read the configured NVML scenario (GPU 2 lost here)."""
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO")
-    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO")
+    """Acceptance with only the node's config (fakes by name, nothing in the
+    environment): the fake engines read the configured NVML scenario (GPU 2
+    lost here).  With burn-in on "auto" the fake is never chosen."""
     (node_cfg / "gpus.json").write_text(
         json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {"2": {"lost": True}}})
     )
-    text = (node_cfg / "cfg.toml").read_text().replace('engine = "fake"', 'engine = "auto"')
+    text = (node_cfg / "cfg.toml").read_text()
     cfg = parse(text, path=str(node_cfg / "cfg.toml"))
     eng = FakeEngine()
     res = run_acceptance("n1", cfg, engine=eng, resume=False)
@@ -219,3 +218,13 @@ def test_node_config_alone_feeds_the_fake_engines(node_cfg, monkeypatch):
     burn = [f for f in res.findings if f.check == "burnin" and f.status is Status.FAIL]
     assert burn and burn[0].component.index == 2, res.detail
     assert all("no burn-in engine" not in f.message for f in res.findings)
+    # "auto" with the same scenarios configured: no fake (no gpu_burn here either).
+    auto = parse(
+        text.replace(
+            'engine = "lab:fake"', 'engine = "auto"\ngpu_burn = "/nonexistent/gpu_burn"', 1
+        ),
+        path=str(node_cfg / "cfg.toml"),
+    )
+    res = run_acceptance("n1", auto, engine=FakeEngine(), resume=False)
+    burn = [f for f in res.findings if f.check == "burnin"]
+    assert not any(f.status is Status.FAIL and f.component.index == 2 for f in burn), burn

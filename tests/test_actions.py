@@ -13,7 +13,7 @@ import pytest
 
 from slurm_hooks.act.engine import Engine
 from slurm_hooks.act.notify import Alert, Notifier
-from slurm_hooks.core.errors import SlurmError, StateError
+from slurm_hooks.core.errors import JobGone, NotRequeueable, SlurmError, StateError
 from slurm_hooks.core.model import Action, Component, Finding, JobInfo, NodeState, Status
 from slurm_hooks.core.reason import DrainReason, format_reason, parse_reason
 from slurm_hooks.decide import DecisionKind, PolicyConfig
@@ -78,7 +78,7 @@ class FakeSlurm:
     def get_job(self, job_id):
         self.calls.append(("get_job", job_id))
         if job_id not in self.jobs:
-            raise SlurmError(f"scontrol show job failed (rc=1): Invalid job id specified {job_id}")
+            raise JobGone(job_id)  # what the backends raise (slurm/refusals.py)
         return self.jobs[job_id]
 
     def signal_job(self, job_id, signal, target):
@@ -87,7 +87,7 @@ class FakeSlurm:
     def requeue(self, job_id):
         j = self.jobs[job_id]
         if j.requeue is False:
-            raise SlurmError("Requested operation is presently disabled for job")
+            raise NotRequeueable(job_id)
         self.jobs[job_id] = dataclasses.replace(
             j, state="PENDING", restart_count=j.restart_count + 1
         )
@@ -582,3 +582,30 @@ def test_worker_pid_is_not_lost_to_a_worker_already_at_work(env, tmp_path):
     for t in threads:
         t.join()
     assert store.read_incident(d.incident)["worker_pid"] == 4242
+
+
+def test_stale_reason_left_by_2411_does_not_stop_the_drain(env):
+    """24.11 keeps an admin's old reason on a resumed, idle node: the engine
+    drains over it (the policy, the engine and the door share one rule)."""
+    slurm, _, _, make, _ = env
+    slurm.nodes["n1"] = dataclasses.replace(slurm.nodes["n1"], reason="admin: probe")
+    (d,) = make().handle("n1", [xid79()])
+    assert d.kind is DecisionKind.DRAIN
+    assert slurm.count("drain") == 1 and parse_reason(slurm.nodes["n1"].reason).code == "XID79"
+
+
+def test_job_purged_before_its_requeue_is_gone_not_an_error(env):
+    slurm, clock, _, make, _ = env
+    del slurm.jobs["102"]
+    eng = make()
+    (d,) = eng.handle("n1", [xid79()])
+    original = slurm.requeue
+
+    def purged(job_id):
+        raise JobGone(job_id)
+
+    slurm.requeue = purged
+    clock.now += timedelta(seconds=61)
+    (o,) = eng.finish_incident(d.incident)
+    assert o.outcome == "gone"
+    slurm.requeue = original

@@ -45,6 +45,9 @@ class MemorySlurm:
         self.resumed.append(name)
         self.nodes[name] = NodeState(name, "idle")
 
+    def get_node(self, name):
+        return self.nodes[name]
+
     def list_nodes(self, names=None):
         return list(self.nodes.values())
 
@@ -372,6 +375,27 @@ def test_spare_is_resumed_once(api):
     b.reconcile_once()
     assert slurm.resumed == ["n3"]
     assert api.get("nodes", "n1")["metadata"]["annotations"][K.spare] == "n3"
+
+
+def test_spare_that_faulted_meanwhile_is_not_resumed(api):
+    """The spare was planned while it held SPARE; by the write it carries a
+    fault's drain (ours, another code): the door refuses to lift it."""
+    slurm = MemorySlurm(["n1", "n2", "n3"])
+    slurm.drain("n3", ours("5pare003", "SPARE"))
+    slurm.drain("n1", ours())
+    planned = slurm.get_node
+
+    def faulted(name):
+        if name == "n3":
+            slurm.drain("n3", ours("0c0ffee0", "XID79"))
+        return planned(name)
+
+    slurm.get_node = faulted
+    cfg = dataclasses.replace(CFG, spare_pool="n3", replacement="none")
+    r = bridge(api, slurm, cfg).reconcile_once()
+    assert slurm.resumed == []
+    assert slurm.nodes["n3"].drained and "XID79" in slurm.nodes["n3"].reason
+    assert any(s.outcome == "failed" for s in r.results)
 
 
 def test_slurm_unreachable_fails_the_pass_not_the_loop(api):

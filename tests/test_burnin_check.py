@@ -27,9 +27,20 @@ H100 = {"gpu_count": 8, "burnin_min_tflops": 45.0, "nccl_min_busbw_gbps": 400.0}
 
 
 @pytest.fixture
-def no_scenarios(monkeypatch):
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
-    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
+def no_scenarios(monkeypatch, tmp_path):
+    """The environment variables that once switched the product to the fakes,
+    set to a valid scenario: the product must ignore them (fakes by name only)."""
+    nv = tmp_path / "env-nvml.toml"
+    nv.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 8\n')
+    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(nv))
+    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(nv))
+
+
+def fake_nvml(path):
+    """The run's NVML session on the lab's fake backend, as runner.setup builds it."""
+    from slurm_hooks.detect.probes.nvml import NvmlSession
+
+    return NvmlSession(backend="lab:fake", scenario=str(path))
 
 
 def ctx(phase=Phase.PROLOG, profile=H100, settings=None, services=None):
@@ -117,7 +128,7 @@ def test_burnin_devices_remap_indices(no_scenarios):
 def test_burnin_settings_are_validated(no_scenarios):
     with pytest.raises(ConfigError, match="checks.burnin.engin"):
         load_settings(ctx(settings={"engin": "x"}), "burnin")
-    with pytest.raises(ConfigError, match="engine must be one of"):
+    with pytest.raises(ConfigError, match="unknown backend 'cuda' .known: auto, gpu_burn, lab"):
         load_settings(ctx(settings={"engine": "cuda"}), "burnin")
     s = load_settings(ctx(settings={"enabled": True, "timeout_s": 30, "deadline": 1.0}), "burnin")
     assert s.engine == "auto"
@@ -130,17 +141,29 @@ def test_no_gpu_profile_is_not_applicable(no_scenarios):
         assert f.status.value == "OK" and "not applicable" in f.message
 
 
-def test_auto_engine_choice(no_scenarios, monkeypatch, tmp_path):
-    s = load_settings(ctx(settings={"gpu_burn": "definitely-not-installed-xyz"}), "burnin")
-    assert choose_engine(s) in (None, "torch")
-    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(tmp_path / "x.toml"))
-    assert choose_engine(s) == "fake"
+def test_auto_engine_choice_never_picks_a_fake(no_scenarios, tmp_path):
+    """auto: gpu_burn, else torch, else None; a configured scenario (and the
+    old environment variables, set by the fixture) do not make it a fake."""
+    (tmp_path / "x.toml").write_text("")
+    c = ctx(
+        settings={"gpu_burn": "definitely-not-installed-xyz", "scenario": str(tmp_path / "x.toml")},
+        services={"nvml": fake_nvml(DATA / "nvml" / "h100_healthy.toml")},
+    )
+    s = load_settings(c, "burnin")
+    assert choose_engine(s, c) in (None, "torch")
     fake_bin = tmp_path / "gpu_burn"
     fake_bin.write_text("#!/bin/sh\n")
     fake_bin.chmod(0o755)
-    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO")
     s2 = load_settings(ctx(settings={"gpu_burn": str(fake_bin)}), "burnin")
     assert choose_engine(s2) == "gpu_burn"
+
+
+def test_unknown_engine_name_is_a_config_error():
+    from slurm_hooks.detect.checks import nccl
+
+    for check, load in (("burnin", load_settings), ("nccl", nccl.load_settings)):
+        with pytest.raises(ConfigError, match=f"checks.{check}.engine.*'fake'.*auto.*lab:fake"):
+            load(ctx(settings={"engine": "fake"}), check)
 
 
 NVML_SCENARIO = """
@@ -151,35 +174,34 @@ lost = true
 """
 
 
-def test_fake_engines_follow_the_nvml_scenario(monkeypatch, tmp_path):
+def test_fake_engines_follow_the_nvml_scenario(tmp_path):
     nv = tmp_path / "nvml.toml"
     nv.write_text(NVML_SCENARIO)
-    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(nv))
-    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
-    fs = run_check(BurninCheck(), ctx())
+    svc = {"nvml": fake_nvml(nv)}
+    fake = {"engine": "lab:fake"}
+    fs = run_check(BurninCheck(), ctx(settings=fake, services=svc))
     assert [(f.code, f.status.value, f.component.short()) for f in fs] == [
         ("BURNIN_FAILED", "FAIL", "gpu6")
     ]
     assert "CUDA_ERROR_UNKNOWN" in fs[0].message
-    (n,) = run_check(NcclCheck(), ctx())
+    (n,) = run_check(NcclCheck(), ctx(settings=fake, services=svc))
     assert (n.code, n.status.value) == ("NCCL_FAILED", "FAIL")
 
 
-def test_fake_engine_scenario_file(monkeypatch, tmp_path):
+def test_fake_engine_scenario_file(tmp_path):
     sc = tmp_path / "engines.json"
     sc.write_text(
         json.dumps(
             {"burnin": {"gflops": 50000, "gpu": {"2": {"errors": 40}}}, "nccl": {"busbw_gbps": 250}}
         )
     )
-    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(sc))
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
-    fs = run_check(BurninCheck(), ctx())
+    fake = {"engine": "lab:fake", "scenario": str(sc)}
+    fs = run_check(BurninCheck(), ctx(settings=fake))
     assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_ERRORS", "gpu2")]
-    (n,) = run_check(NcclCheck(), ctx(phase=Phase.ACCEPTANCE))
+    (n,) = run_check(NcclCheck(), ctx(phase=Phase.ACCEPTANCE, settings=fake))
     assert (n.code, n.status.value) == ("NCCL_SLOW", "FAIL")
     sc.write_text(json.dumps({"nccl": {"fail": "hang"}}))
-    (n,) = run_check(NcclCheck(), ctx())
+    (n,) = run_check(NcclCheck(), ctx(settings=fake))
     assert n.code == "NCCL_FAILED" and "no final summary" in n.message
 
 
@@ -224,12 +246,10 @@ def test_dcgm_not_installed_is_not_applicable(no_scenarios, monkeypatch):
     assert f.status.value == "OK" and "not installed" in f.message
 
 
-def test_configured_nvml_scenario_picks_the_fake_engines_without_environment(
-    no_scenarios, tmp_path
-):
-    """``[checks] nvml_scenario`` alone (what runner.setup hands the checks as
-    the NVML session) makes ``auto`` pick the fake engines, which read that
-    scenario; ``fake_scenario`` is read relative to the config file."""
+def test_fakes_named_in_the_config_read_its_scenarios(no_scenarios, tmp_path):
+    """``nvml = "lab:fake"`` + ``nvml_scenario`` (what runner.setup hands the
+    checks as the NVML session) and ``engine = "lab:fake"``: the fake engines
+    read that NVML scenario and ``scenario``, relative to the config file."""
     from slurm_hooks.core.config import parse
     from slurm_hooks.detect import runner
 
@@ -237,8 +257,9 @@ def test_configured_nvml_scenario_picks_the_fake_engines_without_environment(
     (tmp_path / "engine.toml").write_text("[nccl]\nbusbw_gbps = 250\n")
     text = (
         f'[general]\nstate_dir = "{tmp_path / "state"}"\n'
-        '[checks]\nnvml_scenario = "nvml.toml"\n'
-        '[checks.nccl]\nfake_scenario = "engine.toml"\n'
+        '[checks]\nnvml = "lab:fake"\nnvml_scenario = "nvml.toml"\n'
+        '[checks.burnin]\nengine = "lab:fake"\n'
+        '[checks.nccl]\nengine = "lab:fake"\nscenario = "engine.toml"\n'
     )
     cfg = parse(text, path=str(tmp_path / "cfg.toml"), validate=False)
     res = runner.run_phase("acceptance", cfg=cfg, node="n1", only=["burnin", "nccl"])
@@ -273,10 +294,9 @@ def test_fractional_duration_is_rounded_up_for_gpu_burn(no_scenarios, duration, 
     assert isinstance(BurninCheck().gather(short), Skipped)
 
 
-def test_fractional_duration_is_rounded_up_for_the_fake_engine(monkeypatch, tmp_path):
+def test_fractional_duration_is_rounded_up_for_a_plugin_engine(tmp_path):
     sc = tmp_path / "engines.json"
     sc.write_text(json.dumps({"burnin": {"gflops": 50000}}))
-    monkeypatch.setenv("SLURM_HOOKS_ENGINE_SCENARIO", str(sc))
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
-    run = BurninCheck().gather(ctx(settings={"engine": "fake", "duration_s": 0.5}))
+    settings = {"engine": "lab:fake", "scenario": str(sc), "duration_s": 0.5}
+    run = BurninCheck().gather(ctx(settings=settings))
     assert run.duration_s == 1.0

@@ -16,7 +16,7 @@ def _config(tmp_path: Path, scenario: str, extra: str = "") -> str:
     p = tmp_path / "config.toml"
     p.write_text(
         f'[general]\nstate_dir = "{tmp_path}"\n'
-        f'[checks]\nnvml_scenario = "{DATA / "nvml" / scenario}"\n'
+        f'[checks]\nnvml = "lab:fake"\nnvml_scenario = "{DATA / "nvml" / scenario}"\n'
         f'sysfs_root = "{DATA / "sysfs" / "dgx_h100_healthy"}"\n' + extra
     )
     return str(p)

@@ -61,17 +61,20 @@ def test_json_and_exit_1_when_nodes_are_out(use_client, tmp_path):
         ("ours", "XID79", "g1"),
         ("admin", "-", "g2"),
     ]
-    assert doc["breaker"] == "closed"
+    assert doc["breaker"] == "armed"
     assert doc["breaker_detail"]["gpu"]["counted"] == 1
 
 
-def test_breaker_open_when_our_drains_reach_the_limit(use_client, tmp_path):
-    # 10 nodes, 10 % share -> limit 1; one drained by us -> next drain refused.
+def test_breaker_at_the_limit_is_armed_until_it_trips(use_client, tmp_path):
+    # 10 nodes, 10 % share -> limit 1; one drained by us -> the next drain trips it.
     use_client(StandIn([ns("g1", OURS), *[ns(f"g{i}", flags=()) for i in range(2, 11)]]))
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[general]\nstate_dir = "{tmp_path}"\n')
     r = CliRunner().invoke(status_mod.command, ["--json", "-c", str(cfg)])
-    assert json.loads(r.output)["breaker"] == "open"
+    doc = json.loads(r.output)
+    assert doc["breaker"] == "armed" and doc["breaker_detail"]["gpu"]["at_limit"] is True
+    r = CliRunner().invoke(status_mod.command, ["-c", str(cfg)])
+    assert "breaker: armed\n" in r.output and "breaker at its limit in gpu" in r.output
     from slurm_hooks.decide.breaker import Trip
     from slurm_hooks.store.state import BreakerLatch
 
@@ -90,6 +93,15 @@ def test_hostlist_selects_nodes_and_all_ok_exits_0(use_client, tmp_path):
     assert r.exit_code == 0, r.output
     assert "all nodes in service" in r.output
     assert "\x1b[" not in r.output  # not a terminal: no colour
+
+
+def test_unknown_node_is_an_error(use_client, tmp_path):
+    use_client(StandIn([ns("g1", "maint"), ns("g2", flags=())]))
+    r = CliRunner().invoke(status_mod.command, ["nosuch", "-c", os.devnull])
+    assert r.exit_code == 2 and "unknown node(s): nosuch" in r.output
+    assert "in service" not in r.output
+    r = CliRunner().invoke(status_mod.command, ["g[1-3]", "-c", os.devnull])
+    assert r.exit_code == 2 and "unknown node(s): g3" in r.output
 
 
 def test_unreachable_slurm_exits_2(use_client):

@@ -131,7 +131,14 @@ def test_invalid_fields_refused(bad: dict[str, str]) -> None:
 
 
 def _sinfo_json_reason(lab, node: str) -> str:  # type: ignore[no-untyped-def]
-    doc = json.loads(run(["sinfo", "--json"], timeout=20, env=lab.env()).stdout)
+    """The reason as Slurm's own JSON says it: 22.05's ``sinfo --json`` lists
+    ``nodes``; from 23.02 it lists ``sinfo`` records, and the node objects
+    (with ``reason`` a plain string) come from ``scontrol --json show node``."""
+    if lab.client().version() >= (23, 2, 0):
+        argv = ["scontrol", "--json", "show", "node", node]
+    else:
+        argv = ["sinfo", "--json"]
+    doc = json.loads(run(argv, timeout=20, env=lab.env()).stdout)
     return next(n["reason"] for n in doc["nodes"] if n["name"] == node)
 
 

@@ -173,12 +173,31 @@ def test_every_preset_builds() -> None:
         assert len({g["uuid"] for g in sc.gpus}) == 8
 
 
-def test_load_nvml_prefers_env_scenario(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(nvml_probe.ENV_SCENARIO, str(DATA / "h100_healthy.toml"))
-    assert isinstance(nvml_probe.load_nvml(), FakeNvml)
-    monkeypatch.delenv(nvml_probe.ENV_SCENARIO)
+def test_nvml_backend_by_name_never_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pynvml unless a backend is named; the old environment variable is ignored."""
+    from slurm_hooks.core.errors import ConfigError
+
+    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(DATA / "h100_healthy.toml"))
     assert nvml_probe.load_nvml() is pynvml
-    assert isinstance(nvml_probe.load_nvml(DATA / "h100_healthy.toml"), FakeNvml)
+    assert isinstance(nvml_probe.load_nvml("lab:fake", DATA / "h100_healthy.toml"), FakeNvml)
+    with pytest.raises(ConfigError, match="unknown backend 'fake'.*lab:fake.*pynvml"):
+        nvml_probe.load_nvml("fake", DATA / "h100_healthy.toml")
+    with pytest.raises(ConfigError, match="nvml_scenario"):
+        nvml_probe.load_nvml("pynvml", DATA / "h100_healthy.toml")
+    with pytest.raises(ConfigError, match="needs a scenario"):
+        nvml_probe.load_nvml("lab:fake")
+
+
+def test_nvml_scenario_without_a_fake_backend_is_a_config_error(tmp_path: Path) -> None:
+    from slurm_hooks.core.errors import ConfigError
+    from slurm_hooks.detect.checks.settings import ChecksConfig
+
+    with pytest.raises(ConfigError, match="checks.nvml_scenario"):
+        ChecksConfig.from_section({"nvml_scenario": "x.toml"}, path=None, prefix="checks")
+    cfg = ChecksConfig.from_section(
+        {"nvml": "lab:fake", "nvml_scenario": "x.toml"}, path=None, prefix="checks"
+    )
+    assert (cfg.nvml, cfg.nvml_scenario) == ("lab:fake", "x.toml")
 
 
 def test_real_pynvml_without_driver_fails_init_cleanly() -> None:
@@ -229,3 +248,16 @@ def test_lost_gpu_fails_queries_through_a_handle_taken_before(tmp_path):
         nvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
         nvml.nvmlDeviceGetHandleByIndex(1)
+
+
+def test_unknown_nvml_backend_is_a_config_error_of_the_run_not_a_gpu_fault(tmp_path: Path) -> None:
+    """A typo in ``nvml`` must not look like a node whose GPUs are gone (that
+    would drain every node with the bad config): the run cannot start."""
+    from slurm_hooks.core.config import parse
+    from slurm_hooks.core.errors import ConfigError
+    from slurm_hooks.detect import runner
+
+    text = f'[general]\nstate_dir = "{tmp_path}"\n[checks]\nnvml = "lab:fak"\n'
+    cfg = parse(text, path=str(tmp_path / "c.toml"), validate=False)
+    with pytest.raises(ConfigError, match="checks.nvml: unknown backend 'lab:fak'"):
+        runner.run_phase("healthcheck", cfg=cfg, node="n1", profile="h100-sxm5-80gb")

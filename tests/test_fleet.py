@@ -150,7 +150,7 @@ def test_summary_groups_by_owner_then_code_and_folds_hostlists():
         node("gpu050", flags=()),
         node("gpu051", state="allocated", flags=()),
     ]
-    s = fleet.summarize(nodes, NOW, breaker="closed")
+    s = fleet.summarize(nodes, NOW, breaker="armed")
     keys = [(g.owner, g.code, g.nodes, len(g.rows)) for g in s.groups]
     assert keys == [
         (ReasonOwner.OURS, "ECC_DBE", "gpu004", 1),
@@ -186,10 +186,9 @@ def test_replacement_marker_from_outside_the_reason():
 @pytest.mark.parametrize(
     ("groups", "breaker", "attention"),
     [
-        ([], "closed", False),
-        ([], "open", True),
+        ([], "armed", False),
         ([], "tripped", True),
-        ([node("a", reason="maint")], "closed", True),
+        ([node("a", reason="maint")], "armed", True),
     ],
 )
 def test_needs_attention(groups, breaker, attention):
@@ -233,7 +232,7 @@ def test_render_fits_80_columns_and_names_everything():
         node("gpu003", reason=long_reason, user="alice", ago=90000),
         node("gpu040", reason=LEND, ago=60),
     ]
-    lines = [line.text for line in fleet.render(fleet.summarize(nodes, NOW, breaker="closed"))]
+    lines = [line.text for line in fleet.render(fleet.summarize(nodes, NOW, breaker="armed"))]
     assert all(len(line) <= 80 for line in lines), lines
     text = "\n".join(lines)
     for needle in (
@@ -245,7 +244,7 @@ def test_render_fits_80_columns_and_names_everything():
         "alice",
         "lent to inference",
         "gpu040",
-        "breaker: closed",
+        "breaker: armed",
         "admin:",
     ):
         assert needle in text

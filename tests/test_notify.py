@@ -96,14 +96,15 @@ def test_unreachable_webhook_does_not_block_other_sinks(tmp_path, hook):
     port = hook.server.server_port
     hook.close()  # nothing listens there any more
     dead = WebhookSink(f"http://127.0.0.1:{port}/x", timeout=1, retries=0)
-    mail = MailSink(["tee", str(tmp_path / "{user}-{job}.mail")], timeout=5)
+    # alice is no passwd user here: the sink resolves owners through getpwnam.
+    mail = MailSink(["tee", str(tmp_path / "{user}-{job}.mail")], timeout=5, getpwnam=str)
     out = Notifier([dead, mail]).send(ALERT)
     assert [d.ok for d in out] == [False, True]
     assert "incident 7f3a2c1b" in (tmp_path / "alice-42.mail").read_text()
 
 
 def test_mail_argv_placeholders_and_failure(tmp_path):
-    mail = MailSink(["false"], timeout=5)
+    mail = MailSink(["false"], timeout=5, getpwnam=str)
     (d,) = Notifier([mail]).send(ALERT)
     assert not d.ok and "rc=1" in d.error
     # A mail to {user} is not attempted for an alert with no user.

@@ -7,10 +7,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from slurm_hooks_lab.fake_engines import FakeNcclEngine
 
 from slurm_hooks.agent.preflight import (
     ROUNDS,
-    FakeNcclEngine,
     Measurement,
     PreflightConfig,
     SrunNcclEngine,
@@ -184,3 +184,30 @@ def test_allocation_nodes():
     assert allocation_nodes({"SLURM_JOB_NODELIST": "n[1-3],x"}) == ["n1", "n2", "n3", "x"]
     assert allocation_nodes({}) == []
     assert pair("b", "a") == ("a", "b")
+
+
+# -- engine selection by name ---------------------------------------------------------------
+
+
+def test_auto_is_the_srun_engine_never_the_fake(tmp_path):
+    """auto means nccl-tests over srun, even with a scenario configured."""
+    from slurm_hooks.agent.preflight import make_engine
+
+    eng = make_engine(PreflightConfig(scenario=str(tmp_path / "{node}.toml")))
+    assert isinstance(eng, SrunNcclEngine)
+
+
+def test_lab_fake_by_name(scenarios):
+    """engine = "lab:fake" resolves through the slurm_hooks.engines entry point."""
+    from slurm_hooks.agent.preflight import make_engine
+
+    cfg = PreflightConfig(engine="lab:fake", scenario=str(scenarios / "{node}.toml"))
+    eng = make_engine(cfg, gpus_per_node=2)
+    assert isinstance(eng, FakeNcclEngine) and eng.gpus_per_node == 2
+
+
+def test_unknown_engine_name_is_a_config_error():
+    from slurm_hooks.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no-such-engine.*lab:fake"):
+        PreflightConfig(engine="no-such-engine").validate()

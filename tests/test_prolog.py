@@ -209,8 +209,6 @@ def node_files(tmp_path, monkeypatch):
     engine.write_text("[burnin]\ngflops = 51000\n")
     kern = tmp_path / "kern.log"
     kern.write_text("")
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
-    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
     return tmp_path
 
 
@@ -219,16 +217,17 @@ def config(d: Path, extra: str = "") -> object:
 [general]
 state_dir = "{d / "state"}"
 [checks]
+nvml = "lab:fake"
 nvml_scenario = "{d / "gpus.json"}"
 [checks.xid]
 source = "file"
 path = "{d / "kern.log"}"
 [checks.burnin]
-engine = "fake"
-fake_scenario = "engine.toml"
+engine = "lab:fake"
+scenario = "engine.toml"
 [checks.nccl]
-engine = "fake"
-fake_scenario = "engine.toml"
+engine = "lab:fake"
+scenario = "engine.toml"
 [prolog]
 gres_gpus = false
 {extra}
@@ -389,21 +388,27 @@ def test_hook_main_never_fails_the_job_on_our_own_errors(monkeypatch, tmp_path):
 
 
 def test_configured_scenario_is_enough_without_environment(node_files):
-    """[checks] nvml_scenario (and fake_scenario) reach burn-in and NCCL with
-    engine "auto": no SLURM_HOOKS_*_SCENARIO in the environment."""
+    """The fakes named in the config (nvml = "lab:fake" + nvml_scenario,
+    engine = "lab:fake") are enough: nothing in the environment.  With
+    engine "auto" instead, the fake is never chosen."""
     (node_files / "gpus.json").write_text(
         json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": {"3": {"lost": True}}})
     )
     cfg = config(node_files)
-    data = dict(cfg.data)
-    data["checks"] = {**data["checks"], "burnin": {}, "nccl": {}}  # engine = "auto"
-    cfg = cfg.__class__(path=cfg.path, data=data)
     eng = FakeEngine()
     out = run_prolog({"SLURM_JOB_ID": "5"}, cfg, node="n1", engine_factory=lambda c: eng)
     burn = [f for f in out.findings if f.check == "burnin" and f.status is Status.FAIL]
     assert burn and burn[0].component.index == 3, out.findings  # the configured lost GPU
     assert "no burn-in engine" not in out.why
     assert out.verdict == "failed" and out.drained
+    # engine = "auto" with the same scenarios: never the fake (no gpu_burn here).
+    data = dict(cfg.data)
+    auto = {"engine": "auto", "gpu_burn": "/nonexistent/gpu_burn"}
+    data["checks"] = {**data["checks"], "burnin": auto, "nccl": {"engine": "auto"}}
+    cfg = cfg.__class__(path=cfg.path, data=data)
+    out = run_prolog({"SLURM_JOB_ID": "6"}, cfg, node="n1", engine_factory=lambda c: FakeEngine())
+    burn = [f for f in out.findings if f.check == "burnin"]
+    assert not any(f.status is Status.FAIL and f.component.index == 3 for f in burn), burn
 
 
 # -- the default budget ------------------------------------------------------------------------
@@ -423,8 +428,6 @@ def test_default_prolog_fits_its_budget_on_an_8_gpu_node(tmp_path, monkeypatch):
     from slurm_hooks.detect.engines.nccl.engines import parse_size
     from slurm_hooks.detect.probes.commands import CommandResult
 
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
-    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
     gpus = tmp_path / "gpus.json"
     gpus.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 8, "gpu": {}}))
     (tmp_path / "kern.log").write_text("")
@@ -456,6 +459,7 @@ def test_default_prolog_fits_its_budget_on_an_8_gpu_node(tmp_path, monkeypatch):
 [general]
 state_dir = "{tmp_path / "state"}"
 [checks]
+nvml = "lab:fake"
 nvml_scenario = "{gpus}"
 [checks.xid]
 source = "file"

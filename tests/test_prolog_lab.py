@@ -37,7 +37,9 @@ PREFLIGHT = "import sys; from slurm_hooks.cli.preflight import command; command(
 def add_preflight(hooks, node: str) -> None:
     nf = hooks.node(node)
     with open(nf.config, "a") as fh:
-        fh.write(f'\n[preflight]\nfake_scenarios = "{nf.dir.parent}/{{node}}/engine.toml"\n')
+        fh.write(
+            f'\n[preflight]\nengine = "lab:fake"\nscenario = "{nf.dir.parent}/{{node}}/engine.toml"\n'
+        )
 
 
 def set_gres_gpus(hooks, node: str, value: bool) -> None:

@@ -173,7 +173,7 @@ def test_overall_status_and_exit_code(statuses: tuple, status: Status, code: int
 def _cfg(tmp_path: Path, scenario: str | None, extra: str = "") -> config.Config:
     text = f'[general]\nstate_dir = "{tmp_path / "state"}"\n[checks]\nsysfs_root = "{DATA / "sysfs" / "dgx_h100_healthy"}"\n'
     if scenario:
-        text += f'nvml_scenario = "{DATA / "nvml" / scenario}"\n'
+        text += f'nvml = "lab:fake"\nnvml_scenario = "{DATA / "nvml" / scenario}"\n'
     text += '[profiles.h100]\nbase = "h100-sxm5-80gb"\nnodes = "gpu[001-004]"\nmemory_gb = 1\n'
     text += '[profiles.cpu]\nbase = "cpu"\nnodes = "cpu[01-02]"\n' + extra
     p = tmp_path / "config.toml"

@@ -70,7 +70,8 @@ def test_rest_over_http_with_token_from_the_named_variable(tmp_path, monkeypatch
 def test_rest_api_version_from_config(tmp_path):
     pytest.importorskip("requests")
     url = 'slurm_backend = "rest"\nslurm_rest_url = "http://slurm.example:6820"\n'
-    assert factory.client_from_config(conf(tmp_path, url)).api == "v0.0.38"
+    # the default asks the server (on first use, so nothing is asked here)
+    assert factory.client_from_config(conf(tmp_path, url))._api is None
     c = factory.client_from_config(conf(tmp_path, url + 'slurm_rest_api = "v0.0.42"'))
     assert c._url("nodes") == "http://slurm.example:6820/slurm/v0.0.42/nodes"
     with pytest.raises(ConfigError, match="general.slurm_rest_api"):
@@ -267,16 +268,20 @@ def test_bridge_falls_back_to_general(tmp_path):
 
 
 class Slurmrestd(BaseHTTPRequestHandler):
-    """Answers the one request ``status`` makes, as 22.05's slurmrestd did."""
+    """Answers the requests ``status`` makes, as 22.05's slurmrestd did: which
+    versions it serves (its /openapi/v3 lists v0.0.38 paths), then the nodes."""
 
     seen: list[tuple[str, dict[str, str]]] = []
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         type(self).seen.append((self.path, dict(self.headers)))
-        if self.path.split("?")[0] != "/slurm/v0.0.38/nodes":
+        if self.path == "/openapi/v3":
+            body = json.dumps({"paths": {"/slurm/v0.0.38/nodes/": {"get": {}}}}).encode()
+        elif self.path.split("?")[0] == "/slurm/v0.0.38/nodes":
+            body = (DATA / "22.05-rest-nodes.json").read_bytes()
+        else:
             self.send_error(404)
             return
-        body = (DATA / "22.05-rest-nodes.json").read_bytes()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -314,7 +319,8 @@ def test_status_through_slurmrestd_over_http(tmp_path, monkeypatch, slurmrestd):
     doc = json.loads(r.output)
     drained = {n for g in doc["groups"] for n in hostlist.expand(g["nodes"])}
     assert {"n1", "n2"} <= drained and "n3" not in drained
-    [(req, headers)] = seen
+    [(asked, _), (req, headers)] = seen
+    assert asked == "/openapi/v3"
     assert req.startswith("/slurm/v0.0.38/nodes")
     assert headers["X-SLURM-USER-TOKEN"] == "jwt-abc"
     assert headers["X-SLURM-USER-NAME"] == "root"

@@ -13,6 +13,7 @@ from slurm_hooks.slurm.pyslurm_backend import (
     PyslurmClient,
     check_versions,
     load_pyslurm,
+    needed_pyslurm,
     pyslurm_version,
 )
 
@@ -41,14 +42,28 @@ def test_mismatched_module_refused() -> None:
 def test_absent_pyslurm_is_a_clear_error() -> None:
     with pytest.raises(SlurmError, match="pyslurm is not installed"):
         load_pyslurm()
+    with pytest.raises(SlurmError, match=r"Slurm 24\.11 needs pyslurm 24\.11\.x, which PyPI"):
+        load_pyslurm((24, 11, 5))
+
+
+@pytest.mark.parametrize(
+    ("slurm", "says"),
+    [
+        ((25, 11, 3), "pyslurm 25.11.x (pip install pyslurm==25.11.2"),
+        ((22, 5, 8), "pyslurm 22.5.x, which PyPI does not have (it has 25.11.x only)"),
+        ((24, 11, 5), "pyslurm 24.11.x, which PyPI does not have"),
+        ((26, 5, 5), "v26.5.x tag of github.com/PySlurm/pyslurm"),
+    ],
+)
+def test_needed_pyslurm_names_the_release(slurm, says) -> None:  # type: ignore[no-untyped-def]
+    assert says in needed_pyslurm(slurm)
 
 
 @pytest.mark.slurm
-@pytest.mark.skipif(
-    not HAVE_PYSLURM,
-    reason="pyslurm not installed: PyPI has no release for Slurm 22.05/24.11 "
-    "(it must be built from the matching GitHub tag)",
-)
 def test_pyslurm_lists_nodes(fresh_lab) -> None:  # type: ignore[no-untyped-def]
+    version = fresh_lab.client().version()
+    if not HAVE_PYSLURM:
+        found = ".".join(map(str, version))
+        pytest.skip(f"pyslurm not installed: Slurm {found} needs {needed_pyslurm(version)}")
     c = PyslurmClient(slurm_conf=str(fresh_lab.slurm_conf))
     assert sorted(n.name for n in c.list_nodes()) == fresh_lab.node_names

@@ -4,10 +4,12 @@ unix socket), plus transport errors without one."""
 from __future__ import annotations
 
 import pytest
+from slurm_hooks_lab.lab import rest_api
 
-from slurm_hooks.core.errors import SlurmError, SlurmUnavailable
+from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
 from slurm_hooks.slurm import get_client
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
+from slurm_hooks.slurm.parse import parse_version
 from slurm_hooks.slurm.rest_backend import RestClient
 
 pytest.importorskip("requests_unixsocket", reason="requests-unixsocket not installed (rest extra)")
@@ -25,7 +27,9 @@ def test_http_token_headers_and_factory() -> None:
     assert isinstance(c, SlurmClient)
     assert c.session.headers["X-SLURM-USER-NAME"] == "alice"
     assert c.session.headers["X-SLURM-USER-TOKEN"] == "tok"
-    assert c._url("nodes") == "http://slurm.example:6820/slurm/v0.0.38/nodes"
+    assert c._api is None  # nothing asked yet: the version is negotiated on first use
+    fixed = get_client("rest", url="http://slurm.example:6820/", api="v0.0.38")
+    assert fixed._url("nodes") == "http://slurm.example:6820/slurm/v0.0.38/nodes"
     with pytest.raises(SlurmError, match="exactly one"):
         RestClient()
 
@@ -44,14 +48,35 @@ def test_http_token_headers_and_factory() -> None:
     ],
 )
 def test_v0038_gaps_name_the_cli_backend(tmp_path, op) -> None:  # type: ignore[no-untyped-def]
-    c = RestClient(socket=str(tmp_path / "never-used.sock"))
+    c = RestClient(socket=str(tmp_path / "never-used.sock"), api="v0.0.38")
     with pytest.raises(SlurmError, match="use the cli backend"):
         op(c)
 
 
+@pytest.mark.parametrize(
+    ("op", "says"),
+    [
+        (lambda c: c.requeue("1"), "none of OpenAPI v0.0.38..v0.0.44"),
+        (lambda c: c.show_config(), "none of OpenAPI v0.0.38..v0.0.44"),
+        (lambda c: c.drain("n1", "x"), "OpenAPI v0.0.39, v0.0.40"),
+    ],
+)
+def test_gaps_say_which_versions_have_the_operation(tmp_path, op, says) -> None:  # type: ignore[no-untyped-def]
+    # requeue and show config are missing everywhere: said without asking the server
+    c = RestClient(
+        socket=str(tmp_path / "never-used.sock"), api=None if "none" in says else "v0.0.38"
+    )
+    with pytest.raises(SlurmError, match="use the cli backend") as exc:
+        op(c)
+    assert says in str(exc.value) and type(exc.value) is SlurmError
+
+
 @pytest.fixture
 def rest(fresh_lab) -> RestClient:  # type: ignore[no-untyped-def]
-    return RestClient(socket=fresh_lab.start_rest(), timeout=10, retries=2, backoff=0.1)
+    c = RestClient(socket=fresh_lab.start_rest(), timeout=10, retries=2, backoff=0.1)
+    # negotiated with the lab's slurmrestd: the newest version it serves
+    assert c.api == rest_api(parse_version(fresh_lab.status().slurm_version or ""))
+    return c
 
 
 @pytest.mark.slurm
@@ -73,7 +98,9 @@ def test_rest_nodes_match_cli(fresh_lab, rest) -> None:  # type: ignore[no-untyp
         )
     assert rest.get_node("n2").reason == reason
     assert [n.name for n in rest.list_nodes("n[3-4]")] == ["n3", "n4"]
-    with pytest.raises(SlurmError, match="HTTP 500"):
+    # 22.05: HTTP 500; 23.11+: HTTP 200 with errors[] ("Failure to query node"):
+    # both the same typed error
+    with pytest.raises(NodeNotFound):
         rest.get_node("nope")
     assert rest.ping()
 
@@ -108,5 +135,7 @@ def test_rest_jobs_signal_comment_cancel(fresh_lab, rest, job_dir, sbatch) -> No
     fresh_lab.wait_for((job_dir / f"usr1.{jid}").exists, 10, what="USR1 via rest")
     rest.cancel(jid)
     fresh_lab.wait_for(lambda: not rest.jobs_on_node(job.batch_host), 30, what="cancel via rest")
-    with pytest.raises(SlurmError, match="Invalid job id|Unable to find"):
+    # 22.05: HTTP 500 "Invalid job id"; 24.11: HTTP 404 "Unable to query JobId=":
+    # both the same typed error
+    with pytest.raises(JobGone):
         rest.get_job("999999")

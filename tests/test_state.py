@@ -54,7 +54,7 @@ def test_crash_during_write_leaves_the_old_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(StateError, match="disk full"):  # typed, never a raw OSError
         atomic_write_json(path, {"v": 2})
     monkeypatch.undo()
     assert json.loads(path.read_text()) == {"v": 1}

@@ -80,7 +80,7 @@ def node_cfg(tmp_path: Path):
     cfg_path = tmp_path / "config.toml"
     cfg_path.write_text(
         f'[general]\nstate_dir = "{tmp_path / "state"}"\n'
-        f'[checks]\nnvml_scenario = "{scenario}"\n'
+        f'[checks]\nnvml = "lab:fake"\nnvml_scenario = "{scenario}"\n'
         f'[checks.xid]\nsource = "file"\npath = "{kern}"\n'
         "[metrics]\nenabled = false\nwatch_port = 0\n"
         "[watch]\nlog_interval_s = 0.02\nnvml_interval_s = 30\nretry_s = 0.05\n"
@@ -264,7 +264,6 @@ def test_metrics_endpoint(node_cfg):
 
 
 def test_cli_once_healthy_node_exits_0(node_cfg, monkeypatch):
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
     res = CliRunner().invoke(command, ["--once", "--node", "gpu017", "-c", str(node_cfg["path"])])
     assert res.exit_code == 0, res.output
 
@@ -272,7 +271,6 @@ def test_cli_once_healthy_node_exits_0(node_cfg, monkeypatch):
 def test_cli_once_cannot_act_exits_2(node_cfg, monkeypatch, tmp_path):
     """A lost GPU and no Slurm to drain it with: the watcher says so (exit 2)
     instead of claiming it handled the node."""
-    monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no scontrol: Slurm unreachable
     cfg = node_cfg["path"]
     set_lost(node_cfg["scenario"], 1, True)
@@ -281,7 +279,7 @@ def test_cli_once_cannot_act_exits_2(node_cfg, monkeypatch, tmp_path):
 
 
 def test_daemon_stops_cleanly_on_sigterm(node_cfg):
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_HOOKS_NVML_SCENARIO"}
+    env = dict(os.environ)
     proc = subprocess.Popen(
         [
             sys.executable,

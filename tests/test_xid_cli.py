@@ -101,3 +101,51 @@ def test_scan_path_imports_no_click_or_requests() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == ""
+
+
+def _explain(*args: str) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "slurm_hooks", "xid", "explain", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _field(text: str, label: str) -> str:
+    """The (re-joined) text of one ``label:`` field of ``xid explain``."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"  {label}:"))
+    out = [lines[start].split(":", 1)[1]]
+    for ln in lines[start + 1 :]:
+        if not ln.startswith(" " * 23):
+            break
+        out.append(ln)
+    return " ".join(" ".join(out).split())
+
+
+def test_explain_says_we_only_evacuate_and_what_a_human_does() -> None:
+    out79 = _explain("79")
+    does = _field(out79, "slurm-hooks does")
+    assert "drains the node" in does and "SIGUSR1" in does and "requeues" in does
+    assert "never reboots" in does and "action reboot" not in out79
+    assert "reboot the node" in _field(out79, "a human must")
+    out48 = _explain("48")
+    assert "action reset_gpu" not in out48
+    assert "drains the node" in _field(out48, "slurm-hooks does")
+    assert "reset the GPU" in _field(out48, "a human must")
+    out13 = _explain("13")
+    assert _field(out13, "slurm-hooks does").startswith("WARN: nothing to the node")
+    assert "restarts the application" in _field(out13, "a human must")
+    replace = _explain("1")  # CONTACT_SUPPORT bucket
+    assert "replacement" in _field(replace, "slurm-hooks does")
+    assert "vendor" in _field(replace, "a human must")
+
+
+def test_explain_fits_80_columns_unless_wide() -> None:
+    for xid in ("79", "48", "13", "74", "154"):
+        assert max(len(ln) for ln in _explain(xid).splitlines()) <= 80, xid
+    assert max(len(ln) for ln in _explain("79", "--wide").splitlines()) > 80

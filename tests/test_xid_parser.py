@@ -176,7 +176,11 @@ def test_journal_json_text_message() -> None:
 def test_journal_json_byte_array_message() -> None:
     # journald stores messages with non-printable bytes as arrays of numbers.
     raw = BODY.encode() + b"\xff\x01"
-    text = '{ "__CURSOR" : "s=1", "MESSAGE" : [ ' + ", ".join(str(b) for b in raw) + " ] }"
+    text = (
+        '{ "__CURSOR" : "s=1", "_TRANSPORT" : "kernel", "MESSAGE" : [ '
+        + ", ".join(str(b) for b in raw)
+        + " ] }"
+    )
     ev = parse_line(text)
     assert ev is not None
     assert ev.xid == 79 and ev.pid == 1234

@@ -176,10 +176,16 @@ def test_journal_json_file_with_byte_arrays(tmp_path: Path) -> None:
             "__REALTIME_TIMESTAMP": "1700000000000000",
             "MESSAGE": "usb 1-1: reset",
         },
-        {"__CURSOR": "s=2", "__REALTIME_TIMESTAMP": "1700000001000000", "MESSAGE": list(body)},
+        {
+            "__CURSOR": "s=2",
+            "__REALTIME_TIMESTAMP": "1700000001000000",
+            "_TRANSPORT": "kernel",
+            "MESSAGE": list(body),
+        },
         {
             "__CURSOR": "s=3",
             "__REALTIME_TIMESTAMP": "1700000002000000",
+            "_TRANSPORT": "kernel",
             "MESSAGE": X79.split("] ", 1)[1],
         },
     ]

@@ -242,11 +242,12 @@ def test_journal_after_cursor(tmp_path: Path) -> None:
                 "__CURSOR": "c2",
                 "__REALTIME_TIMESTAMP": "1700000000000000",
                 "_BOOT_ID": "b",
+                "_TRANSPORT": "kernel",
                 "MESSAGE": BODY79,
             },
         ),
         "",
-        journal_lines({"__CURSOR": "c3", "MESSAGE": list(BODY48.encode())}),
+        journal_lines({"__CURSOR": "c3", "_TRANSPORT": "kernel", "MESSAGE": list(BODY48.encode())}),
     ]
 
     def run(argv: list[str], *, timeout: float, check: bool) -> CommandResult:
@@ -296,7 +297,14 @@ def test_journal_max_line_applies_to_the_record(tmp_path: Path) -> None:
         + "p" * 2000
         + ", GPU has fallen off the bus."
     )
-    rec = json.dumps({"MESSAGE": msg, "__CURSOR": "s=1", "__MONOTONIC_TIMESTAMP": "5000000"})
+    rec = json.dumps(
+        {
+            "MESSAGE": msg,
+            "_TRANSPORT": "kernel",
+            "__CURSOR": "s=1",
+            "__MONOTONIC_TIMESTAMP": "5000000",
+        }
+    )
 
     def run(argv: list[str], **kw: Any) -> CommandResult:
         return CommandResult(tuple(argv), 0, rec + "\n", "", 0.1)

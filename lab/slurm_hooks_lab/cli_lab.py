@@ -117,3 +117,24 @@ def env(directory: str | None) -> None:
 
     for key, value in _lab(directory).env().items():
         click.echo(f"export {key}={quote(value)}")
+
+
+@command.command("k8s-standin")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8001, show_default=True, type=int)
+@click.option("--token", help="Require this bearer token (401 otherwise).")
+def k8s_standin(host: str, port: int, token: str | None) -> None:
+    """Run the loopback Kubernetes API stand-in, for ``slurm-hooks bridge``
+    trials and the demo.
+
+    \b
+    Example:
+      slurm-hooks lab k8s-standin --port 8001
+    """
+    from slurm_hooks_lab.k8s_standin import serve
+
+    click.echo(f"Kubernetes API stand-in on http://{host}:{port} (Ctrl-C to stop)")
+    try:
+        serve(host, port, token)
+    except KeyboardInterrupt:
+        pass

@@ -5,15 +5,18 @@ progress updates, the same failure messages), computed from a scenario, so
 the prolog on the lab runs the real parsers and judges on realistic text.
 It never measures anything.
 
-Scenario sources, merged in this order (the checks pass the configured
-paths to :func:`load_scenario`: ``[checks] nvml_scenario`` and
-``[checks.burnin|nccl] fake_scenario``; the environment variables win over
-the configuration, as for the fake NVML):
+It plugs into the product by name: :func:`backend` is the ``lab:fake``
+entry point of the ``slurm_hooks.engines`` group, chosen by ``engine =
+"lab:fake"`` in ``[checks.burnin]``, ``[checks.nccl]`` or ``[preflight]``; the
+product never picks it by itself.
 
-* the fake NVML scenario (``$SLURM_HOOKS_NVML_SCENARIO``): GPU count, names,
+Scenario sources, merged in this order (the checks hand over the configured
+paths: ``[checks] nvml_scenario`` and ``[checks.burnin|nccl] scenario``):
+
+* the fake NVML scenario: GPU count, names,
   UUIDs, temperatures; a GPU with ``lost`` set fails to initialise, one with
   ``hw_slowdown``/``hw_power_brake``/``sw_thermal`` throttling runs at 60%;
-* its own small file (``$SLURM_HOOKS_ENGINE_SCENARIO``, TOML or JSON)::
+* its own small file (TOML or JSON)::
 
       [burnin]
       gflops = 51000             # every GPU (gpu_burn's FP32 Gflop/s)
@@ -29,7 +32,9 @@ the configuration, as for the fake NVML):
 
 Run as ``python -m slurm_hooks_lab.fake_engines gpu_burn [-tc] [-d] 10`` or
 ``python -m slurm_hooks_lab.fake_engines all_reduce_perf -g 8 -b 32M -e 1G``
-to stand in for the binaries (arguments read as the real tools read them).
+to stand in for the binaries (arguments read as the real tools read them;
+there, and only there, the scenarios come from ``$SLURM_HOOKS_ENGINE_SCENARIO``
+and ``$SLURM_HOOKS_NVML_SCENARIO``).
 """
 
 from __future__ import annotations
@@ -39,8 +44,16 @@ import os
 import sys
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.agent.preflight import Measurement, busbw_of
+from slurm_hooks.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from slurm_hooks.detect.engines.burnin.model import BurninRun
+    from slurm_hooks.detect.engines.nccl.model import NcclRun
+    from slurm_hooks.detect.engines.registry import EngineRequest
 
 ENV_ENGINE_SCENARIO = "SLURM_HOOKS_ENGINE_SCENARIO"
 ENV_NVML_SCENARIO = "SLURM_HOOKS_NVML_SCENARIO"
@@ -83,10 +96,7 @@ def _read(path: str) -> dict[str, Any]:
 def load_scenario(
     engine_path: str | None = None, nvml_path: str | None = None, *, gpu_count: int = 8
 ) -> EngineScenario:
-    """Build the scenario from the two files (either may be absent); a path
-    not given falls back to its environment variable."""
-    engine_path = engine_path or os.environ.get(ENV_ENGINE_SCENARIO)
-    nvml_path = nvml_path or os.environ.get(ENV_NVML_SCENARIO)
+    """Build the scenario from the two files (either may be absent)."""
     data = _read(engine_path) if engine_path else {}
     nvml_gpus: list[dict[str, Any]] = []
     if nvml_path:
@@ -321,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     tool, rest = args[0], args[1:]
-    sc = load_scenario()
+    sc = load_scenario(os.environ.get(ENV_ENGINE_SCENARIO), os.environ.get(ENV_NVML_SCENARIO))
     if tool == "gpu_burn":
         positional = [a for a in rest if not a.startswith("-")]
         duration = int(positional[-1]) if positional else 10
@@ -339,6 +349,80 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(text)
     failed = sc.fail is not None or (sc.wrong and int(opts.get("-c", "1")))
     return 1 if failed else 0
+
+
+@dataclass
+class FakeNcclEngine:
+    """TEST DOUBLE: what ``all_reduce_perf`` across ``nodes`` would print, from
+    each node's engine scenario: ``[internode] busbw_gbps`` (its network
+    link; default ``[nccl] busbw_gbps``, the intra-node figure) and
+    ``[nccl] fail``.  A set of nodes runs at its slowest member's speed.
+    Parsed by the real parser."""
+
+    template: str
+    gpus_per_node: int = 1
+    min_bytes: int = 256 * 1024**2
+    max_bytes: int = 1024**3
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    def _scenario(self, node: str) -> Any:
+        path = self.template.replace("{node}", node)
+        return load_scenario(path if os.path.exists(path) else None, gpu_count=self.gpus_per_node)
+
+    def measure(self, nodes: Sequence[str]) -> Measurement:
+        self.calls.append(tuple(nodes))
+        scs = [self._scenario(n) for n in nodes]
+        scs = [
+            replace(
+                s, busbw_gbps=float(s.extra.get("internode", {}).get("busbw_gbps", s.busbw_gbps))
+            )
+            for s in scs
+        ]
+        worst = min(scs, key=lambda s: s.busbw_gbps)
+        fail = next((s.fail for s in scs if s.fail), None)
+        gpus = tuple(
+            FakeGpu(index=i, pci=f"0x{0x18 + 0x10 * (i % self.gpus_per_node):02x}")
+            for i in range(len(nodes) * self.gpus_per_node)
+        )
+        sc = replace(worst, gpus=gpus, fail=fail, wrong=0, host=nodes[0])
+        text = all_reduce_perf_output(sc, min_bytes=self.min_bytes, max_bytes=self.max_bytes)
+        bw, err = busbw_of(text, "fake")
+        return Measurement(tuple(nodes), bw, err)
+
+
+class FakeEngines:
+    """The ``lab:fake`` engine backend (see :mod:`slurm_hooks.detect.engines.registry`):
+    real gpu_burn / all_reduce_perf text from the scenarios, parsed by the
+    product's own parsers."""
+
+    def burnin(self, req: EngineRequest, duration_s: int) -> BurninRun:
+        from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
+
+        sc = load_scenario(req.scenario, req.nvml_scenario, gpu_count=req.gpu_count)
+        return parse_gpu_burn(gpu_burn_output(sc, int(duration_s)))
+
+    def all_reduce(self, req: EngineRequest, min_bytes: int, max_bytes: int) -> NcclRun:
+        from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
+
+        sc = load_scenario(req.scenario, req.nvml_scenario, gpu_count=req.gpu_count)
+        text = all_reduce_perf_output(sc, min_bytes=min_bytes, max_bytes=max_bytes)
+        return parse_nccl_tests(text, engine="fake")
+
+    def preflight(
+        self, scenario: str, *, gpus_per_node: int, min_bytes: int, max_bytes: int
+    ) -> FakeNcclEngine:
+        if not scenario:
+            raise ConfigError(
+                "the lab:fake engine needs a per-node scenario template", key="preflight.scenario"
+            )
+        return FakeNcclEngine(
+            scenario, gpus_per_node=gpus_per_node, min_bytes=min_bytes, max_bytes=max_bytes
+        )
+
+
+def backend() -> FakeEngines:
+    """Entry point ``lab:fake`` of ``slurm_hooks.engines``."""
+    return FakeEngines()
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from typing import Any
 
 import pynvml
 
-from slurm_hooks.core.errors import NvmlError
+from slurm_hooks.core.errors import ConfigError, NvmlError
 
 log = logging.getLogger(__name__)
 
@@ -692,3 +692,14 @@ _HEALTH_SUMMARY: dict[str, int] = {
     "unhealthy": getattr(pynvml, "NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY", 2),
     "limited_capacity": getattr(pynvml, "NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY", 3),
 }
+
+
+def backend(scenario: str | None = None) -> FakeNvml:
+    """The ``lab:fake`` NVML backend (entry point ``slurm_hooks.nvml``):
+    ``[checks] nvml = "lab:fake"`` with ``nvml_scenario = FILE``."""
+    if not scenario:
+        raise ConfigError(
+            "the lab:fake NVML backend needs a scenario file", key="checks.nvml_scenario"
+        )
+    log.debug("nvml: fake scenario=%s", scenario)
+    return FakeNvml(scenario)

@@ -4,9 +4,10 @@ The lab is real Slurm; this module makes it a GPU cluster as far as
 slurm-hooks can tell, with the only fakes at the outermost boundary:
 
 * per node ``<node_dir>/slurm-hooks.toml``: its own state dir, audit log,
-  kernel log (a plain file, ``<node_dir>/kern.log``) and fake-NVML scenario
-  (``<node_dir>/gpus.json``: N healthy GPUs of a preset, DGX bus ids);
-  burn-in and NCCL use the fake engines (``engine = "fake"``), which read
+  kernel log (a plain file, ``<node_dir>/kern.log``) and the fake NVML by
+  name (``nvml = "lab:fake"``, scenario ``<node_dir>/gpus.json``: N healthy
+  GPUs of a preset, DGX bus ids);
+  burn-in and NCCL use the fake engines (``engine = "lab:fake"``), which read
   that scenario through the config and their own ``<node_dir>/engine.toml``
   (empty: healthy; :meth:`LabHooks.set_engine`), so the prolog and
   acceptance run on the lab from the node's config alone, no environment;
@@ -94,7 +95,7 @@ class NodeFiles:
     kern_log: Path
     scenario: Path
     audit_log: Path
-    #: The fake burn-in/NCCL scenario (``[checks.burnin|nccl] fake_scenario``).
+    #: The fake burn-in/NCCL scenario (``[checks.burnin|nccl] scenario``).
     engine_scenario: Path | None = None
 
 
@@ -242,7 +243,7 @@ class LabHooks:
     # -- watchers ---------------------------------------------------------------
 
     def watcher_env(self, node: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "SLURM_HOOKS_NVML_SCENARIO"}
+        env = dict(os.environ)
         env.update(
             SLURM_HOOKS_CONFIG=str(self.node(node).config),
             SLURM_CONF=str(self.lab.slurm_conf),
@@ -427,13 +428,13 @@ def render_node_config(
     parts = [
         f"# slurm-hooks lab config for {nf.node} (written by slurm_hooks_lab.hooks)\n",
         _table("general", {"state_dir": str(nf.state_dir), "slurm_timeout": slurm_timeout}),
-        _table("checks", {"nvml_scenario": str(nf.scenario)}),
+        _table("checks", {"nvml": "lab:fake", "nvml_scenario": str(nf.scenario)}),
         _table("checks.xid", {"source": "file", "path": str(nf.kern_log)}),
     ]
     if nf.engine_scenario is not None:
         # No GPU here: burn-in and NCCL print real tool output from the
         # node's scenarios (gpus.json through [checks] nvml_scenario).
-        fake = {"engine": "fake", "fake_scenario": str(nf.engine_scenario)}
+        fake = {"engine": "lab:fake", "scenario": str(nf.engine_scenario)}
         parts += [_table("checks.burnin", fake), _table("checks.nccl", fake)]
     parts += [
         _table("policy", pol),

@@ -21,7 +21,7 @@ parts of its behaviour that the bridge depends on, over real HTTP:
 * fault injection: the next N matching calls answer 5xx (or any code), and
   an optional delay per call.
 
-It is a product part as well: the demo and ``slurm-hooks bridge standin``
+The demo and ``slurm-hooks lab k8s-standin`` (for trying the bridge)
 run it.  State lives in memory only.
 """
 
@@ -754,7 +754,7 @@ def running(token: str | None = None) -> Iterator[StandinServer]:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8001, token: str | None = None) -> None:
-    """Run in the foreground (``slurm-hooks bridge standin``)."""
+    """Run in the foreground (``slurm-hooks lab k8s-standin``)."""
     server = StandinServer(host, port, token=token)
     log.info("kubernetes API stand-in listening on %s", server.url)
     try:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,17 +31,29 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from slurm_hooks.act import alerts
 from slurm_hooks.act.notify.base import Alert, Notifier
-from slurm_hooks.core.errors import SlurmError, SlurmHooksError, StateError
+from slurm_hooks.core.errors import (
+    ForeignReasonError,
+    JobGone,
+    NotRequeueable,
+    ReasonChanged,
+    SlurmError,
+    SlurmHooksError,
+    StateError,
+)
 from slurm_hooks.core.history import FaultEvent
-from slurm_hooks.core.model import Finding, JobInfo, NodeState, ReasonOwner, Status
-from slurm_hooks.core.reason import classify_owner, format_reason, try_parse_reason
+from slurm_hooks.core.incident import IncidentStatus, Outcome
+from slurm_hooks.core.model import Finding, JobInfo, NodeState, Status
+from slurm_hooks.core.ownership import Ownership, our_reason
+from slurm_hooks.core.reason import format_reason
 from slurm_hooks.decide.breaker import FleetView, Trip
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.decide import decide, decide_resume
 from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.detect.probes.process import pid_alive
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
+from slurm_hooks.slurm.door import SlurmDoor
 from slurm_hooks.store.audit import AuditLog
 from slurm_hooks.store.state import BreakerLatch, StateStore, iso, parse_time
 
@@ -75,9 +86,6 @@ TERMINAL_JOB_STATES = frozenset(
 RESTARTABLE_END_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
 #: States of a job that still runs (or is being torn down): wait for it.
 _STILL_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
-#: Words in Slurm's answer to ``scontrol requeue`` for a job that cannot be requeued.
-_NOT_REQUEUEABLE = ("presently disabled", "not requeueable", "requeue is disabled")
-_GONE = ("invalid job id", "not found")
 
 
 def utcnow() -> datetime:
@@ -89,39 +97,33 @@ def spawn_worker(incident_file: Path, *, env: dict[str, str] | None = None) -> i
     session, detached from the hook: slurmd kills a HealthCheckProgram after
     60 s and waits on an epilog, so the grace wait must not happen there.
 
-    Not through probes.commands.run on purpose: that one waits for its child
-    and this child must outlive us.  Stdio is /dev/null so that slurmd, which
-    reads the hook's output until EOF, is not kept waiting.
+    Through the detached entry of the one subprocess site
+    (``probes.commands.spawn_detached``): this child must outlive us, and
+    its stdio is /dev/null and ``worker.log`` so that slurmd, which reads
+    the hook's output until EOF, is not kept waiting.
     """
+    from slurm_hooks.detect.probes import commands
+
     log_path = incident_file.parent.parent / "worker.log"
-    with open(os.devnull, "rb") as null_in, open(log_path, "ab") as out:
-        proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-            [sys.executable, "-m", "slurm_hooks.agent.worker", str(incident_file)],
-            stdin=null_in,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            close_fds=True,
-            env={**os.environ, **(env or {})},
-            cwd="/",
-        )
-    _CHILDREN.append(proc)
-    _reap()
-    return proc.pid
-
-
-_CHILDREN: list[subprocess.Popen[bytes]] = []
+    return commands.spawn_detached(
+        [sys.executable, "-m", "slurm_hooks.agent.worker", str(incident_file)],
+        output=log_path,
+        env=env,
+        cwd="/",
+    )
 
 
 def _reap() -> None:
     """Collect finished workers so a long-running watcher leaves no zombies."""
-    _CHILDREN[:] = [p for p in _CHILDREN if p.poll() is None]
+    from slurm_hooks.detect.probes import commands
+
+    commands.reap_detached()
 
 
 @dataclass(frozen=True)
 class JobOutcome:
     job_id: str
-    outcome: str
+    outcome: Outcome
     detail: str = ""
     #: The owner is to be told (after the incident lock is released).
     notify: bool = field(default=False, compare=False, repr=False)
@@ -206,6 +208,12 @@ class Engine:
             **kwargs,
         )
 
+    @property
+    def door(self) -> SlurmDoor:
+        """Every write to Slurm goes through the door (ownership guard,
+        requeue exactly once, typed refusals)."""
+        return SlurmDoor(self.slurm)
+
     # -- deciding ---------------------------------------------------------------
 
     def evaluate(self, node: str, findings: Sequence[Finding]) -> list[Decision]:
@@ -242,13 +250,23 @@ class Engine:
         findings = [f for f in findings if f.status is not Status.OK]
         open_incident = self.state.open_incident(node)
         if open_incident:
-            self._roll_forward(open_incident)
+            self._roll_forward(open_incident, node)
         if not findings:
             return []
+        absorbed = self._absorb_repeats(node, findings)
+        if absorbed is not None:
+            return absorbed
         decisions, _ = self._decide(node, findings)
-        self._record_faults(node, decisions)
+        self._remember_drained(node, decisions)
+        try:
+            self._record_faults(node, decisions)
+        except StateError as exc:  # the history is lost for this run; acting is not
+            self._state_failed("node", f"fault history of {node} not recorded: {exc}")
         for d in decisions:
             if d.kind is not DecisionKind.IGNORE:
+                absorbed, repeated = self._log_repeat(node, d)
+                if absorbed:
+                    continue
                 self.audit.record(
                     "decision",
                     node=node,
@@ -258,6 +276,7 @@ class Engine:
                     decision=str(d.kind),
                     why=d.explanation,
                     outcome="observe_only" if d.observe_only and d.kind.drains else None,
+                    repeats_since_last=repeated or None,
                     actor=self.actor,
                 )
         for d in decisions:
@@ -273,6 +292,99 @@ class Engine:
                 )  # fmt: skip
                 raise
         return decisions
+
+    def _log_repeat(self, node: str, d: Decision) -> tuple[bool, int]:
+        """Log-only repeats (an XID 43 flood) cost no audit line each: one
+        line per ``repeats.LOG_PERIOD_S`` per code, with the count since."""
+        from slurm_hooks.act import repeats
+
+        if d.kind is not DecisionKind.LOG:
+            return False, 0
+        try:
+            return repeats.absorb_log(self.state, node, d.code, self.clock())
+        except StateError:
+            return False, 0
+
+    def _state_failed(self, what: str, message: str) -> None:
+        """A local state write failed: say it loudly, count it, go on."""
+        from slurm_hooks.act.metrics import count_state_failure
+
+        log.error("STATE DIR BROKEN (%s): %s", what, message)
+        count_state_failure(what)
+
+    def _absorb_repeats(self, node: str, findings: Sequence[Finding]) -> list[Decision] | None:
+        """Repeats of the fault(s) we already drained this node for: counted,
+        no Slurm call, no audit line (``act.repeats``).  None when the
+        findings need the full way."""
+        from slurm_hooks.act import repeats
+
+        now = self.clock()
+        try:
+            data = self.state.read_node(node)
+        except StateError:
+            return None
+        if not isinstance(data.get(repeats.KEY), dict):
+            return None
+        first = decide(
+            findings, None, self.state.history(node), None, self.policy, now, node=node,
+            observe_only=self.observe_only,
+        )  # fmt: skip
+        drains = [d for d in first if d.kind.drains]
+        if not drains or any(d.kind is not DecisionKind.DRAIN for d in drains):
+            return None
+        if not repeats.absorbable(data, {d.code for d in drains}, now):
+            return None
+        counts: dict[str, int] = {}
+        for d in drains:
+            counts[d.code] = counts.get(d.code, 0) + sum(
+                int(f.values.get("count", 1)) if f.values and isinstance(
+                    f.values.get("count"), int) else 1
+                for f in d.findings
+            )  # fmt: skip
+        try:
+            repeats.absorb(self.state, node, counts)
+        except StateError as exc:
+            self._state_failed("node", f"repeat count of {node} not recorded: {exc}")
+        incident = data.get("open_incident")
+        out = [
+            Decision(
+                DecisionKind.ALREADY_HANDLED,
+                node,
+                d.code,
+                f"{d.code} again on {node}, already drained by slurm-hooks (inc={incident}): "
+                "repeat counted",
+                d.component,
+                None,
+                d.findings,
+                facts={"absorbed": True},
+            )
+            for d in drains
+        ]
+        return out + [d for d in first if not d.kind.drains and d.kind is not DecisionKind.IGNORE]
+
+    def _remember_drained(self, node: str, decisions: Sequence[Decision]) -> None:
+        """After Slurm confirmed our drain (ALREADY_HANDLED for our open
+        incident): trust it for repeats for a while, and summarise the
+        repeats absorbed since the last look in one audit line."""
+        from slurm_hooks.act import repeats
+
+        for d in decisions:
+            if d.kind is not DecisionKind.ALREADY_HANDLED or d.reason is None:
+                continue
+            try:
+                if d.reason.incident != self.state.open_incident(node):
+                    continue
+                repeats.remember(self.state, node, str(d.reason.incident), d.code, self.clock())
+                absorbed = repeats.take_summary(self.state, node)
+            except StateError as exc:
+                self._state_failed("node", f"drain memo of {node} not recorded: {exc}")
+                continue
+            if absorbed:
+                self.audit.record(
+                    "repeats", node=node, incident=d.reason.incident, counts=absorbed,
+                    why=f"repeats absorbed without a Slurm call since the last look "
+                    f"(at most every {repeats.VERIFY_S:g}s)", actor=self.actor,
+                )  # fmt: skip
 
     def _record_faults(self, node: str, decisions: Sequence[Decision]) -> None:
         now = self.clock()
@@ -306,10 +418,9 @@ class Engine:
     def _drain(self, d: Decision) -> None:
         assert d.reason is not None
         now = self.clock()
-        current = self.slurm.get_node(d.node)  # read before writing
-        owner = classify_owner(current.reason)
-        ours = try_parse_reason(current.reason)
-        if owner not in (ReasonOwner.NONE, ReasonOwner.OURS):
+        view = self.door.look(d.node)  # read before writing
+        current, ours = view.node, view.ours
+        if view.ownership is Ownership.FOREIGN:
             self.audit.record(
                 "drain", node=d.node, incident=d.incident, outcome="refused",
                 why=f"reason changed to a foreign one: {current.reason!r}", actor=self.actor,
@@ -318,17 +429,18 @@ class Engine:
         text = format_reason(d.reason)
         if d.facts.get("already_drained") and ours is not None:
             # Escalation of our own drain: keep the incident, mark it for replacement.
-            self.slurm.update_reason(d.node, text)
+            self.door.drain(d.node, text)
             self.audit.record(
                 "replace", node=d.node, incident=ours.incident, code=d.code,
                 why=d.explanation, reason=text, actor=self.actor,
             )  # fmt: skip
-            self._alert(
+            self._incident_alert(
+                str(ours.incident), "replacement_requested",
                 Alert("replacement_requested", f"{d.node}: {d.explanation}", node=d.node,
                       incident=ours.incident, code=d.code),
             )  # fmt: skip
             return
-        if ours is not None and ours.is_fault and (current.drained or current.down):
+        if ours is not None and ours.is_fault:
             self.audit.record(
                 "drain", node=d.node, incident=ours.incident, outcome="skipped",
                 why="already drained by slurm-hooks", actor=self.actor,
@@ -347,7 +459,7 @@ class Engine:
             "signal_batch": self.policy.signal_batch,
             "signal_steps": self.policy.signal_steps,
             "evacuate": d.evacuate,
-            "status": "draining",
+            "status": IncidentStatus.DRAINING,
             "jobs": None,
             "jobs_done": False,
             "deadline": None,
@@ -355,32 +467,79 @@ class Engine:
             "audit_log": str(self.audit.path),
             "steps": [{"step": "drain_intent", "at": iso(now)}],
         }
-        self.state.write_incident(doc)
-        # Open before the drain: a drain that lands although its call failed
-        # (timeout) or the process died must still be rolled forward by the
-        # next run, which looks for an open incident (hooks' fast path).
-        self.state.set_open_incident(d.node, d.incident)
-        with self.state.incident_lock(str(d.incident)):
-            if ours is not None and not ours.is_fault and (current.drained or current.down):
-                self.slurm.update_reason(d.node, text)  # LEND/SPARE -> the fault's reason
-            else:
-                self.slurm.drain(d.node, text)
-            self._step(str(d.incident), "drained", status="drained")
+        alert = Alert(
+            "node_held" if d.kind is DecisionKind.HOLD_FOR_HUMAN else "node_drained",
+            f"{d.node} drained: {d.explanation}",
+            node=d.node, incident=d.incident, code=d.code,
+            fields={"component": d.component, "reason": text},
+        )  # fmt: skip
+        # Queued with the intent, sent after the jobs were signalled (below):
+        # a slow webhook never delays a checkpoint, a crash never loses it.
+        alerts.queue(doc, "node_drained", alert, now)
+        try:
+            self.state.write_incident(doc)
+            # Open before the drain: a drain that lands although its call failed
+            # (timeout) or the process died must still be rolled forward by the
+            # next run, which looks for an open incident (hooks' fast path).
+            self.state.set_open_incident(d.node, d.incident)
+            lock = self.state.incident_lock(str(d.incident))
+            lock.__enter__()
+        except StateError as exc:
+            # Remediation never waits on local storage: drain anyway.  Our
+            # reason names the incident, so a later run with a working state
+            # dir rebuilds the journal from Slurm and evacuates the jobs.
+            self._state_failed("journal", f"incident {d.incident} not journalled: {exc}")
+            self.door.drain(d.node, text)  # a LEND/SPARE hold takes the fault's reason
+            self.audit.record(
+                "drain", node=d.node, incident=d.incident, code=d.code, component=d.component,
+                why=d.explanation, reason=text, outcome="unjournalled", actor=self.actor,
+            )  # fmt: skip
+            return
+        try:
+            self.door.drain(d.node, text)  # a LEND/SPARE hold takes the fault's reason
+            self._step(str(d.incident), "drained", status=IncidentStatus.DRAINED)
+        finally:
+            lock.__exit__(None, None, None)
         self.audit.record(
             "replace" if d.kind is DecisionKind.REPLACE else "drain",
             node=d.node, incident=d.incident, code=d.code, component=d.component,
             why=d.explanation, reason=text, actor=self.actor,
         )  # fmt: skip
-        self._alert(
-            Alert(
-                "node_held" if d.kind is DecisionKind.HOLD_FOR_HUMAN else "node_drained",
-                f"{d.node} drained: {d.explanation}",
-                node=d.node, incident=d.incident, code=d.code,
-                fields={"component": d.component, "reason": text},
-            )
-        )  # fmt: skip
+        self._remember_drain(d.node, str(d.incident), d.code)
         if d.evacuate:
             self._evacuate(str(d.incident))
+        self.flush_alerts(str(d.incident))
+
+    def _remember_drain(self, node: str, incident: str, code: str) -> None:
+        from slurm_hooks.act import repeats
+
+        try:
+            repeats.remember(self.state, node, incident, code, self.clock())
+        except StateError as exc:
+            self._state_failed("node", f"drain memo of {node} not recorded: {exc}")
+
+    def _incident_alert(self, incident: str, key: str, alert: Alert) -> None:
+        """Queue ``alert`` in the incident's journal and send it now (and
+        again on roll-forward until delivered); straight out when the
+        incident has no journal here."""
+        try:
+            with self.state.incident_lock(incident):
+                doc = self.state.read_incident(incident)
+                if doc is None:
+                    raise StateError(f"no journal for incident {incident}")
+                if alerts.queue(doc, key, alert, self.clock()):
+                    self.state.write_incident(doc)
+        except StateError as exc:
+            log.warning("alert %s for %s not journalled (%s): sent once, now", key, incident, exc)
+            self._alert(alert)
+            return
+        self.flush_alerts(incident)
+
+    def flush_alerts(self, incident: str) -> int:
+        """Send what the incident's journal still owes to people."""
+        return alerts.flush(
+            self.state, incident, self.notifier, self.audit, clock=self.clock, actor=self.actor
+        )
 
     def _step(self, incident: str, step: str, **changes: Any) -> dict[str, Any]:
         at = iso(self.clock())
@@ -405,18 +564,27 @@ class Engine:
                 for job in self.slurm.jobs_on_node(doc["node"]):
                     jobs[job.job_id] = self._job_record(job)
                 doc["jobs"] = jobs
-                doc["status"] = "evacuating"
+                doc["status"] = IncidentStatus.EVACUATING
                 doc.setdefault("steps", []).append({"step": "jobs_listed", "at": iso(self.clock())})
                 self.state.write_incident(doc)
             for job_id, rec in doc["jobs"].items():
-                if not rec.get("signalled_at"):
-                    self._signal(doc, job_id, rec)
+                if rec.get("signalled_at"):
+                    continue
+                if rec.get("signal_intent_at"):
+                    # A run died between the intent and the record: the
+                    # signal may have gone out.  A checkpoint signal is sent
+                    # at most once; the requeue after the grace still comes.
+                    rec["signalled_at"] = rec["signal_intent_at"]
+                    rec["signals"] = ["unknown: a run died while signalling"]
+                    self.state.write_incident(doc)
+                    continue
+                self._signal(doc, job_id, rec)
             if doc.get("deadline") is None:
                 doc["deadline"] = iso(self.clock() + timedelta(seconds=doc["grace_s"]))
                 self.state.write_incident(doc)
             if not doc["jobs"]:
                 doc["jobs_done"] = True
-                doc["status"] = "jobs_done"
+                doc["status"] = IncidentStatus.JOBS_DONE
                 self.state.write_incident(doc)
                 return
         if doc["grace_s"] <= 0 or self.spawn is None:
@@ -429,11 +597,9 @@ class Engine:
         """The job as it was before we touched it (owner, restart count)."""
         try:
             full = self.slurm.get_job(job.job_id)
-        except SlurmError as exc:
-            if not any(w in str(exc).lower() for w in _GONE):
-                # The listing has no restart count: a guessed 0 would make a
-                # job requeued before look requeued already, and never be.
-                raise
+        except JobGone as exc:
+            # Any other error propagates: the listing has no restart count, and
+            # a guessed 0 would make a job requeued before look requeued already.
             log.warning("cannot read job %s: %s", job.job_id, exc)
             full = job
         return {
@@ -443,12 +609,15 @@ class Engine:
             "requeue": full.requeue,
             "state": full.state,
             "nodes": full.nodes or job.nodes,
+            "signal_intent_at": None,
             "signalled_at": None,
             "requeue_intent_at": None,
             "outcome": None,
         }
 
     def _signal(self, doc: dict[str, Any], job_id: str, rec: dict[str, Any]) -> None:
+        rec["signal_intent_at"] = iso(self.clock())
+        self.state.write_incident(doc)  # intent before the side effect
         sent = []
         for sig, target in (
             (doc.get("signal_batch"), SignalTarget.BATCH),
@@ -457,7 +626,7 @@ class Engine:
             if not sig:
                 continue
             try:
-                self.slurm.signal_job(job_id, sig, target)
+                self.door.signal(job_id, sig, target)
                 sent.append(f"{sig}->{target}")
             except SlurmError as exc:
                 # No steps, or the job just ended: the requeue step will tell.
@@ -476,7 +645,7 @@ class Engine:
         path = self.state.incident_path(incident)
         try:
             pid = self.spawn(path)
-        except OSError as exc:
+        except (OSError, SlurmHooksError) as exc:  # CommandError: could not start
             # The journal still says what is left; resume_pending() finishes it.
             log.error("cannot start grace worker for %s: %s", incident, exc)
             return
@@ -515,25 +684,26 @@ class Engine:
                     outcomes.append(self._settle(doc, job_id, rec))
                 if all(r.get("outcome") for r in doc["jobs"].values()):
                     doc["jobs_done"] = True
-                    doc["status"] = "jobs_done"
+                    doc["status"] = IncidentStatus.JOBS_DONE
                     doc.setdefault("steps", []).append(
                         {"step": "jobs_done", "at": iso(self.clock())}
                     )
                 self.state.write_incident(doc)
         finally:
-            # Told outside the lock (a hanging webhook, timeout x retries per
-            # alert, must not hold up a hook waiting for the incident), and
-            # also when a later job's requeue failed: its outcome is recorded.
-            for o in outcomes:
-                if o.notify:
-                    self._alert(self._job_alert(doc, o.job_id, doc["jobs"][o.job_id], o.outcome))
+            # Sent outside the lock (a hanging webhook must not hold up a hook
+            # waiting for the incident), and also when a later job's requeue
+            # failed: each job alert was queued with its outcome (_outcome).
+            if outcomes:
+                self.flush_alerts(incident)
         return outcomes
 
     def _still_running(self, job_id: str) -> bool:
         try:
             job = self.slurm.get_job(job_id)
-        except SlurmError as exc:
-            return not any(w in str(exc).lower() for w in _GONE)
+        except JobGone:
+            return False
+        except SlurmError:
+            return True  # cannot tell: keep waiting, the deadline settles it
         base = job.state.upper().split()[0] if job.state else ""
         return base in _STILL_RUNNING
 
@@ -541,45 +711,44 @@ class Engine:
         node = doc["node"]
         try:
             job = self.slurm.get_job(job_id)
-        except SlurmError as exc:
-            if any(w in str(exc).lower() for w in _GONE):
-                return self._outcome(doc, job_id, rec, "gone", "job no longer known to Slurm")
-            raise
+        except JobGone:
+            return self._outcome(doc, job_id, rec, Outcome.GONE, "job no longer known to Slurm")
         base = job.state.upper().split()[0] if job.state else ""
-        if job.restart_count > int(rec.get("restart_count") or 0):
+        restarts = int(rec.get("restart_count") or 0)
+        if SlurmDoor.requeued_since(job, restarts):
             # Requeued already (by us before a crash, or by Slurm): never twice.
             return self._outcome(
-                doc, job_id, rec, "requeued",
+                doc, job_id, rec, Outcome.REQUEUED,
                 f"restart count already {job.restart_count}; not requeued again", notify=True,
             )  # fmt: skip
         restartable = base in RESTARTABLE_END_STATES and job.requeue is not False
         if (base in TERMINAL_JOB_STATES and not restartable) or base == "PENDING":
-            return self._outcome(doc, job_id, rec, "finished", f"job is {job.state}")
+            return self._outcome(doc, job_id, rec, Outcome.FINISHED, f"job is {job.state}")
         rec["requeue_intent_at"] = iso(self.clock())
         self.state.write_incident(doc)
         requeueable = job.requeue is not False
         if requeueable:
             try:
-                self.slurm.requeue(job_id)
-            except SlurmError as exc:
-                if not any(w in str(exc).lower() for w in _NOT_REQUEUEABLE):
-                    raise
+                self.door.requeue_once(job_id, restarts, job=job)
+            except NotRequeueable:
                 requeueable = False
+            except JobGone:
+                return self._outcome(doc, job_id, rec, Outcome.GONE, "job no longer known to Slurm")
             else:
                 detail = (
                     f"ended {base} during the grace; requeued to resume from its checkpoint"
                     if restartable
                     else f"requeued after {doc['grace_s']:g}s grace"
                 )
-                return self._outcome(doc, job_id, rec, "requeued", detail, notify=True)
+                return self._outcome(doc, job_id, rec, Outcome.REQUEUED, detail, notify=True)
         if self.policy.cancel_unrequeueable:
-            self.slurm.cancel(job_id)
+            self.door.cancel(job_id)
             return self._outcome(
-                doc, job_id, rec, "cancelled", "job cannot be requeued (--no-requeue): cancelled",
+                doc, job_id, rec, Outcome.CANCELLED, "job cannot be requeued (--no-requeue): cancelled",
                 notify=True,
             )  # fmt: skip
         return self._outcome(
-            doc, job_id, rec, "left_running", f"not requeueable; left running on draining {node}",
+            doc, job_id, rec, Outcome.LEFT_RUNNING, f"not requeueable; left running on draining {node}",
             notify=True,
         )  # fmt: skip
 
@@ -588,7 +757,7 @@ class Engine:
         doc: dict[str, Any],
         job_id: str,
         rec: dict[str, Any],
-        outcome: str,
+        outcome: Outcome,
         detail: str,
         *,
         notify: bool = False,
@@ -597,11 +766,13 @@ class Engine:
         rec["outcome"] = outcome
         rec["outcome_at"] = iso(now)
         rec["detail"] = detail
+        if notify:  # journalled with the outcome: a crash after it cannot lose the alert
+            alerts.queue(doc, f"job_{job_id}", self._job_alert(doc, job_id, rec, outcome), now)
         self.state.write_incident(doc)
         signalled = parse_time(rec["signalled_at"]) if rec.get("signalled_at") else None
         waited = (now - signalled).total_seconds() if signalled else None
         self.audit.record(
-            {"requeued": "requeue", "cancelled": "cancel"}.get(outcome, outcome),
+            outcome.audit_action,
             node=doc["node"], job=job_id, incident=doc["incident"], user=rec.get("user"),
             code=doc.get("code"), why=detail, grace_s=doc.get("grace_s"), waited_s=waited,
             actor=self.actor,
@@ -644,22 +815,76 @@ class Engine:
             touched.append(doc["incident"])
         return touched
 
-    def _roll_forward(self, incident: str) -> None:
+    def _roll_forward(self, incident: str, node: str | None = None) -> None:
         doc = self.state.read_incident(incident)
-        if doc is None or doc.get("jobs_done"):
+        if doc is None and node is not None:
+            doc = self._rebuild_incident(node, incident)
+        if doc is None:
             return
-        if doc.get("status") == "draining":
-            current = self.slurm.get_node(doc["node"])
-            ours = try_parse_reason(current.reason)
+        if doc.get("jobs_done"):
+            if alerts.unsent(doc):
+                self.flush_alerts(incident)
+            return
+        self._roll_forward_jobs(incident, doc)
+        if alerts.unsent(self.state.read_incident(incident) or {}):
+            self.flush_alerts(incident)
+
+    def _rebuild_incident(self, node: str, incident: str) -> dict[str, Any] | None:
+        """The node's open incident has no readable journal (lost, truncated,
+        moved aside as corrupt): rebuild it from Slurm's state, where our
+        reason names the incident, so its jobs are still evacuated and
+        requeued.  When Slurm no longer carries it, the incident is closed."""
+        current = self.slurm.get_node(node)
+        ours = our_reason(current)
+        if ours is None or ours.incident != incident:
+            log.warning("incident %s of %s has no journal and Slurm no longer carries it; closed",
+                        incident, node)  # fmt: skip
+            self.state.clear_open_incident(node, incident)
+            return None
+        now = self.clock()
+        doc = {
+            "incident": incident,
+            "node": node,
+            "kind": "drain",
+            "code": ours.code,
+            "component": ours.component,
+            "reason": current.reason,
+            "why": "journal rebuilt from Slurm's reason",
+            "opened_at": iso(now),
+            "grace_s": self.policy.grace_seconds,
+            "signal_batch": self.policy.signal_batch,
+            "signal_steps": self.policy.signal_steps,
+            "evacuate": True,
+            "status": IncidentStatus.DRAINED,
+            "jobs": None,
+            "jobs_done": False,
+            "deadline": None,
+            "worker_env": self.worker_env,
+            "audit_log": str(self.audit.path),
+            "steps": [{"step": "rebuilt_from_slurm", "at": iso(now)}],
+        }
+        self.state.write_incident(doc)
+        log.error("incident %s of %s: journal lost, rebuilt from Slurm's reason %r",
+                  incident, node, current.reason)  # fmt: skip
+        self.audit.record(
+            "rebuild", node=node, incident=incident, reason=current.reason,
+            why="incident journal missing or corrupt; rebuilt from Slurm", actor=self.actor,
+        )  # fmt: skip
+        return doc
+
+    def _roll_forward_jobs(self, incident: str, doc: dict[str, Any]) -> None:
+        if IncidentStatus.parse(doc.get("status")) is IncidentStatus.DRAINING:
+            view = self.door.look(doc["node"])
+            current, ours = view.node, view.ours
             if ours is not None and ours.incident == incident:
-                self._step(incident, "drained", status="drained")
-            elif classify_owner(current.reason) is ReasonOwner.NONE:
+                self._step(incident, "drained", status=IncidentStatus.DRAINED)
+            elif not view.ownership.claimed:  # no reason, or a stale one (24.11)
                 with self.state.incident_lock(incident):
-                    self.slurm.drain(doc["node"], doc["reason"])
-                    self._step(incident, "drained", status="drained")
+                    self.door.drain(doc["node"], doc["reason"])
+                    self._step(incident, "drained", status=IncidentStatus.DRAINED)
                 self.state.set_open_incident(doc["node"], incident)
             else:
-                self._step(incident, "abandoned", status="abandoned", jobs_done=True)
+                self._step(incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True)
                 self.state.clear_open_incident(doc["node"], incident)
                 self.audit.record(
                     "drain", node=doc["node"], incident=incident, outcome="skipped",
@@ -669,7 +894,7 @@ class Engine:
                 return
             doc = self.state.read_incident(incident) or doc
         if not doc.get("evacuate", True):
-            self._step(incident, "jobs_done", jobs_done=True, status="jobs_done")
+            self._step(incident, "jobs_done", jobs_done=True, status=IncidentStatus.JOBS_DONE)
             return
         pending_signal = doc.get("jobs") is None or any(
             not r.get("signalled_at") for r in doc["jobs"].values()
@@ -723,17 +948,24 @@ class Engine:
     # -- acceptance and resume -------------------------------------------------
 
     def record_acceptance(
-        self, node: str, passed: bool, *, at: datetime | None = None, detail: str = ""
+        self,
+        node: str,
+        passed: bool,
+        *,
+        at: datetime | None = None,
+        detail: str = "",
+        resume: bool = True,
     ) -> Decision | None:
         """Take the acceptance run's verdict; on a pass with an incident open
-        here and auto_resume on, try to resume the node."""
+        here and auto_resume on, try to resume the node (``resume=False``:
+        record only, as ``acceptance --no-resume`` asks)."""
         at = at or self.clock()
         self.state.record_acceptance(node, at, passed, detail)
         self.audit.record(
             "acceptance", node=node, outcome="passed" if passed else "failed", why=detail or None,
             acceptance_at=iso(at), actor=self.actor,
         )  # fmt: skip
-        if passed and self.policy.auto_resume and self.state.open_incident(node):
+        if resume and passed and self.policy.auto_resume and self.state.open_incident(node):
             return self.try_resume(node)
         return None
 
@@ -755,18 +987,18 @@ class Engine:
         )  # fmt: skip
         if d.kind is not DecisionKind.RESUME or d.observe_only:
             return d
-        latest = self.slurm.get_node(node)  # the reason must still be the one we judged
-        if latest.reason != current.reason:
+        try:  # the reason must still be the one we judged
+            self.door.resume(node, expect_reason=current.reason)
+        except (ReasonChanged, ForeignReasonError):
             self.audit.record(
                 "resume", node=node, outcome="refused", why="reason changed meanwhile",
                 actor=self.actor,
             )  # fmt: skip
             return Decision(DecisionKind.LOG, node, d.code, "reason changed meanwhile; not resumed")
-        self.slurm.resume(node)
         self.state.record_resume(node, self.clock(), d.incident)
         if d.incident and self.state.read_incident(d.incident):
             with self.state.incident_lock(d.incident):
-                self._step(d.incident, "resumed", status="closed")
+                self._step(d.incident, "resumed", status=IncidentStatus.CLOSED)
         self.audit.record(
             "resume", node=node, incident=d.incident, code=d.code, why=d.explanation,
             actor=self.actor,
@@ -779,11 +1011,23 @@ class Engine:
 
     # -- telling people -----------------------------------------------------------
 
+    def notify(self, alert: Alert) -> None:
+        """Tell people about a finding that drains nothing (a job that hangs
+        with no culprit, a straggler): sent and audited like every alert."""
+        self._alert(alert)
+
     def _alert(self, alert: Alert) -> None:
-        for delivery in self.notifier.send(alert):
+        """An alert outside an incident's journal (node resumed, breaker
+        tripped): off the critical path, with a total deadline
+        (``alerts.send_bounded``): a hanging webhook never delays the
+        resume or the breaker decision."""
+
+        def record(delivery: Any) -> None:
             self.audit.record(
                 "notify", node=alert.node, job=alert.job_id, incident=alert.incident,
                 user=alert.user, sink=delivery.sink, kind=alert.kind,
                 outcome="sent" if delivery.ok else "failed", why=delivery.error,
                 actor=self.actor,
             )  # fmt: skip
+
+        alerts.send_bounded(self.notifier, alert, record)

@@ -2,8 +2,8 @@
 
 Hooks are short-lived, so they cannot be scraped: each run writes a file for
 node_exporter's textfile collector (``--collector.textfile.directory``),
-atomically (prometheus_client writes a temp file in the same directory and
-renames it), so node_exporter never reads half a file.  One file per phase
+atomically (``store.atomicfile``: a temp file in the same directory, then a
+rename), so node_exporter never reads half a file.  One file per phase
 (``slurm_hooks_prolog.prom`` ...) and a ``phase`` label on every sample keep
 the files from overwriting each other's numbers and from colliding in
 node_exporter, which refuses the same series from two files.
@@ -53,6 +53,17 @@ class MetricsConfig:
             raise ValueError("textfile_dir must not be empty")
 
 
+#: Local state writes that failed in this process, by what was being
+#: written (journal, node, lock, cursor): remediation went on without them
+#: (``slurm_hooks_state_failures_total``; the watcher serves it, a hook logs it).
+STATE_FAILURES: dict[str, int] = {}
+
+
+def count_state_failure(what: str) -> None:
+    """Count one failed local state write (the caller logs it loudly)."""
+    STATE_FAILURES[what] = STATE_FAILURES.get(what, 0) + 1
+
+
 @dataclass(frozen=True)
 class PhaseRun:
     """What one hook run reports."""
@@ -68,6 +79,11 @@ class PhaseRun:
     #: Cumulative XID events seen on this node, by XID code (the watcher
     #: keeps the counts in its state; hooks may pass none).
     xid_counts: Mapping[str | int, int] = field(default_factory=dict)
+    #: Failed local state writes by kind (defaults to this process's counts).
+    state_failures: Mapping[str, int] = field(default_factory=lambda: dict(STATE_FAILURES))
+    #: Repeats of a fault on a node we already drained for it, absorbed
+    #: without a Slurm call, by fault code.
+    repeats: Mapping[str, int] = field(default_factory=dict)
 
 
 def textfile_name(phase: str) -> str:
@@ -141,6 +157,26 @@ def _families(run: PhaseRun) -> Iterator[Any]:
             xid.add_metric([str(code)], n)
         yield xid
 
+    if run.state_failures:
+        sf = CounterMetricFamily(
+            f"{NAMESPACE}_state_failures",
+            "Local state writes that failed (remediation went on without them), by kind.",
+            labels=["what"],
+        )
+        for what, n in sorted(run.state_failures.items()):
+            sf.add_metric([what], n)
+        yield sf
+
+    if run.repeats:
+        rep = CounterMetricFamily(
+            f"{NAMESPACE}_repeats_absorbed",
+            "Repeats of a fault on a node already drained for it (no Slurm call), by code.",
+            labels=["code"],
+        )
+        for code, n in sorted(run.repeats.items()):
+            rep.add_metric([code], n)
+        yield rep
+
 
 class _RunCollector:
     def __init__(self, run: PhaseRun) -> None:
@@ -173,10 +209,14 @@ def write_textfile(directory: str | os.PathLike[str], run: PhaseRun) -> Path:
     Raises OSError when the directory is missing or not writable: the caller
     (the hook) logs it and carries on, metrics never fail a hook.
     """
-    from prometheus_client import write_to_textfile
+    from slurm_hooks.store.atomicfile import write_atomic
 
+    if not os.path.isdir(directory):  # never create node_exporter's directory
+        raise FileNotFoundError(f"no such directory: {os.fspath(directory)}")
     path = Path(directory) / textfile_name(run.phase)
-    write_to_textfile(str(path), build_registry(run))
+    # Not fsynced: a textfile lost to a power cut is rewritten by the next
+    # run; world-readable, node_exporter runs as its own user.
+    write_atomic(path, render(run), mode=0o644, durable=False)
     return path
 
 

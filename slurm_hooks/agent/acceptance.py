@@ -156,7 +156,8 @@ def run_acceptance(
     seconds = clock() - t0
     log.info("acceptance node=%s passed=%s seconds=%.1f detail=%s", node, passed, seconds, detail)
     eng = engine if engine is not None else engine_factory(cfg)
-    decision = eng.record_acceptance(node, passed, detail=detail)
+    # --no-resume: the verdict is recorded, no path may resume the node.
+    decision = eng.record_acceptance(node, passed, detail=detail, resume=resume)
     if passed and resume and decision is None and eng.policy.auto_resume:
         # No incident open in this node's state (drained from elsewhere, e.g.
         # by a multi-node preflight): the resume still checks reason and pass.

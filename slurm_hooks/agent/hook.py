@@ -11,7 +11,9 @@ Slurm's limits shape it:
 * A non-zero epilog makes Slurm drain the node with "Epilog error", a reason
   that is not ours and that would hide ours: the epilog exits 0 after acting
   (the drain it needs, it wrote itself).  The health check's exit status is
-  not read by Slurm; it is 1 when the node is unhealthy, for people and logs.
+  only logged by slurmd ("error: health_check failed" when non-zero): it is 1
+  when the node is unhealthy and our drain does not hold it yet, 0 once it
+  does (``already_handled``), so a drained node is not logged every interval.
 * An open incident with work left (a grace worker that died) is rolled
   forward on the next run, healthy or not.
 * The prolog runs before every job: its cache, budget and requeue live in
@@ -21,15 +23,18 @@ Slurm's limits shape it:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from slurm_hooks.core.config import Config
+    from slurm_hooks.core.model import Finding
+    from slurm_hooks.decide.decision import Decision
     from slurm_hooks.store.state import StateStore
 
 log = logging.getLogger("slurm_hooks.agent.hook")
@@ -89,11 +94,39 @@ def _main(phase: str, t0: float) -> int:
         # cursor: scan-then-act under one lock, so no XID is handled (or
         # counted towards a repeat rule) twice.
         store = StateStore(cfg.general.state_dir)
-        with store.lock(DETECT_LOCK, timeout=DETECT_LOCK_WAIT_S):
+        with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
             return _run_and_act(phase, cfg, store, node, t0)
     except SlurmHooksError as exc:
         log.error("hook %s could not run: %s", phase, exc)
         return 0 if phase == "epilog" else 2
+
+
+@contextlib.contextmanager
+def detect_lock_or_degrade(store: StateStore, name: str, timeout: float) -> Iterator[None]:
+    """The detect lock; when the state dir itself is broken (full,
+    read-only, gone) the run goes on without it, loudly: a drain must never
+    wait on local storage, and the drain is idempotent (read before write).
+    A lock that another process holds past ``timeout`` still stops the run
+    (LockTimeout): that process is acting on the same events."""
+    from slurm_hooks.core.errors import StateError
+    from slurm_hooks.store.state import LockTimeout
+
+    try:
+        cm = store.lock(name, timeout=timeout)
+        cm.__enter__()
+    except LockTimeout:
+        raise
+    except StateError as exc:
+        log.error("STATE DIR BROKEN: %s; detecting and acting without the %s lock", exc, name)
+        from slurm_hooks.act.metrics import count_state_failure
+
+        count_state_failure("lock")
+        yield
+        return
+    try:
+        yield
+    finally:
+        cm.__exit__(None, None, None)
 
 
 def apply_log_level(cfg: Config) -> None:
@@ -109,30 +142,97 @@ def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: floa
     from slurm_hooks.core.errors import SlurmHooksError
     from slurm_hooks.core.model import Status
     from slurm_hooks.detect.runner import run_phase
+    from slurm_hooks.detect.xid.commit import deferred
 
-    result = run_phase(phase, cfg=cfg, node=node)
-    unhealthy = any(f.is_problem for f in result.findings)
-    remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
-    if all(f.status is Status.OK for f in result.findings) and not _work_left(store, node):
-        # The common case on every node every interval: nothing to decide and
-        # nothing to roll forward, so the engine (policy, Slurm backend,
-        # notifiers) is not even imported.
-        return 0
-    if phase == "healthcheck" and remaining < ENGINE_MIN_S:
-        log.warning("hook %s: %.1fs left, not acting this run", phase, remaining)
-    else:
-        try:
-            from slurm_hooks.act.engine import Engine
+    # The XID cursor and history are committed only once the findings are
+    # acted on (journalled): a stalled slurmctld, a crash or a kill here
+    # leaves the events to be read and acted on by the next run.
+    handled = False
+    with deferred() as pending:
+        result = run_phase(phase, cfg=cfg, node=node)
+        unhealthy = any(f.is_problem for f in result.findings)
+        remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
+        if all(f.status is Status.OK for f in result.findings) and not _work_left(store, node):
+            # The common case on every node every interval: nothing to decide and
+            # nothing to roll forward, so the engine (policy, Slurm backend,
+            # notifiers) is not even imported.
+            pending.commit()
+            write_metrics(phase, cfg, result.findings, time.monotonic() - t0, result.durations)
+            return 0
+        if phase == "healthcheck" and remaining < ENGINE_MIN_S:
+            log.warning("hook %s: %.1fs left, not acting this run (events kept for the next)",
+                        phase, remaining)  # fmt: skip
+        else:
+            try:
+                from slurm_hooks.act.engine import Engine
 
-            engine = Engine.from_config(cfg, actor=f"slurm-hooks/{phase}")
-            for d in engine.handle(node, result.findings):
-                log.info("decision node=%s kind=%s code=%s why=%s", node, d.kind, d.code,
-                         d.explanation)  # fmt: skip
-        except SlurmHooksError as exc:
-            log.error("hook %s: remediation failed: %s", phase, exc)
+                engine = Engine.from_config(cfg, actor=f"slurm-hooks/{phase}")
+                decisions = engine.handle(node, result.findings)
+                for d in decisions:
+                    log.info("decision node=%s kind=%s code=%s why=%s", node, d.kind, d.code,
+                             d.explanation)  # fmt: skip
+                pending.commit()
+                handled = unhealthy and already_handled(decisions)
+            except SlurmHooksError as exc:
+                log.error("hook %s: remediation failed (events kept for the next run): %s",
+                          phase, exc)  # fmt: skip
+    write_metrics(phase, cfg, result.findings, time.monotonic() - t0, result.durations)
     if phase == "epilog":
         return 0
-    return 1 if unhealthy else 0
+    return 1 if unhealthy and not handled else 0
+
+
+def write_metrics(
+    phase: str,
+    cfg: Config,
+    findings: Sequence[Finding],
+    duration_s: float,
+    check_durations: Mapping[str, float] | None = None,
+) -> str | None:
+    """``<[metrics] textfile_dir>/slurm_hooks_<phase>.prom`` for
+    node_exporter's textfile collector, replaced atomically; returns its
+    path, or None when nothing was written.  Costs one ``stat`` when the
+    directory does not exist (node_exporter not installed, the default
+    directory absent: no warning) or ``enabled = false``; prometheus_client
+    is imported only when the file is written.  A write that fails is
+    logged, never fails the hook."""
+    from slurm_hooks.act.metrics import DEFAULT_TEXTFILE_DIR, MetricsConfig
+    from slurm_hooks.core.errors import ConfigError
+
+    try:
+        mc = cfg.section("metrics", MetricsConfig)
+    except ConfigError as exc:
+        log.warning("metrics textfile not written: bad [metrics]: %s", exc)
+        return None
+    if not mc.enabled:
+        return None
+    if not os.path.isdir(mc.textfile_dir):
+        if mc.textfile_dir != DEFAULT_TEXTFILE_DIR:
+            log.warning("metrics textfile not written: [metrics] textfile_dir %s is not a "
+                        "directory", mc.textfile_dir)  # fmt: skip
+        return None
+    from slurm_hooks.act.metrics import PhaseRun, try_write_textfile
+
+    run = PhaseRun(phase, tuple(findings), time.time(), duration_s, dict(check_durations or {}))
+    path = try_write_textfile(mc.textfile_dir, run)
+    return str(path) if path is not None else None
+
+
+def already_handled(decisions: Sequence[Decision]) -> bool:
+    """Whether every problem of this run is one our drain already holds
+    (ALREADY_HANDLED: Slurm shows our reason for it, or a repeat absorbed
+    under our open incident).  The health check then exits 0: slurmd logs
+    "error: health_check failed" for every non-zero exit (slurmd.c
+    ``run_script_health_check``) and reads nothing else from it, so a
+    drained node would log that line every interval although the drain
+    reason already says what is wrong.  The run that finds the fault and
+    drains still exits 1 (one line in slurmd's log per incident), and so
+    does any run where a problem is not held by our drain (observe-only,
+    breaker tripped, a foreign reason, a warning left in service)."""
+    from slurm_hooks.decide.decision import DecisionKind
+
+    problems = [d for d in decisions if any(f.is_problem for f in d.findings)]
+    return bool(problems) and all(d.kind is DecisionKind.ALREADY_HANDLED for d in problems)
 
 
 def _work_left(store: StateStore, node: str) -> bool:
@@ -142,5 +242,7 @@ def _work_left(store: StateStore, node: str) -> bool:
     incident = store.open_incident(node)
     if incident is None:
         return False
+    from slurm_hooks.store.state import incident_pending
+
     doc = store.read_incident(incident)
-    return doc is None or not doc.get("jobs_done")
+    return doc is None or incident_pending(doc)

@@ -19,16 +19,17 @@ node is blamed and the run says so.
 The pairing logic is pure (:func:`plan_pairs`, :func:`suspects`,
 :func:`culprits`); measuring goes through a pluggable engine:
 :class:`SrunNcclEngine` runs nccl-tests' ``all_reduce_perf`` across the
-nodes with ``srun`` (MPI build of nccl-tests), :class:`FakeNcclEngine` prints
-the same output from per-node scenario files (lab, tests).
+nodes with ``srun`` (MPI build of nccl-tests); any other ``engine`` is a
+plug-in of the ``slurm_hooks.engines`` group (``detect.engines.registry``),
+such as the lab's ``lab:fake``, which prints the same output from per-node
+scenario files.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from slurm_hooks.core.model import Action, Component, Finding, Status
@@ -54,7 +55,8 @@ class PreflightConfig:
 
     #: Bus bandwidth (GB/s) below which a multi-node all-reduce is slow.
     busbw_floor_gbps: float = 40.0
-    #: auto (fake when a scenario template is set, else nccl-tests), nccl-tests, fake.
+    #: auto or nccl-tests (over srun), or the name of a plug-in engine
+    #: (entry-point group ``slurm_hooks.engines``, e.g. the lab's "lab:fake").
     engine: str = "auto"
     #: nccl-tests' all_reduce_perf (an MPI build), started by srun on every
     #: node: a name on the nodes' PATH, or an absolute path.
@@ -74,14 +76,18 @@ class PreflightConfig:
     timeout_s: float = 120.0
     #: Drain the culprits (else only report them).
     drain: bool = True
-    #: Fake engine: per-node scenario file, ``{node}`` replaced by the name.
-    fake_scenarios: str = ""
+    #: Plug-in engine only: per-node scenario file, ``{node}`` replaced by the name.
+    scenario: str = ""
 
     def validate(self) -> None:
         if self.busbw_floor_gbps <= 0:
             raise ValueError("busbw_floor_gbps must be > 0")
-        if self.engine not in ("auto", "nccl-tests", "fake"):
-            raise ValueError("engine must be auto, nccl-tests or fake")
+        if not self.engine:
+            raise ValueError("engine must be auto, nccl-tests or a plug-in's name")
+        if self.engine not in ("auto", "nccl-tests"):
+            from slurm_hooks.detect.engines.registry import check_name
+
+            check_name(self.engine, ("auto", "nccl-tests"), key="preflight.engine")
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
 
@@ -101,10 +107,10 @@ def plan_pairs(nodes: Sequence[str], results: Mapping[Pair, bool] | None = None)
     if len(order) < 2:
         return []
     if not results:
-        out = [pair(order[i], order[i + 1]) for i in range(0, len(order) - 1, 2)]
+        first = [pair(order[i], order[i + 1]) for i in range(0, len(order) - 1, 2)]
         if len(order) % 2:
-            out.append(pair(order[-1], order[0]))
-        return out
+            first.append(pair(order[-1], order[0]))
+        return first
     good = known_good(results)
     good_list = [n for n in order if n in good]
     out: list[Pair] = []
@@ -173,7 +179,9 @@ class Engine(Protocol):
     def measure(self, nodes: Sequence[str]) -> Measurement: ...
 
 
-def _busbw(text: str, engine: str) -> tuple[float | None, str | None]:
+def busbw_of(text: str, engine: str) -> tuple[float | None, str | None]:
+    """(large-message bus bandwidth, None) of an ``all_reduce_perf`` output,
+    or (None, why) when it failed or did not finish."""
     from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
 
     run = parse_nccl_tests(text, engine=engine)
@@ -185,51 +193,6 @@ def _busbw(text: str, engine: str) -> tuple[float | None, str | None]:
     if bw is None or not run.completed:
         return None, "no complete all_reduce_perf result"
     return bw, None
-
-
-@dataclass
-class FakeNcclEngine:
-    """TEST DOUBLE: what ``all_reduce_perf`` across ``nodes`` would print, from
-    each node's engine scenario: ``[internode] busbw_gbps`` (its network
-    link; default ``[nccl] busbw_gbps``, the intra-node figure) and
-    ``[nccl] fail``.  A set of nodes runs at its slowest member's speed.
-    Parsed by the real parser."""
-
-    template: str
-    gpus_per_node: int = 1
-    min_bytes: int = 256 * 1024**2
-    max_bytes: int = 1024**3
-    calls: list[tuple[str, ...]] = field(default_factory=list)
-
-    def _scenario(self, node: str) -> Any:
-        from slurm_hooks_lab.fake_engines import load_scenario
-
-        path = self.template.replace("{node}", node)
-        return load_scenario(path if os.path.exists(path) else None, gpu_count=self.gpus_per_node)
-
-    def measure(self, nodes: Sequence[str]) -> Measurement:
-        from dataclasses import replace
-
-        from slurm_hooks_lab.fake_engines import FakeGpu, all_reduce_perf_output
-
-        self.calls.append(tuple(nodes))
-        scs = [self._scenario(n) for n in nodes]
-        scs = [
-            replace(
-                s, busbw_gbps=float(s.extra.get("internode", {}).get("busbw_gbps", s.busbw_gbps))
-            )
-            for s in scs
-        ]
-        worst = min(scs, key=lambda s: s.busbw_gbps)
-        fail = next((s.fail for s in scs if s.fail), None)
-        gpus = tuple(
-            FakeGpu(index=i, pci=f"0x{0x18 + 0x10 * (i % self.gpus_per_node):02x}")
-            for i in range(len(nodes) * self.gpus_per_node)
-        )
-        sc = replace(worst, gpus=gpus, fail=fail, wrong=0, host=nodes[0])
-        text = all_reduce_perf_output(sc, min_bytes=self.min_bytes, max_bytes=self.max_bytes)
-        bw, err = _busbw(text, "fake")
-        return Measurement(tuple(nodes), bw, err)
 
 
 @dataclass
@@ -267,7 +230,7 @@ class SrunNcclEngine:
             res = run(self.argv(nodes), timeout=self.cfg.timeout_s, check=False)
         except CommandError as exc:
             return Measurement(tuple(nodes), None, str(exc), time.monotonic() - t0)
-        bw, err = _busbw((res.stdout or "") + (res.stderr or ""), "nccl-tests")
+        bw, err = busbw_of((res.stdout or "") + (res.stderr or ""), "nccl-tests")
         if err is None and res.rc != 0:
             err = f"all_reduce_perf exited {res.rc}"
             bw = None
@@ -381,23 +344,21 @@ def run_preflight(
 
 
 def make_engine(cfg: PreflightConfig, gpus_per_node: int = 1) -> Engine:
-    kind = cfg.engine
-    if kind == "auto":
-        kind = "fake" if cfg.fake_scenarios else "nccl-tests"
-    if kind == "fake":
-        from slurm_hooks.detect.engines.nccl.engines import parse_size
+    """The configured engine: nccl-tests over srun for ``auto`` and
+    ``nccl-tests`` (never a fake by itself), else the plug-in of that name."""
+    if cfg.engine in ("auto", "nccl-tests"):
+        return SrunNcclEngine(cfg, gpus_per_node=gpus_per_node)
+    from slurm_hooks.detect.engines.nccl.engines import parse_size
+    from slurm_hooks.detect.engines.registry import backend
 
-        if not cfg.fake_scenarios:
-            from slurm_hooks.core.errors import ConfigError
-
-            raise ConfigError("engine 'fake' needs fake_scenarios", key="preflight.fake_scenarios")
-        return FakeNcclEngine(
-            cfg.fake_scenarios,
-            gpus_per_node=gpus_per_node,
-            min_bytes=parse_size(cfg.min_bytes),
-            max_bytes=parse_size(cfg.max_bytes),
-        )
-    return SrunNcclEngine(cfg, gpus_per_node=gpus_per_node)
+    plugin = backend(cfg.engine, key="preflight.engine")
+    engine: Engine = plugin.preflight(
+        cfg.scenario,
+        gpus_per_node=gpus_per_node,
+        min_bytes=parse_size(cfg.min_bytes),
+        max_bytes=parse_size(cfg.max_bytes),
+    )
+    return engine
 
 
 def allocation_nodes(env: Mapping[str, str]) -> list[str]:
@@ -409,7 +370,6 @@ def allocation_nodes(env: Mapping[str, str]) -> list[str]:
 
 
 __all__ = [
-    "FakeNcclEngine",
     "Measurement",
     "PreflightConfig",
     "PreflightResult",

@@ -461,7 +461,12 @@ def run_prolog(
         if pc.warm_checks
         else contextlib.nullcontext(False)
     )
-    with lock as locked:
+    from slurm_hooks.detect.xid.commit import deferred
+
+    # The XID cursor and history are committed only once the engine acted on
+    # what the scan found (as the hooks and the watcher do): a stalled
+    # slurmctld, a crash or a kill leaves the events for the next run.
+    with lock as locked, deferred() as pending:
         if locked and pc.warm_checks:
             warm = run(
                 "prolog", run_setup=rs, only=list(pc.warm_checks), budget_s=budget.left(),
@@ -471,7 +476,11 @@ def run_prolog(
         step("warm", t0)
         if any(f.is_problem for f in warm_findings):
             cache.invalidate("warm checks found a problem")
-            engine = _act(engine_factory, cfg, node, warm_findings, steps, clock)
+            engine = _act(
+                engine_factory, cfg, node, warm_findings, steps, clock, acted=pending.commit
+            )
+        else:
+            pending.commit()
     new_xid = _is_new_xid(warm_findings) or xid_mark(state_dir) != mark_before
     if any(f.is_problem for f in warm_findings):
         if engine is not None:
@@ -590,9 +599,13 @@ def _act(
     findings: Sequence[Finding],
     steps: list[tuple[str, float]],
     clock: Clock,
+    *,
+    acted: Callable[[], None] | None = None,
 ) -> Any | None:
     """Hand the findings to the engine; the engine when the node now carries
-    our drain (from this decision or an earlier one), else None."""
+    our drain (from this decision or an earlier one), else None.
+    ``acted`` is called once the engine acted without error (the prolog
+    commits its XID cursor there)."""
     from slurm_hooks.core.errors import SlurmHooksError
 
     t0 = clock()
@@ -600,6 +613,8 @@ def _act(
     try:
         engine = factory(cfg)
         decisions = engine.handle(node, findings)
+        if acted is not None:
+            acted()
         for d in decisions:
             log.info("decision node=%s kind=%s code=%s why=%s", node, d.kind, d.code,
                      d.explanation)  # fmt: skip
@@ -627,6 +642,7 @@ def _after_drain(
     prolog-failure path do it."""
     from slurm_hooks.agent.hook import EXIT_REJECT
     from slurm_hooks.core.errors import SlurmError
+    from slurm_hooks.slurm.door import Requeue, SlurmDoor
 
     if not pc.requeue_on_fail or not job_id:
         return EXIT_REJECT
@@ -636,12 +652,11 @@ def _after_drain(
             restarts = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
         except ValueError:
             restarts = 0
-        job = engine.slurm.get_job(job_id)
-        if job.restart_count > restarts:
-            log.info("prolog: job %s already requeued (restart count %d)", job_id,
-                     job.restart_count)  # fmt: skip
+        # Exactly once, by the door's one rule: a restart count past the one
+        # slurmd handed us means the job was requeued already.
+        if SlurmDoor(engine.slurm).requeue_once(job_id, restarts) is Requeue.ALREADY:
+            log.info("prolog: job %s already requeued", job_id)
             return 0
-        engine.slurm.requeue(job_id)
         engine.audit.record(
             "requeue", node=node, job=job_id,
             why="prolog failed on this node: requeued before the job started",
@@ -668,6 +683,9 @@ def hook_main(t0: float | None = None) -> int:
         cfg = config_mod.load(validate=False)
         apply_log_level(cfg)
         outcome = run_prolog(cfg=cfg)
+        from slurm_hooks.agent.hook import write_metrics
+
+        write_metrics("prolog", cfg, outcome.findings, outcome.seconds)
     except SlurmHooksError as exc:
         # Our own trouble must not cost the job or the node: no drain, exit 0.
         log.error("hook prolog could not run: %s", exc)

@@ -76,6 +76,11 @@ class WatchConfig:
     retry_s: float = 1.0
     #: Ceiling of that doubling delay, seconds.
     retry_max_s: float = 60.0
+    #: Least seconds between two kernel-log scans: under a flood (hundreds
+    #: of lines a second) each scan takes everything written since the last
+    #: one, so the watcher's CPU stays bounded and an XID still drains
+    #: within this long.
+    scan_min_interval_s: float = 0.2
 
     def validate(self) -> None:
         for name in (
@@ -86,6 +91,7 @@ class WatchConfig:
             "lock_timeout_s",
             "retry_s",
             "retry_max_s",
+            "scan_min_interval_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -247,6 +253,10 @@ def make_follower(
 # -- the watcher --------------------------------------------------------------------
 
 
+class _NotActed(Exception):  # noqa: N818 - internal signal, never escapes the watcher
+    """The engine could not act: the scope's cursor is not committed."""
+
+
 def _signature(f: Finding) -> tuple[str, str, str, str]:
     return (f.check, str(f.status), f.code, f.component.short())
 
@@ -300,7 +310,11 @@ class Watcher:
         #: State findings last handed to the engine: signature -> when.
         self._fed: dict[tuple[str, str, str, str], float] = {}
         #: Findings the engine could not act on yet (Slurm unreachable).
+        #: XID findings are not kept: their cursor was not committed, so the
+        #: retry scans the same kernel-log records again (``_rescan``).
         self._retry: list[Finding] = []
+        self._rescan = False
+        self._last_scan = float("-inf")
         self._retry_at = 0.0
         self._retry_delay = self.settings.retry_s
 
@@ -319,14 +333,16 @@ class Watcher:
             decisions = self.engine.handle(self.node, todo)
         except SlurmHooksError as exc:
             self.stats.failures += 1
-            problems = [f for f in todo if f.status is not Status.OK]
-            log.error("watch node=%s: acting failed (%s); %d finding(s) kept for a retry in %gs",
-                      self.node, exc, len(problems), self._retry_delay)  # fmt: skip
+            problems = [f for f in todo if f.status is not Status.OK and f.check != XID_CHECK]
+            log.error("watch node=%s: acting failed (%s); %d finding(s) kept and the kernel log "
+                      "re-read in %gs", self.node, exc, len(problems), self._retry_delay)  # fmt: skip
             self._retry = problems
+            self._rescan = True
             self._retry_at = self.clock() + self._retry_delay
             self._retry_delay = min(self._retry_delay * 2, self.settings.retry_max_s)
-            return []
+            raise _NotActed from exc
         self._retry = []
+        self._rescan = False
         self._retry_delay = self.settings.retry_s
         for d in decisions:
             self.stats.handled += 1
@@ -335,7 +351,8 @@ class Watcher:
         return list(decisions)
 
     def _count_xids(self, findings: Sequence[Finding]) -> None:
-        """Cumulative XID events by number (``slurm_hooks_xid_events``)."""
+        """Cumulative XID events by number (``slurm_hooks_xid_events``): every
+        parsed XID, the ones the catalogue ignores too (status OK)."""
         for f in findings:
             if f.check != XID_CHECK or not f.code.startswith("XID") or not f.code[3:].isdigit():
                 continue
@@ -344,15 +361,26 @@ class Watcher:
             self.stats.xid_counts[f.code[3:]] = self.stats.xid_counts.get(f.code[3:], 0) + n
 
     def scan_log(self) -> list[Any]:
-        """New kernel-log lines: run the XID check alone and act on it."""
-        with detect_lock(self.state_dir, self.settings.lock_timeout_s):
+        """New kernel-log lines: run the XID check alone and act on it.  The
+        cursor is committed only once the engine has acted (journalled)."""
+        from slurm_hooks.detect.xid.commit import deferred
+
+        self._last_scan = self.clock()
+        with detect_lock(self.state_dir, self.settings.lock_timeout_s), deferred() as pending:
             result = self._run([XID_CHECK])
             self.stats.scans += 1
             events = [f for f in result.findings if f.status is not Status.OK]
-            self._count_xids(events)
-            if not events and not self._retry:
-                return []
-            return self._handle(events)
+            if events or self._retry:
+                try:
+                    decisions = self._handle(events)
+                except _NotActed:
+                    return []
+            else:
+                decisions = []
+            pending.commit()
+            self._rescan = False
+            self._count_xids(result.findings)
+            return decisions
 
     def poll(self) -> list[Any]:
         """The whole watch phase; XID findings always go to the engine, GPU
@@ -370,8 +398,11 @@ class Watcher:
             result = self._run(others)
             findings.extend(result.findings)
             durations.update(result.durations)
-        with detect_lock(self.state_dir, self.settings.lock_timeout_s):
+        from slurm_hooks.detect.xid.commit import deferred
+
+        with detect_lock(self.state_dir, self.settings.lock_timeout_s), deferred() as pending:
             if XID_CHECK in names:
+                self._last_scan = self.clock()
                 result = self._run([XID_CHECK])
                 findings.extend(result.findings)
                 durations.update(result.durations)
@@ -393,11 +424,14 @@ class Watcher:
                 fed = self._fed.get(sig)
                 if fed is None or now - fed >= self.settings.refeed_s:
                     state.append(f)
-            self._count_xids(events)
-            before = self.stats.failures
             # Called even with nothing new: it rolls forward an open incident.
-            decisions = self._handle([*events, *state])
-            if self.stats.failures == before:
+            try:
+                decisions = self._handle([*events, *state])
+            except _NotActed:
+                decisions = []
+            else:
+                pending.commit()
+                self._count_xids([f for f in findings if f.check == XID_CHECK])
                 for f in state:
                     self._fed[_signature(f)] = now
                 # A fault that cleared and comes back is news again.
@@ -450,15 +484,20 @@ class Watcher:
                     next_poll = self.clock() + s.nvml_interval_s
                     self._reap()
                     continue
-                if self._retry and now >= self._retry_at:
+                retry = bool(self._retry) or self._rescan
+                if retry and now >= self._retry_at:
                     self._guard(self.scan_log)
                     continue
                 wait = next_poll - now
-                if self._retry:
+                if retry:
                     wait = min(wait, max(0.0, self._retry_at - now))
                 if follower is None:
                     self.stop_event.wait(wait)
                 elif follower.wait(wait, self.stop_event):
+                    # Batch a flood: at most one scan per scan_min_interval_s.
+                    spacing = self._last_scan + s.scan_min_interval_s - self.clock()
+                    if spacing > 0 and self.stop_event.wait(spacing):
+                        break
                     self._guard(self.scan_log)
         finally:
             if follower is not None:

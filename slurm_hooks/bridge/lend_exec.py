@@ -28,9 +28,16 @@ from slurm_hooks.bridge import plan as bridge_plan
 from slurm_hooks.bridge._exec import Obj, evict_pods, patch_node
 from slurm_hooks.bridge.metrics import BridgeMetrics
 from slurm_hooks.bridge.settings import BridgeConfig
-from slurm_hooks.core.errors import KubernetesError, SlurmError
+from slurm_hooks.core.errors import (
+    ForeignReasonError,
+    KubernetesError,
+    ReasonChanged,
+    SlurmError,
+)
+from slurm_hooks.core.reason import DrainReason
 from slurm_hooks.k8s.client import KubeClient, pods_path
 from slurm_hooks.slurm.base import SlurmClient
+from slurm_hooks.slurm.door import SlurmDoor
 from slurm_hooks.store.audit import AuditLog
 
 log = logging.getLogger(__name__)
@@ -245,19 +252,40 @@ class Lender:
         if isinstance(step, L.Open):
             return self._open(step, nodes, now)
         if isinstance(step, L.Abort):
-            current = self.slurm.get_node(step.slurm_node)
-            if L.lend_incident(current) != step.incident:
+            if not self._resume_lent(step.slurm_node, step.incident):
                 return LendResult(step, "skipped", "reason changed meanwhile")
-            self.slurm.resume(step.slurm_node)
             self._event("aborted", step, why="a job started on the node before it was lent")
             return LendResult(step, "done")
         return self._reclaim(step, nodes, now)
 
+    @property
+    def door(self) -> SlurmDoor:
+        """Every Slurm write goes through the door (ownership guard)."""
+        return SlurmDoor(self.slurm)
+
+    def _resume_lent(self, node: str, incident: str) -> bool:
+        """Resume ``node`` only while it carries our plain LEND of ``incident``
+        (a fault's reason written meanwhile wins); False when it did not."""
+
+        def lent_by_us(r: DrainReason) -> bool:
+            return r.code == L.LEND_CODE and not r.extra and r.incident == incident
+
+        try:
+            return self.door.resume(node, owned=lent_by_us)
+        except ForeignReasonError as exc:
+            log.warning("lending: node=%s not resumed (a fault wins): %s", node, exc)
+            return False
+
     def _lend(self, step: L.Lend, nodes: dict[str, Obj], now: datetime) -> LendResult:
-        current = self.slurm.get_node(step.slurm_node)  # read before writing
-        if current.reason or current.drained or current.down or current.busy:
+        view = self.door.look(step.slurm_node)  # read before writing
+        current = view.node
+        # A stale reason (Slurm 24.11 keeps it on a resumed node) claims nothing.
+        if view.ownership.claimed or current.drained or current.down or current.busy:
             return LendResult(step, "skipped", f"node changed: {current.state} {current.reason}")
-        self.slurm.drain(step.slurm_node, L.lend_reason(step.incident, self.lc))
+        try:
+            self.door.drain(step.slurm_node, L.lend_reason(step.incident, self.lc), over_ours=False)
+        except (ForeignReasonError, ReasonChanged) as exc:  # drained by someone meanwhile
+            return LendResult(step, "skipped", f"node changed: {exc}")
         self._event("lent", step, why=f"idle {step.idle_for:.0f}s, inference demand")
         after = self.slurm.get_node(step.slurm_node)
         if after.busy or L.lend_incident(after) != step.incident:
@@ -298,16 +326,7 @@ class Lender:
             return LendResult(step, "partial", why)
         resumed = False
         if step.resume:
-            current = self.slurm.get_node(step.slurm_node)  # read before writing
-            if L.lend_incident(current) == step.incident:
-                self.slurm.resume(step.slurm_node)
-                resumed = True
-            else:
-                log.warning(
-                    "lending: node=%s reason changed to %r: not resumed (a fault wins)",
-                    step.slurm_node,
-                    current.reason,
-                )
+            resumed = self._resume_lent(step.slurm_node, step.incident)
         self._rmw(step.node, nodes, lambda n: L.finish_patch(n, self.cfg, now))
         self._event("returned" if resumed else "released", step, why=step.why, evicted=evicted)
         return LendResult(

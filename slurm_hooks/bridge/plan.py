@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.clock import parse_time  # noqa: F401 - re-exported (lending)
 from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.reason import classify_owner, try_parse_reason
 from slurm_hooks.k8s.selectors import label_selector_matches
@@ -472,12 +473,3 @@ def _iso(when: datetime) -> str:
     if when.tzinfo is None:
         return when.isoformat()
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None

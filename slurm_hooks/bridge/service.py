@@ -35,6 +35,7 @@ from slurm_hooks.core.model import JobInfo
 from slurm_hooks.k8s.client import KubeClient, nodes_path, pods_path
 from slurm_hooks.k8s.lease import LeaderElector
 from slurm_hooks.slurm.base import SlurmClient
+from slurm_hooks.slurm.door import SlurmDoor
 
 if TYPE_CHECKING:
     from slurm_hooks.bridge.lend_exec import Lender, LendPass
@@ -264,7 +265,14 @@ class Bridge:
                     current,
                     lambda n: planner.annotate_patch(n, {keys.spare: step.spare}),
                 )
-            self.slurm.resume(step.spare)
+            # Through the door: only a spare still held by our SPARE reason or
+            # a site's declared spare reason; False when already resumed (a
+            # crash after the resume: the same spare, never a second one).
+            SlurmDoor(self.slurm).resume(
+                step.spare,
+                owned=lambda r: r.code == "SPARE",
+                foreign_prefixes=self.cfg.spare_reasons,
+            )
             self.metrics.incidents.labels("spare_resumed").inc()
             log.warning(
                 "node=%s incident=%s resumed spare %s", step.node, step.incident, step.spare

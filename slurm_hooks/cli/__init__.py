@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "Nodes out of service, grouped by owner and fault."),
     "history": ("history", "Incident timelines from the audit log."),
     "install": ("install", "Install the hook shims; print the slurm.conf lines."),
+    "uninstall": ("uninstall", "Remove the hook shims; print the slurm.conf lines to take out."),
     "config": ("config_cmd", "Validate or show the configuration."),
     "completion": ("completion", "Shell completion script (bash, zsh, fish)."),
     "policy": ("policy", "Explain what the remediation policy would decide, and why."),

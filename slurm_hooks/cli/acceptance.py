@@ -87,6 +87,8 @@ def _run_local(node: str, cfg: object, *, resume: bool, as_json: bool) -> None:
         click.echo(f"{node}: acceptance {verdict} in {result.seconds:.1f}s: {result.detail}")
         if result.decision:
             click.echo(f"{node}: resume: {result.decision} ({result.decision_why})")
+        elif result.passed and not resume:
+            click.echo(f"{node}: not resumed (--no-resume): 'slurm-hooks resume {node}' does it")
     raise SystemExit(result.exit_code)
 
 

@@ -8,10 +8,23 @@ import click
 
 from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exits_on_error
 
+#: The breaker's two states, the same word in every command (status, breaker
+#: status, policy explain): armed (drains allowed, possibly up to the limit)
+#: or tripped (latched: drains stop until ``breaker reset``).  Exit code 1
+#: means tripped, everywhere.
+ARMED, TRIPPED = "armed", "tripped"
+
 
 @click.group("breaker")
 def command() -> None:
-    """Show or re-arm the circuit breaker that caps automatic drains."""
+    """Show or re-arm the circuit breaker that caps automatic drains
+    (``armed`` or ``tripped``).
+
+    \b
+    Examples:
+      slurm-hooks breaker status
+      slurm-hooks breaker reset --partition gpu
+    """
 
 
 @command.command("status")
@@ -20,7 +33,13 @@ def command() -> None:
 @exits_on_error
 def status(as_json: bool, config_path: str | None) -> None:
     """Latched trips and, per partition, drains by slurm-hooks in the window
-    against the limit.  Exit 1 when tripped."""
+    against the limit.  Exit 1 when tripped.
+
+    \b
+    Examples:
+      slurm-hooks breaker status
+      slurm-hooks breaker status --json | jq '.partitions[] | select(.tripped)'
+    """
     from datetime import UTC, datetime
 
     from slurm_hooks.act.engine import Engine
@@ -39,6 +58,7 @@ def status(as_json: bool, config_path: str | None) -> None:
         rows.append(
             {
                 "partition": part,
+                "state": TRIPPED if trip is not None else ARMED,
                 "tripped": trip is not None,
                 "tripped_at": trip.at.isoformat() if trip else None,
                 "tripped_by": trip.node if trip else None,
@@ -53,8 +73,10 @@ def status(as_json: bool, config_path: str | None) -> None:
     else:
         click.echo(f"latch: {engine.latch.path}")
         for r in rows:
-            state = "TRIPPED" if r["tripped"] else "armed"
+            state = TRIPPED if r["tripped"] else ARMED
             extra = f" since {r['tripped_at']} (by {r['tripped_by']})" if r["tripped"] else ""
+            if not r["tripped"] and r["size"] and r["drained_in_window"] >= r["limit"]:
+                extra = " (at the limit: the next drain trips it)"
             click.echo(
                 f"{r['partition']}: {state}{extra}; {r['drained_in_window']}/{r['limit']} "
                 f"drained by slurm-hooks in the window ({r['size']} nodes)"
@@ -67,7 +89,13 @@ def status(as_json: bool, config_path: str | None) -> None:
 @config_option
 @exits_on_error
 def reset(partition: str | None, config_path: str | None) -> None:
-    """Re-arm the breaker after a human has looked at the cause."""
+    """Re-arm the breaker after a human has looked at the cause.
+
+    \b
+    Examples:
+      slurm-hooks breaker reset
+      slurm-hooks breaker reset --partition gpu
+    """
     import getpass
 
     from slurm_hooks.act.engine import Engine

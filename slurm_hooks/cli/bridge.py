@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from typing import Any
 
 import click
 
@@ -19,7 +20,7 @@ def command() -> None:
     \b
     Examples:
       slurm-hooks bridge run --once --dry-run --kubeconfig ~/.kube/config
-      slurm-hooks bridge standin --port 8001
+      slurm-hooks lab k8s-standin --port 8001   # a local API to try it on (slurm-hooks[lab])
     """
 
 
@@ -42,7 +43,13 @@ def run_cmd(
     context: str | None,
     metrics_port: int | None,
 ) -> None:
-    """Reconcile in a loop (or once)."""
+    """Reconcile in a loop (or once).
+
+    \b
+    Examples:
+      slurm-hooks bridge run --once --dry-run --kubeconfig ~/.kube/config
+      slurm-hooks bridge run --config /etc/slurm-hooks/config.toml --metrics-port 9402
+    """
     import dataclasses
 
     from slurm_hooks.bridge.metrics import BridgeMetrics, serve
@@ -68,7 +75,11 @@ def run_cmd(
     if metrics_port is not None:
         cfg = dataclasses.replace(cfg, metrics_port=metrics_port)
     metrics = BridgeMetrics()
-    kw = {"timeout": cfg.api_timeout, "retries": cfg.api_retries, "on_call": metrics.on_api_call}
+    kw: dict[str, Any] = {
+        "timeout": cfg.api_timeout,
+        "retries": cfg.api_retries,
+        "on_call": metrics.on_api_call,
+    }
     if kubeconfig:
         kube = KubeClient.from_kubeconfig(kubeconfig, context, **kw)
     else:
@@ -107,18 +118,3 @@ def run_cmd(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     bridge.run(stop)
-
-
-@command.command("standin")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8001, show_default=True, type=int)
-@click.option("--token", help="Require this bearer token (401 otherwise).")
-def standin_cmd(host: str, port: int, token: str | None) -> None:
-    """Run the loopback Kubernetes API stand-in (for demos and trials)."""
-    from slurm_hooks_lab.k8s_standin import serve
-
-    click.echo(f"Kubernetes API stand-in on http://{host}:{port} (Ctrl-C to stop)")
-    try:
-        serve(host, port, token)
-    except KeyboardInterrupt:
-        pass

@@ -71,7 +71,12 @@ def echo_findings(findings: Sequence[Finding]) -> None:
 
 @click.group(name="burnin")
 def command() -> None:
-    """GPU burn-in results (gpu_burn output)."""
+    """GPU burn-in results (gpu_burn output).
+
+    \b
+    Example:
+      gpu_burn 60 > burn.log 2>&1; slurm-hooks burnin parse burn.log
+    """
 
 
 @command.command("parse")

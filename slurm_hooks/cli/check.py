@@ -7,19 +7,25 @@ import sys
 
 import click
 
+from slurm_hooks.cli._width import wide_option
 from slurm_hooks.core.errors import SlurmHooksError
 from slurm_hooks.core.model import Phase, Status
 
 _MARK = {Status.OK: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.UNKNOWN: "UNKNOWN"}
 
 
-def _table(result: object, verbose: bool) -> str:
+def _table(result: object, verbose: bool, wide: bool = False) -> str:
+    from slurm_hooks.cli._width import fill, table
     from slurm_hooks.detect.runner import RunResult
 
     assert isinstance(result, RunResult)
     lines = [
-        f"node {result.node}  phase {result.phase}  profile {result.profile}  "
-        f"status {result.status}  ({result.seconds * 1000:.0f} ms)"
+        fill(
+            f"node {result.node}  phase {result.phase}  profile {result.profile}  "
+            f"status {result.status}  ({result.seconds * 1000:.0f} ms)",
+            wide=wide,
+            subsequent="  ",
+        )
     ]
     rows = [("STATUS", "CHECK", "CODE", "COMPONENT", "ACTION", "MESSAGE")]
     for f in result.findings:
@@ -29,13 +35,10 @@ def _table(result: object, verbose: bool) -> str:
             (_MARK[f.status], f.check, f.code, f.component.short(), str(f.action), f.message)
         )
     if len(rows) == 1:
-        lines.append(f"all {len(result.outcomes)} checks ok: {', '.join(result.durations)}")
+        done = f"all {len(result.outcomes)} checks ok: {', '.join(result.durations)}"
+        lines.append(fill(done, wide=wide, subsequent="  "))
         return "\n".join(lines)
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        lines.append(
-            "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
-        )
+    lines.extend(table(rows, wide=wide))
     return "\n".join(lines)
 
 
@@ -66,6 +69,7 @@ def _table(result: object, verbose: bool) -> str:
 @click.option("--state-dir", help="State directory (default: [general] state_dir).")
 @click.option("--list", "list_checks", is_flag=True, help="List the registered checks and exit.")
 @click.option("-a", "--all", "show_all", is_flag=True, help="Show OK findings in the table too.")
+@wide_option
 def command(
     phase: str,
     only: tuple[str, ...],
@@ -76,6 +80,7 @@ def command(
     state_dir: str | None,
     list_checks: bool,
     show_all: bool,
+    wide: bool,
 ) -> None:
     """Run the health checks of a phase on this node and print the findings.
 
@@ -86,8 +91,7 @@ def command(
     Examples:
       slurm-hooks check
       slurm-hooks check --phase epilog --only ecc,gpu_lost --json
-      SLURM_HOOKS_NVML_SCENARIO=tests/data/nvml/h100_faults.toml \\
-        slurm-hooks check --profile h100-sxm5-80gb
+      slurm-hooks check --config fake-gpus.toml --profile h100-sxm5-80gb  # nvml = "lab:fake"
     """
     from slurm_hooks.core import config as config_mod
     from slurm_hooks.detect.checks.registry import CHECKS
@@ -118,7 +122,7 @@ def command(
         json.dump(result.to_dict(), sys.stdout, indent=2)
         click.echo()
     else:
-        click.echo(_table(result, show_all))
+        click.echo(_table(result, show_all, wide))
     ctx.exit(result.exit_code)
 
 

@@ -129,7 +129,7 @@ class FleetSummary:
     def needs_attention(self) -> bool:
         """True when any node is out of service for a fault (lending is not
         a fault) or the breaker is open: the ``status`` exit code 1."""
-        return bool(self.groups) or self.breaker.lower() in ("open", "tripped")
+        return bool(self.groups) or self.breaker.lower() == "tripped"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -315,6 +315,16 @@ class Line:
     style: str = ""
 
 
+def _at_limit(summary: FleetSummary) -> str:
+    """A note when an armed breaker's next drain would trip it."""
+    parts = sorted(
+        p for p, d in summary.breaker_detail.items() if isinstance(d, dict) and d.get("at_limit")
+    )
+    if summary.breaker.lower() == "tripped" or not parts:
+        return ""
+    return f"breaker at its limit in {','.join(parts)}: the next drain there trips it"
+
+
 def render(summary: FleetSummary, width: int = 80) -> list[Line]:
     """The status table as lines no wider than ``width``."""
     c = summary.counts
@@ -326,9 +336,11 @@ def render(summary: FleetSummary, width: int = 80) -> list[Line]:
                 f"{c.get('lent', 0)} lent   breaker: {summary.breaker}",
                 width,
             ),
-            "bad" if summary.breaker.lower() in ("open", "tripped") else "title",
+            "bad" if summary.breaker.lower() == "tripped" else "title",
         )
     ]
+    if note := _at_limit(summary):
+        out.append(Line(_clip(note, width), "warn"))
     code_w = min(
         24, max([10, *(len(g.code) for g in summary.groups if g.owner is ReasonOwner.OURS)])
     )

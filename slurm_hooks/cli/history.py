@@ -11,6 +11,7 @@ import click
 
 from slurm_hooks.cli import history_report as hist
 from slurm_hooks.cli._common import config_option, exits_on_error, load_config
+from slurm_hooks.cli._width import wide_option
 
 
 def audit_path(cfg: Any) -> Path:
@@ -35,6 +36,7 @@ def audit_path(cfg: Any) -> Path:
 @click.option("--incident", "incident_id", metavar="ID", help="Only this incident.")
 @click.option("--open", "only_open", is_flag=True, help="Only incidents not resumed yet.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@wide_option
 @click.option(
     "--audit-log",
     type=click.Path(dir_okay=False),
@@ -48,13 +50,16 @@ def command(
     incident_id: str | None,
     only_open: bool,
     as_json: bool,
+    wide: bool,
     audit_log: str | None,
     config_path: str | None,
 ) -> None:
     """Incident timelines: detected, drained, signalled, requeued,
     replacement requested, resumed, with durations.
 
-    Reads the audit log every slurm-hooks process appends to.  Exit status:
+    Acceptance runs are shown in the incident they closed (or failed to),
+    and those outside any incident on their own.  Reads the audit log every
+    slurm-hooks process appends to.  Exit status:
     0 shown (even when there is nothing to show), 2 the log cannot be read
     or an option is invalid.
 
@@ -62,6 +67,7 @@ def command(
     Examples:
       slurm-hooks history --since 2h
       slurm-hooks history gpu017 --since 2024-05-01 --json
+      slurm-hooks history --open --wide
     """
     now = datetime.now(UTC)
     since_t = hist.parse_since(since, now) if since else None
@@ -74,19 +80,21 @@ def command(
         if (incident_id is None or i.incident == incident_id)
         and (not only_open or i.resolved is None)
     ]
+    runs = () if incident_id or only_open else hist.acceptance_runs(history)
     if as_json:
         doc = {
             "audit_log": str(path),
             "since": since_t.isoformat() if since_t else None,
             "skipped_lines": history.skipped,
             "incidents": [i.to_dict(now) for i in incidents],
+            "acceptance_runs": [e.to_dict() for e in runs],
         }
         click.echo(json.dumps(doc, indent=2))
         return
-    shown = hist.History(tuple(incidents), (), history.skipped)
-    for line in hist.iter_lines(shown, now):
+    shown = hist.History(tuple(incidents), runs, history.skipped)
+    for line in hist.iter_lines(shown, now, wide=wide):
         click.echo(line)
-    if not incidents:
+    if not incidents and not runs:
         click.echo(
             "no incidents" + (f" for {node}" if node else "") + (" in range" if since else "")
         )

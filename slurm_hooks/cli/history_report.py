@@ -70,6 +70,12 @@ STAGE_ALIASES: Mapping[str, str] = {
     "undrain": "resumed",
 }
 
+#: Acceptance runs (``Engine.record_acceptance`` writes ``action="acceptance"``,
+#: ``outcome="passed"|"failed"``, no incident id): a passed run is the
+#: ``accepted`` milestone, shown between replacement and resume.
+ACCEPTANCE = "acceptance"
+_MILESTONES = (*STAGES[:-1], ACCEPTANCE, STAGES[-1])
+
 #: Audit outcomes that mean the action did not happen.
 _NOT_DONE = frozenset({"skipped", "refused", "failed", "error", "dry_run", "observe_only"})
 
@@ -156,10 +162,10 @@ class Incident:
     def milestones(self) -> dict[str, float]:
         """Seconds from the first event to each stage reached."""
         out = {}
-        for stage in STAGES:
+        for stage in _MILESTONES:
             t = self.reached(stage)
             if t is not None:
-                out[stage] = (t - self.start).total_seconds()
+                out["accepted" if stage == ACCEPTANCE else stage] = (t - self.start).total_seconds()
         return out
 
     def to_dict(self, now: datetime) -> dict[str, Any]:
@@ -337,6 +343,7 @@ def build_incidents(events: Iterable[Event], skipped: int = 0) -> History:
             by_id.setdefault(e.incident, []).append(e)
         else:
             loose.append(e)
+    loose = _attach_acceptance(by_id, loose)
     incidents = []
     for inc, evs in by_id.items():
         evs.sort(key=lambda e: (e.ts, _stage_rank(e.stage)))
@@ -348,8 +355,43 @@ def build_incidents(events: Iterable[Event], skipped: int = 0) -> History:
     return History(tuple(incidents), tuple(loose), skipped)
 
 
+def _attach_acceptance(by_id: dict[str, list[Event]], loose: list[Event]) -> list[Event]:
+    """Acceptance records carry the node, not the incident: file each under
+    the incident open on that node when it ran (the latest one started
+    before it and not resumed before it).  Runs outside any incident stay
+    loose; the caller shows them as acceptance runs of their own."""
+    spans: dict[str, list[tuple[datetime, datetime | None, str]]] = {}
+    for inc, evs in by_id.items():
+        start = min(e.ts for e in evs)
+        resumed = [e.ts for e in evs if e.stage == "resumed" and e.done]
+        end = min(resumed) if resumed else None
+        for n in dict.fromkeys(e.node for e in evs if e.node):
+            spans.setdefault(n, []).append((start, end, inc))
+    rest: list[Event] = []
+    for e in loose:
+        if e.stage != ACCEPTANCE or not e.node:
+            rest.append(e)
+            continue
+        open_then = [
+            (start, inc)
+            for start, end, inc in spans.get(e.node, ())
+            if start <= e.ts and (end is None or e.ts <= end)
+        ]
+        if open_then:
+            by_id[max(open_then)[1]].append(e)
+        else:
+            rest.append(e)
+    return rest
+
+
+def acceptance_runs(history: History) -> tuple[Event, ...]:
+    """Acceptance runs that belong to no incident (a burn-in of a new node,
+    a check before maintenance ends)."""
+    return tuple(e for e in history.loose if e.stage == ACCEPTANCE)
+
+
 def _stage_rank(stage: str) -> int:
-    return STAGES.index(stage) if stage in STAGES else len(STAGES)
+    return _MILESTONES.index(stage) if stage in _MILESTONES else len(_MILESTONES)
 
 
 def select(
@@ -378,8 +420,10 @@ def select(
     )
 
 
-def iter_lines(history: History, now: datetime) -> Iterator[str]:
-    """Human-readable timelines, 80 columns."""
+def iter_lines(history: History, now: datetime, *, wide: bool = False) -> Iterator[str]:
+    """Human-readable timelines: 80 columns (long explanations wrap onto
+    indented lines), or one line per event with ``wide``."""
+    from slurm_hooks.cli._width import clip, fill
     from slurm_hooks.cli.fleet import format_age
 
     for inc in history.incidents:
@@ -388,17 +432,32 @@ def iter_lines(history: History, now: datetime) -> Iterator[str]:
             f"incident {inc.incident}  {inc.code or '?'}  {','.join(inc.nodes) or '?'}  "
             f"{state}, {format_age(inc.duration_s(now))}"
         )
-        yield head[:80]
+        yield clip(head, wide=wide)
         for e in inc.events:
-            offset = format_age((e.ts - inc.start).total_seconds())
-            parts = [f"  {e.ts.astimezone().strftime('%m-%d %H:%M:%S')}", f"+{offset:<6}"]
-            parts.append(f"{e.stage:<22}")
-            if e.job:
-                parts.append(f"job={e.job}")
-            if e.outcome and not e.done:
-                parts.append(f"[{e.outcome}]")
-            if e.why:
-                parts.append(e.why)
-            line = " ".join(parts)
-            yield line if len(line) <= 80 else line[:77] + "..."
+            yield _event_line(e, format_age((e.ts - inc.start).total_seconds()), wide, fill)
         yield ""
+    runs = acceptance_runs(history)
+    if runs:
+        yield "acceptance runs outside an incident:"
+        for e in runs:
+            line = _event_line(e, "", wide, fill, node=True)
+            yield line
+        yield ""
+
+
+def _event_line(e: Event, offset: str, wide: bool, fill: Any, *, node: bool = False) -> str:
+    parts = [f"  {e.ts.astimezone().strftime('%m-%d %H:%M:%S')}"]
+    if node:
+        parts.append(f"{e.node or '?':<14}")
+    else:
+        parts.append(f"+{offset:<6}")
+    parts.append(f"{e.stage:<22}")
+    if e.job:
+        parts.append(f"job={e.job}")
+    if e.stage == ACCEPTANCE and e.outcome:
+        parts.append(e.outcome)
+    elif e.outcome and not e.done:
+        parts.append(f"[{e.outcome}]")
+    if e.why:
+        parts.append(e.why)
+    return fill(" ".join(parts), wide=wide, subsequent=" " * 6)

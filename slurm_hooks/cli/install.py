@@ -98,9 +98,6 @@ def command(
     for ch in changes:
         click.echo(f"{ch.path}: {verb}{ch.change}")
 
-    settings = inst.recommended_settings(
-        prefix_abs, hook_budget_s=budget if budget is not None else inst.hook_budget_s(config_abs)
-    )
     running: dict[str, str] = {}
     check_error = None
     if check:
@@ -108,9 +105,18 @@ def command(
             running = inst.read_running_config(env={"SLURM_CONF": slurm_conf})
         except CommandError as exc:
             check_error = exc
+    # The lines fit the running Slurm (HealthCheckTimeout, requeue_delay from
+    # 25.11); without --check only the lines every release accepts.
+    version = inst.running_version(running)
+    settings = inst.recommended_settings(
+        prefix_abs,
+        hook_budget_s=budget if budget is not None else inst.hook_budget_s(config_abs),
+        version=version,
+        healthcheck_budget_s=inst.healthcheck_budget_s(config_abs),
+    )
     click.echo("")
     click.echo(styled("slurm.conf lines for slurm-hooks:", "title", color))
-    click.echo(inst.render_snippet(settings, running), nl=False)
+    click.echo(inst.render_snippet(settings, running, version=version), nl=False)
     if not check:
         return
     if check_error is not None:

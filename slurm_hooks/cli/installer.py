@@ -41,6 +41,16 @@ DEFAULT_HOOK_BUDGET_S = 60
 #: Slurm's default is 120.
 SUGGESTED_CRED_EXPIRE = 30
 HEALTHCHECK_INTERVAL = 300
+#: Seconds a requeued job waits before it may start again on Slurm >= 25.11
+#: (``SchedulerParameters=requeue_delay=``; the default is cred_expire).
+SUGGESTED_REQUEUE_DELAY = 0
+#: Slurm releases that know a slurm.conf key or option we suggest (checked in
+#: the man pages and ``scontrol show config`` of Debian's 22.05.8, 24.11.5 and
+#: 26.05.5; 25.05 is unverified, so it gets the 24.11 lines).  A key Slurm does
+#: not know stops slurmctld from starting, so a line is never suggested to an
+#: older release.
+SINCE_HEALTHCHECK_TIMEOUT = (25, 11)
+SINCE_REQUEUE_DELAY = (25, 11)
 
 
 class Phase(enum.StrEnum):
@@ -132,6 +142,10 @@ class Setting:
     required: bool = True
     why: str = ""
 
+    def merged(self, running: str | None) -> str:
+        """The value :meth:`line` writes (the part after ``Key=``)."""
+        return self.line(running).partition("=")[2]
+
     def line(self, running: str | None = None) -> str:
         """The slurm.conf line, merged into the running value for list keys
         (so a hint never tells an admin to drop their other parameters)."""
@@ -153,9 +167,76 @@ def recommended_settings(
     margin_s: float = TIMEOUT_MARGIN_S,
     healthcheck_interval: int = HEALTHCHECK_INTERVAL,
     cred_expire: int = SUGGESTED_CRED_EXPIRE,
+    version: Sequence[int] | None = None,
+    healthcheck_budget_s: float | None = None,
+    requeue_delay: int = SUGGESTED_REQUEUE_DELAY,
 ) -> list[Setting]:
+    """The slurm.conf lines for the Slurm ``version`` (``(24, 11, 5)``; None:
+    unknown, only lines every supported release accepts)."""
     p = Path(prefix)
     timeout = int(hook_budget_s + margin_s + 0.999)
+    major_minor = (int(version[0]), int(version[1])) if version else None
+    return _base_settings(p, timeout, hook_budget_s, margin_s, healthcheck_interval) + (
+        _versioned_settings(
+            major_minor, healthcheck_interval, healthcheck_budget_s, cred_expire, requeue_delay
+        )
+    )
+
+
+def _versioned_settings(
+    major_minor: tuple[int, int] | None,
+    healthcheck_interval: int,
+    healthcheck_budget_s: float | None,
+    cred_expire: int,
+    requeue_delay: int,
+) -> list[Setting]:
+    out: list[Setting] = []
+    newer = major_minor is not None
+    if newer and major_minor >= SINCE_HEALTHCHECK_TIMEOUT:  # type: ignore[operator]
+        if healthcheck_budget_s is None:
+            from slurm_hooks.core.model import Phase as RunPhase
+            from slurm_hooks.detect.checks.settings import DEFAULT_BUDGETS
+
+            healthcheck_budget_s = DEFAULT_BUDGETS[RunPhase.HEALTHCHECK]
+        # Must stay below HealthCheckInterval (slurmctld logs an error otherwise).
+        hc_timeout = max(1, min(int(healthcheck_budget_s + 30), healthcheck_interval - 1))
+        out.append(
+            Setting(
+                "HealthCheckTimeout",
+                str(hc_timeout),
+                Match.AT_LEAST,
+                required=False,
+                why=f"health-check budget {healthcheck_budget_s:g}s + margin "
+                "(slurmd kills the program after 60 s by default)",
+            )
+        )
+    if newer and major_minor >= SINCE_REQUEUE_DELAY:  # type: ignore[operator]
+        out.append(
+            Setting(
+                "SchedulerParameters",
+                f"requeue_delay={requeue_delay}",
+                Match.ITEM_AT_MOST,
+                required=False,
+                why="a requeued job may start again after requeue_delay s "
+                "(default: cred_expire, 120 s)",
+            )
+        )
+    else:
+        out.append(
+            Setting(
+                "AuthInfo",
+                f"cred_expire={cred_expire}",
+                Match.ITEM_AT_MOST,
+                required=False,
+                why="a requeued job waits cred_expire+1 s before it may start (default 120)",
+            )
+        )
+    return out
+
+
+def _base_settings(
+    p: Path, timeout: int, hook_budget_s: float, margin_s: float, healthcheck_interval: int
+) -> list[Setting]:
     return [
         Setting(
             "Prolog",
@@ -189,27 +270,44 @@ def recommended_settings(
             required=False,
             why="a job whose prolog failed restarts elsewhere instead of being held",
         ),
-        Setting(
-            "AuthInfo",
-            f"cred_expire={cred_expire}",
-            Match.ITEM_AT_MOST,
-            required=False,
-            why="a requeued job waits cred_expire+1 s before it may start (default 120)",
-        ),
     ]
 
 
-def render_snippet(settings: Sequence[Setting], running: Mapping[str, str] | None = None) -> str:
+def render_snippet(
+    settings: Sequence[Setting],
+    running: Mapping[str, str] | None = None,
+    *,
+    version: Sequence[int] | None = None,
+) -> str:
     """The lines to add; optional hints come with a comment line above them.
-    List values are merged into ``running`` when it is known."""
+    List values are merged into ``running`` when it is known.  ``version``:
+    the Slurm the lines were chosen for (said in the first line)."""
     running = running or {}
-    lines = ["# slurm-hooks (slurm-hooks install)"]
+    fit = f", for Slurm {version[0]}.{int(version[1]):02d}" if version else ""
+    lines = [f"# slurm-hooks (slurm-hooks install{fit})"]
+    merged = merged_values(settings, running)
+    written: set[str] = set()
     for s in settings:
         if not s.required:
             merge = "" if running.get(s.key) else "; merge with any value you already have"
             lines.append(f"# optional: {s.why}{merge}")
-        lines.append(s.line(running.get(s.key)))
+        last = max(i for i, o in enumerate(settings) if o.key == s.key)
+        if settings[last] is s and s.key not in written:
+            # One line per key: a second SchedulerParameters= line would
+            # replace the first in slurm.conf, not add to it.
+            written.add(s.key)
+            lines.append(f"{s.key}={merged[s.key]}")
     return "\n".join(lines) + "\n"
+
+
+def merged_values(settings: Iterable[Setting], running: Mapping[str, str]) -> dict[str, str]:
+    """key -> the value to write: the running value with every setting of
+    that key merged in, in order (two settings may share SchedulerParameters)."""
+    out: dict[str, str] = {}
+    for s in settings:
+        have = out.get(s.key, running.get(s.key))
+        out[s.key] = s.merged(have)
+    return out
 
 
 # -- comparison with the running Slurm -----------------------------------------------
@@ -226,10 +324,13 @@ class Difference:
     setting: Setting
     running: str | None
     verdict: Verdict
+    #: The line to write when other settings share the key (merged); "":
+    #: this setting's own line.
+    want: str = ""
 
     @property
     def suggested(self) -> str:
-        return self.setting.line(self.running)
+        return self.want or self.setting.line(self.running)
 
 
 def _is_unset(value: str | None) -> bool:
@@ -284,7 +385,10 @@ def judge(setting: Setting, running: str | None) -> Verdict:
         have, want = _number(running), _number(setting.value)
         return Verdict.OK if have == want else Verdict.DIFFERS
     if "/" in setting.value:
-        return Verdict.OK if _same_path(running, setting.value) else Verdict.DIFFERS
+        # 24.11 lists several Prolog/Epilog scripts (``Prolog[0]``, ``Prolog[1]``;
+        # parse.parse_show_config joins them with ","): ours may be any of them.
+        found = any(_same_path(item, setting.value) for item in _items(running))
+        return Verdict.OK if found else Verdict.DIFFERS
     if setting.key == "HealthCheckNodeState":
         # scontrol shows e.g. "ANY" or "ANY,CYCLE"; ANY must be in it.
         return (
@@ -296,7 +400,32 @@ def judge(setting: Setting, running: str | None) -> Verdict:
 
 
 def compare(settings: Iterable[Setting], running: Mapping[str, str]) -> list[Difference]:
-    return [Difference(s, running.get(s.key), judge(s, running.get(s.key))) for s in settings]
+    """One Difference per setting.  ``running`` is ``scontrol show config``
+    parsed: a key it lacks is unset (24.11 leaves unset keys out)."""
+    settings = list(settings)
+    merged = merged_values(settings, running)
+    shared = {s.key for s in settings if sum(o.key == s.key for o in settings) > 1}
+    return [
+        Difference(
+            s,
+            running.get(s.key),
+            judge(s, running.get(s.key)),
+            f"{s.key}={merged[s.key]}" if s.key in shared else "",
+        )
+        for s in settings
+    ]
+
+
+def running_version(running: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """The Slurm version ``scontrol show config`` reports (``SLURM_VERSION``),
+    None when it says none."""
+    from slurm_hooks.core.errors import SlurmError
+    from slurm_hooks.slurm.parse import parse_version
+
+    try:
+        return parse_version(running.get("SLURM_VERSION") or "")
+    except SlurmError:
+        return None
 
 
 def read_running_config(
@@ -395,6 +524,22 @@ def hook_budget_s(cfg: Any = None) -> float:
     return float(max(prolog_s, epilog_s))
 
 
+def healthcheck_budget_s(cfg: Any = None) -> float:
+    """``[checks] budget_s`` for the healthcheck phase (its default when the
+    config cannot be read): what HealthCheckTimeout must cover."""
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.core.model import Phase as RunPhase
+    from slurm_hooks.detect.checks.settings import DEFAULT_BUDGETS, load_checks_config
+
+    try:
+        if cfg is None or isinstance(cfg, str | os.PathLike):
+            cfg = config_mod.load(cfg, validate=False)
+        return float(load_checks_config(cfg).budget(RunPhase.HEALTHCHECK))
+    except SlurmHooksError:
+        return float(DEFAULT_BUDGETS[RunPhase.HEALTHCHECK])
+
+
 # -- config file rendering (install's commented defaults, ``config show``, docs) ----
 #
 # One walk over a section's dataclass (``config_tables``) gives the TOML tables
@@ -412,8 +557,10 @@ CHECKS_KEY_DOCS: Mapping[str, str] = {
     "budget_s": "Seconds each phase may take in total, per phase (healthcheck, prolog, "
     "epilog, acceptance, watch); a phase left out keeps its default. The prolog hook "
     "uses [prolog] budget_s instead.",
-    "nvml_scenario": "Fake NVML scenario file (lab, demo and tests only; relative to the "
-    "config file); unset: the real NVML.",
+    "nvml": "NVML backend by name: pynvml (built in, the real library), or an entry "
+    "point of the slurm_hooks.nvml group, such as the lab's lab:fake (lab, demo and tests).",
+    "nvml_scenario": "Scenario file for a fake NVML backend (relative to the config file); "
+    "an error with nvml = pynvml.",
     "sysfs_root": "Where sysfs is mounted (PCIe and InfiniBand checks read it).",
 }
 #: Keys every ``[checks.<name>]`` table takes (``checks.base.COMMON_SETTINGS``);

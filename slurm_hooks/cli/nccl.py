@@ -14,7 +14,12 @@ from slurm_hooks.cli.burnin import echo_findings, echo_json, exit_code, read_tex
 
 @click.group(name="nccl")
 def command() -> None:
-    """NCCL all-reduce bandwidth results (nccl-tests output)."""
+    """NCCL all-reduce bandwidth results (nccl-tests output).
+
+    \b
+    Example:
+      slurm-hooks nccl parse allreduce.log --profile h100-sxm5-80gb
+    """
 
 
 @command.command("parse")

@@ -70,7 +70,12 @@ def _xid_finding(xid: int, gpu: int) -> Any:
 
 @click.group("policy")
 def command() -> None:
-    """Inspect the remediation policy."""
+    """Inspect the remediation policy.
+
+    \b
+    Example:
+      slurm-hooks policy explain --xid 79 --gpu 3
+    """
 
 
 @command.command("explain")
@@ -93,7 +98,15 @@ def explain(
     config_path: str | None,
 ) -> None:
     """Print the decisions for some findings and why.  Exit 1 when one of them
-    would take the node out of service."""
+    would take the node out of service, or the breaker is tripped (the drain
+    is refused: a human must look).
+
+    \b
+    Examples:
+      slurm-hooks policy explain --xid 79 --gpu 3
+      slurm-hooks policy explain --xid 79 --node gpu017 --live
+      slurm-hooks check --json > f.json; slurm-hooks policy explain --findings f.json
+    """
     from datetime import UTC, datetime
 
     from slurm_hooks.cli._common import load_config
@@ -133,4 +146,7 @@ def explain(
             click.echo(
                 "(offline: node assumed in service, breaker not checked; --live to ask Slurm)"
             )
-    raise SystemExit(EXIT_UNHEALTHY if any(d.kind.drains for d in decisions) else EXIT_OK)
+    from slurm_hooks.decide import DecisionKind
+
+    unhealthy = any(d.kind.drains or d.kind is DecisionKind.BREAKER_TRIPPED for d in decisions)
+    raise SystemExit(EXIT_UNHEALTHY if unhealthy else EXIT_OK)

@@ -13,13 +13,43 @@ from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exit
 
 
 @click.command("resume")
-@click.argument("node")
+@click.argument("nodes", metavar="HOSTLIST")
 @click.option("--force-acceptance-skip", is_flag=True,
               help="Resume without a recorded acceptance pass (still only our reasons).")  # fmt: skip
 @config_option
 @exits_on_error
-def command(node: str, force_acceptance_skip: bool, config_path: str | None) -> None:
-    """Resume NODE if slurm-hooks drained it and it passed acceptance."""
+def command(nodes: str, force_acceptance_skip: bool, config_path: str | None) -> None:
+    """Resume each node of HOSTLIST (``gpu017``, ``'gpu[001-004]'``) if
+    slurm-hooks drained it and it passed acceptance.  Exit 0: all resumed (or
+    already in service); 1: one was not; 2: an unknown node (nothing done),
+    a foreign reason, or could not run.
+
+    \b
+    Examples:
+      slurm-hooks resume gpu017
+      slurm-hooks resume 'gpu[001-004,017]'
+    """
+    from slurm_hooks.core import hostlist
+    from slurm_hooks.core.errors import NodeNotFound
+
+    names = hostlist.expand(nodes)
+    if not names:
+        raise NodeNotFound(nodes, f"no node in {nodes!r}")
+    if len(names) > 1:  # one unknown name: nothing is resumed (one node: Slurm says so)
+        from slurm_hooks.cli._common import load_config, slurm_client
+
+        known = {n.name for n in slurm_client(load_config(config_path)).list_nodes()}
+        if unknown := set(names) - known:
+            folded = hostlist.fold(unknown)
+            raise NodeNotFound(folded, f"unknown node(s): {folded} (nothing resumed)")
+    rc = EXIT_OK
+    for node in names:
+        rc = max(rc, _resume_one(node, force_acceptance_skip, config_path))
+    raise SystemExit(rc)
+
+
+def _resume_one(node: str, force_acceptance_skip: bool, config_path: str | None) -> int:
+    """Resume one node; the exit code it asks for."""
     import getpass
 
     from slurm_hooks.act.engine import Engine
@@ -34,9 +64,9 @@ def command(node: str, force_acceptance_skip: bool, config_path: str | None) -> 
         raise ForeignReasonError(f"{node}: {d.explanation}")
     if d.kind is DecisionKind.RESUME and not d.observe_only:
         click.echo(f"{node}: resumed ({d.explanation})")
-        raise SystemExit(EXIT_OK)
+        return EXIT_OK
     if d.kind is DecisionKind.IGNORE:
         click.echo(f"{node}: {d.explanation}")
-        raise SystemExit(EXIT_OK)
+        return EXIT_OK
     click.echo(f"{node}: not resumed: {d.explanation}", err=True)
-    raise SystemExit(EXIT_UNHEALTHY)
+    return EXIT_UNHEALTHY

@@ -22,18 +22,22 @@ from slurm_hooks.cli._common import (
     use_color,
 )
 from slurm_hooks.core import hostlist
+from slurm_hooks.core.errors import NodeNotFound
 from slurm_hooks.core.model import NodeState
 
 log = logging.getLogger(__name__)
 
 
 def breaker_state(cfg: Any, nodes: list[NodeState], now: datetime) -> tuple[str, dict[str, Any]]:
-    """("closed" | "open" | "tripped" | "unknown", per-partition detail).
+    """("armed" | "tripped" | "unknown", per-partition detail).
 
-    open: some partition has as many of our drains in the window as the
-    breaker allows, so the next drain there is refused; tripped: a latch
+    The words of ``slurm-hooks breaker status``: armed, with ``at_limit`` in
+    a partition's detail when it holds as many of our drains in the window
+    as the breaker allows (the next drain there trips it); tripped: a latch
     file holds a trip until ``slurm-hooks breaker reset``.
     """
+    from slurm_hooks.cli.breaker import ARMED, TRIPPED
+
     try:
         from slurm_hooks.decide import breaker
         from slurm_hooks.decide.config import PolicyConfig
@@ -46,16 +50,20 @@ def breaker_state(cfg: Any, nodes: list[NodeState], now: datetime) -> tuple[str,
         return "unknown", {"error": str(exc)}
     partitions = sorted({p for n in nodes for p in n.partitions}) or [breaker.ALL]
     detail: dict[str, Any] = {}
-    state = "closed"
+    state = ARMED
     for part in partitions:
         counted, size, limit, names = breaker.partition_usage(nodes, part, pcfg, now)
-        detail[part] = {"counted": counted, "size": size, "limit": limit, "nodes": list(names)}
-        if size and counted >= limit:
-            state = "open"
+        detail[part] = {
+            "counted": counted,
+            "size": size,
+            "limit": limit,
+            "nodes": list(names),
+            "at_limit": bool(size and counted >= limit),
+        }
     latch = _latch(pcfg, cfg)
     if latch:
         detail["latch"] = latch
-        state = "tripped"
+        state = TRIPPED
     return state, detail
 
 
@@ -93,7 +101,8 @@ def command(nodes: str | None, as_json: bool, config_path: str | None) -> None:
     Shows drained and down nodes grouped by owner (slurm-hooks, NHC, admin,
     slurm-operator, Slurm itself) and fault code, with age, incident, GPU and
     replacement state; lent nodes; the circuit breaker.  Exit status: 0 all
-    in service, 1 some node out of service or breaker open, 2 could not run.
+    in service, 1 some node out of service or the breaker tripped, 2 unknown
+    node or could not run.
 
     \b
     Examples:
@@ -107,6 +116,10 @@ def command(nodes: str | None, as_json: bool, config_path: str | None) -> None:
     selected = all_nodes
     if nodes:
         wanted = set(hostlist.expand(nodes))
+        unknown = wanted - {n.name for n in all_nodes}
+        if unknown:
+            folded = hostlist.fold(unknown)
+            raise NodeNotFound(folded, f"unknown node(s): {folded} (Slurm has no such node)")
         selected = [n for n in all_nodes if n.name in wanted]
     state, detail = breaker_state(cfg, all_nodes, now)
     summary = fleet.summarize(selected, now, breaker=state, breaker_detail=detail)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from slurm_hooks.cli._width import wide_option
 from slurm_hooks.core.errors import ConfigError, KernelLogError, StateError
 from slurm_hooks.core.model import Status
 
@@ -52,7 +53,10 @@ def command() -> None:
     default=None,
     help="Year for syslog timestamps, which carry none (default: this year).",
 )
-def scan_cmd(file: str | None, as_json: bool, state: str | None, year: int | None) -> None:
+@wide_option
+def scan_cmd(
+    file: str | None, as_json: bool, state: str | None, year: int | None, wide: bool
+) -> None:
     """Print the XID/SXID events in FILE ('-' for stdin; default: /dev/kmsg or the journal).
 
     Identical events are folded into one line with a count.  Exit status: 0 no
@@ -103,6 +107,7 @@ def scan_cmd(file: str | None, as_json: bool, state: str | None, year: int | Non
         return
 
     verdict = {(f.code, f.component.pci): f for f in findings}
+    rows: list[tuple[str, ...]] = []
     for agg in result.aggregates:
         f = verdict.get((agg.code, agg.pci or agg.raw_pci))
         if as_json:
@@ -117,32 +122,46 @@ def scan_cmd(file: str | None, as_json: bool, state: str | None, year: int | Non
             if agg.switch:
                 where = f"{agg.switch}@{where}"
             tail = f"  => {f.status} {f.action}" if f else ""
-            click.echo(
-                f"{agg.code:<9} {where:<14} {who:<28} count={agg.count:<6} "
-                f"first={_when(agg.first_wall, agg.first_monotonic)}  {agg.message}{tail}"
-            )
+            first = _when(agg.first_wall, agg.first_monotonic)
+            if wide:
+                click.echo(
+                    f"{agg.code:<9} {where:<14} {who:<28} count={agg.count:<6} "
+                    f"first={first}  {agg.message}{tail}"
+                )
+            else:
+                verdict_s = f"{f.status} {f.action}" if f else "-"
+                rows.append(
+                    (agg.code, where, str(agg.count), first, verdict_s, f"{who}: {agg.message}")
+                )
+    if rows:
+        from slurm_hooks.cli._width import table
+
+        header = ("CODE", "WHERE", "COUNT", "FIRST", "VERDICT", "")
+        for line in table([header, *rows], indent="    "):
+            click.echo(line)
+    from slurm_hooks.cli._width import fill
+
     stats = result.stats
     if stats.skipped or stats.lost or stats.decode_errors or result.reset:
-        click.echo(
+        line = (
             f"# {stats.lines} lines, {stats.events} events, skipped {stats.malformed} malformed and "
             f"{stats.oversized} oversized, {stats.decode_errors} undecodable, {stats.lost} lost"
-            + (f", cursor reset: {result.reset}" if result.reset else ""),
-            err=True,
+            + (f", cursor reset: {result.reset}" if result.reset else "")
         )
+        click.echo(fill(line, wide=wide, subsequent="#   "), err=True)
     if not as_json:
         for f in findings:
             if f.status is Status.FAIL:
-                click.echo(
-                    f"# {f.status} {f.code} {f.component.short()}: {f.action} - {f.message}",
-                    err=True,
-                )
+                line = f"# {f.status} {f.code} {f.component.short()}: {f.action} - {f.message}"
+                click.echo(fill(line, wide=wide, subsequent="#   "), err=True)
     ctx.exit(EXIT_UNHEALTHY if any(f.status is Status.FAIL for f in findings) else EXIT_OK)
 
 
 @command.command("explain")
 @click.argument("number", type=int)
 @click.option("--sxid", is_flag=True, help="NUMBER is an NVSwitch SXid.")
-def explain_cmd(number: int, sxid: bool) -> None:
+@wide_option
+def explain_cmd(number: int, sxid: bool, wide: bool) -> None:
     """What XID NUMBER means, and what slurm-hooks does about it.
 
     \b
@@ -151,7 +170,11 @@ def explain_cmd(number: int, sxid: bool) -> None:
       slurm-hooks xid explain 13
       slurm-hooks xid explain --sxid 12028
     """
+    from slurm_hooks.cli.xid_explain import field, human_does, we_do
     from slurm_hooks.detect.xid.catalogue import load_catalogue
+
+    def out(label: str, text: str) -> None:
+        click.echo(field(label, text, wide=wide))
 
     cat = load_catalogue()
     if sxid:
@@ -169,26 +192,24 @@ def explain_cmd(number: int, sxid: bool) -> None:
     bucket = cat.bucket_for(number)
     if info is None:
         click.echo(f"XID {number}: not in the catalogue.")
-        click.echo(
-            f"  slurm-hooks: {bucket.status}, action {bucket.action} (reported, not acted on)"
-        )
+        out("slurm-hooks does", f"{bucket.status}: " + we_do(bucket, f"XID{number}"))
+        out("a human must", human_does(bucket))
         return
     click.echo(f"XID {info.xid}: {info.name} ({info.mnemonic})")
-    click.echo(f"  {info.description}")
-    click.echo(
-        f"  applies to:          {', '.join(info.applies_to) or 'none of A100/H100/B100/GB200'}"
-    )
-    click.echo(f"  immediate action:    {info.immediate or '(none given)'}")
-    click.echo(f"  investigatory:       {info.investigatory or '(none given)'}")
+    click.echo(field("", info.description, wide=wide))
+    out("applies to", ", ".join(info.applies_to) or "none of A100/H100/B100/GB200")
+    out("NVIDIA recommends", f"{info.immediate or '(none given)'} ({bucket.meaning})")
+    out("investigatory", info.investigatory or "(none given)")
     if info.xid154:
-        click.echo("  XID 154 follows:     yes (its recovery action wins)")
-    click.echo(f"  source:              {info.source} (confidence: {info.confidence})")
+        out("XID 154 follows", "yes (its recovery action wins)")
+    out("source", f"{info.source} (confidence: {info.confidence})")
     if info.note:
-        click.echo(f"  note:                {info.note}")
-    click.echo(f"  slurm-hooks does:    {bucket.status}, action {bucket.action} - {bucket.meaning}")
+        out("note", info.note)
+    out("slurm-hooks does", f"{bucket.status}: " + we_do(bucket, f"XID{number}"))
+    out("a human must", human_does(bucket))
     notes = _RULE_NOTES.get(number) or _RULE_NOTES.get(bucket.rule or "")
     if notes:
-        click.echo(f"  rule:                {notes}")
+        out("rule", notes)
 
 
 _RULE_NOTES: dict[Any, str] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import math
 import os
 import re
 import tomllib
@@ -31,6 +32,58 @@ T = TypeVar("T")
 #: Values of ``[general] slurm_backend`` (slurm_hooks.slurm.factory.BACKENDS
 #: is the same tuple; kept here so loading a config imports no backend code).
 SLURM_BACKENDS = ("cli", "rest", "pyslurm")
+
+
+#: The largest number any key takes (about 31 years in seconds): beyond it
+#: ``timedelta(seconds=x)`` and deadline arithmetic overflow.
+MAX_NUMBER = 1e9
+MAX_INT = 2**31 - 1
+#: Keys whose 0 breaks the runtime (a timeout of 0, an interval of 0 that
+#: spins, an empty window): they must be > 0.  Matched on the key's name.
+_POSITIVE_KEY = re.compile(
+    r"timeout|interval|window|budget|validity|retry_s|retry_max_s|lease_duration|refeed"
+    r"|^iters$|reservation_minutes|_min_|_tflops|_gbps|memory_gb|_temp_"
+)
+#: Shares of a set of nodes: in (0, 1].
+_FRACTION_KEY = re.compile(r"(?:_fraction|_share)$")
+_PORT_KEY = re.compile(r"_port$")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range a numeric key takes.  A field may set its own with
+    ``field(metadata={"bounds": Bounds(...)})``; otherwise
+    :func:`default_bounds` decides from the key's name."""
+
+    low: float = 0.0
+    high: float = MAX_NUMBER
+    low_open: bool = False  # True: value must be > low
+
+    def check(self, value: float) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value!r}"
+        if value < self.low or (self.low_open and value == self.low) or value > self.high:
+            lo = "(" if self.low_open else "["
+            return f"must be in {lo}{self.low:g}, {self.high:g}], got {value!r}"
+        return None
+
+    def describe(self) -> str:
+        return f"{'>' if self.low_open else '>='} {self.low:g}, <= {self.high:g}"
+
+
+def default_bounds(key: str, *, integer: bool = False) -> Bounds:
+    """Every number is finite and >= 0; timeouts, intervals, windows and
+    budgets > 0; fractions and shares in (0, 1]; ports in [0, 65535]."""
+    name = key.rsplit(".", 1)[-1].split("[", 1)[0]
+    parts = [p.split("[", 1)[0] for p in key.split(".")]
+    high = float(MAX_INT) if integer else MAX_NUMBER
+    if _PORT_KEY.search(name):
+        return Bounds(0, 65535)
+    if _FRACTION_KEY.search(name):
+        return Bounds(0, 1, low_open=True)
+    if any(_POSITIVE_KEY.search(p) for p in parts[1:] or parts):
+        return Bounds(0, high, low_open=True)
+    return Bounds(0, high)
 
 
 class InvalidKey(ValueError):
@@ -78,14 +131,15 @@ class GeneralConfig:
     #: Name of the environment variable holding slurmrestd's JWT (never the
     #: token itself); unset or empty: no token header is sent.
     slurm_rest_token_env: str = "SLURM_JWT"
-    #: OpenAPI version to ask slurmrestd for: v0.0.38 for Slurm 22.05 (the
-    #: default), v0.0.40 for 23.11, v0.0.41 for 24.05, v0.0.42 for 24.11.
-    slurm_rest_api: str = "v0.0.38"
+    #: OpenAPI version to ask slurmrestd for: auto (the default) takes the
+    #: newest of v0.0.38..v0.0.44 the server offers (22.05: v0.0.38; 24.11:
+    #: v0.0.40-v0.0.42); or a fixed one such as v0.0.42.
+    slurm_rest_api: str = "auto"
 
     def validate(self) -> None:
-        if not re.fullmatch(r"v0\.0\.\d+", self.slurm_rest_api):
+        if self.slurm_rest_api != "auto" and not re.fullmatch(r"v0\.0\.\d+", self.slurm_rest_api):
             raise InvalidKey(
-                "slurm_rest_api", f"must look like v0.0.42, got {self.slurm_rest_api!r}"
+                "slurm_rest_api", f"must be auto or look like v0.0.42, got {self.slurm_rest_api!r}"
             )
         if self.log_level.upper() not in logging.getLevelNamesMapping():
             raise ValueError(
@@ -131,6 +185,7 @@ SECTIONS: dict[str, str] = {
     "prolog": "slurm_hooks.agent.prolog:PrologConfig",
     "acceptance": "slurm_hooks.agent.acceptance:AcceptanceConfig",
     "preflight": "slurm_hooks.agent.preflight:PreflightConfig",
+    "progress": "slurm_hooks.detect.progress.settings:ProgressConfig",
 }
 
 
@@ -139,9 +194,11 @@ def _resolve(spec: str) -> type:
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
-def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
+def _coerce(value: Any, tp: Any, path: str | None, key: str, bounds: Bounds | None = None) -> Any:
     """Check ``value`` against the annotation ``tp``; convert lists to tuples
-    and tables to nested dataclasses.  Raises ConfigError naming ``key``."""
+    and tables to nested dataclasses; numbers must be within ``bounds``
+    (default: :func:`default_bounds` of ``key``).  Raises ConfigError
+    naming ``key``."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
@@ -151,10 +208,10 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
             return None
         candidates = [a for a in args if a is not type(None)]
         if len(candidates) == 1:
-            return _coerce(value, candidates[0], path, key)
+            return _coerce(value, candidates[0], path, key, bounds)
         for arg in candidates:
             try:
-                return _coerce(value, arg, path, key)
+                return _coerce(value, arg, path, key, bounds)
             except ConfigError:
                 continue
         raise ConfigError(f"unexpected value {value!r}", path=path, key=key)
@@ -166,13 +223,13 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"expected a list, got {type(value).__name__}", path=path, key=key)
         item_tp = args[0] if args else Any
-        return tuple(_coerce(v, item_tp, path, f"{key}[{i}]") for i, v in enumerate(value))
+        return tuple(_coerce(v, item_tp, path, f"{key}[{i}]", bounds) for i, v in enumerate(value))
     if origin in (dict, Mapping) or tp in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=key)
         vt = args[1] if len(args) == 2 else Any
         return types.MappingProxyType(
-            {str(k): _coerce(v, vt, path, f"{key}.{k}") for k, v in value.items()}
+            {str(k): _coerce(v, vt, path, f"{key}.{k}", bounds) for k, v in value.items()}
         )
     if tp is bool:
         if not isinstance(value, bool):
@@ -181,10 +238,16 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"expected a number, got {value!r}", path=path, key=key)
+        problem = (bounds or default_bounds(key)).check(float(value))
+        if problem:
+            raise ConfigError(problem, path=path, key=key)
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"expected an integer, got {value!r}", path=path, key=key)
+        problem = (bounds or default_bounds(key, integer=True)).check(value)
+        if problem:
+            raise ConfigError(problem, path=path, key=key)
         return value
     if tp is str:
         if not isinstance(value, str):
@@ -225,17 +288,30 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints, fields = _schema(cls)
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"unknown key (known: {', '.join(sorted(fields))})",
-            path=path,
-            key=f"{prefix}.{unknown[0]}" if prefix else unknown[0],
+    errors: list[ConfigError] = []
+    for name in sorted(set(data) - set(fields)):
+        errors.append(
+            ConfigError(
+                f"unknown key (known: {', '.join(sorted(fields))})",
+                path=path,
+                key=f"{prefix}.{name}" if prefix else name,
+            )
         )
-    kwargs = {
-        name: _coerce(value, hints[name], path, f"{prefix}.{name}" if prefix else name)
-        for name, value in data.items()
-    }
+    kwargs = {}
+    for name, value in data.items():
+        if name not in fields:
+            continue
+        key = f"{prefix}.{name}" if prefix else name
+        try:
+            kwargs[name] = _coerce(
+                value, hints[name], path, key, fields[name].metadata.get("bounds")
+            )
+        except ConfigErrors as exc:
+            errors.extend(exc.errors)
+        except ConfigError as exc:
+            errors.append(exc)
+    if errors:
+        raise ConfigErrors.of(errors)
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -268,23 +344,60 @@ class Config:
         return self.section("general", GeneralConfig)
 
     def validate(self) -> None:
-        """Check every known section and reject unknown ones."""
-        unknown = sorted(set(self.data) - set(SECTIONS))
-        if unknown:
-            raise ConfigError(
+        """Check every known section and reject unknown ones; every error in
+        the file is reported at once (one ConfigErrors listing them)."""
+        errors: list[ConfigError] = [
+            ConfigError(
                 f"unknown section (known: {', '.join(sorted(SECTIONS))})",
                 path=self.path,
-                key=unknown[0],
+                key=name,
             )
+            for name in sorted(set(self.data) - set(SECTIONS))
+        ]
         for name in self.data:
-            self.section(name)
+            if name not in SECTIONS:
+                continue
+            try:
+                self.section(name)
+            except ConfigErrors as exc:
+                errors.extend(exc.errors)
+            except ConfigError as exc:
+                errors.append(exc)
+        if errors:
+            raise ConfigErrors.of(errors)
+
+
+#: A config file is a few KiB; anything near this is not one.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+class ConfigErrors(ConfigError):
+    """Several errors in one file, all reported at once.  ``errors`` holds
+    each (with its own ``key``); the message lists them one per line."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        first = errors[0]
+        lines = "\n".join(f"  {e}" for e in errors)
+        super().__init__(f"{len(errors)} errors:\n{lines}", path=None, key=None)
+        self.path = first.path
+        self.key = first.key
+        self.errors = list(errors)
+
+    @staticmethod
+    def of(errors: list[ConfigError]) -> ConfigError:
+        """The one error itself, or a ConfigErrors for several."""
+        return errors[0] if len(errors) == 1 else ConfigErrors(errors)
 
 
 def parse(text: str, *, path: str | None = None, validate: bool = True) -> Config:
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"file larger than {MAX_CONFIG_BYTES} characters", path=path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", path=path) from exc
+    except RecursionError as exc:
+        raise ConfigError("invalid TOML: arrays or tables nested too deep", path=path) from exc
     cfg = Config(path=path, data=data)
     if validate:
         cfg.validate()

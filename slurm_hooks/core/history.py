@@ -57,3 +57,15 @@ def aware(t: datetime) -> datetime:
 
 
 EMPTY_HISTORY = NodeHistory()
+
+
+@dataclass(frozen=True)
+class Trip:
+    """A latched circuit-breaker trip of one partition (the policy reads it,
+    the state store keeps it: so it lives below both)."""
+
+    partition: str
+    at: datetime
+    node: str
+    counted: int
+    limit: int

@@ -147,6 +147,8 @@ class NodeState:
     gres: str | None = None
     cpus: int | None = None
     alloc_cpus: int | None = None
+    #: The node's ``Comment`` (admin-set; slurm-hooks marks held faults there).
+    comment: str | None = None
 
     @property
     def drained(self) -> bool:

@@ -40,11 +40,26 @@ ELLIPSIS = "..."
 #: (lent to Kubernetes, held as a spare).  A fault on such a node wins: it is
 #: drained afresh with its own incident, never treated as already handled.
 NON_FAULT_CODES = frozenset({"LEND", "SPARE"})
+#: Our codes for a fault seen from a running job's progress (docs/progress.md):
+#: ``HANG`` (the job stopped progressing, this node holds the rank the others
+#: wait for) and ``SLOW`` (a straggler).  The component names the job and the
+#: rank: ``slurm-hooks/1 HANG job:1234/rank3 inc=... :: ...``.
+JOB_FAULT_CODES = frozenset({"HANG", "SLOW"})
+
+
+def job_component(job: str, rank: int) -> str:
+    """The component token of a job-scoped fault: ``job:<id>/rank<R>``."""
+    return f"job:{job}/rank{int(rank)}"
 
 _CODE_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_.:/+\-\[\],]{1,64}$")
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
-_HEAD_RE = re.compile(rf"^{re.escape(PREFIX)}/(\d+) ")
+#: ASCII only (``\d`` would take ``١``) and bounded: a 4,301-digit version
+#: would make int() raise ValueError, not ReasonFormatError.
+_HEAD_RE = re.compile(rf"^{re.escape(PREFIX)}/([0-9]{{1,6}}) ", re.ASCII)
+#: Tokens of the head are separated by ASCII blanks only (no-break spaces
+#: and other Unicode blanks are part of a token, which then fails to parse).
+_BLANKS_RE = re.compile(r"[ \t]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _SPACES_RE = re.compile(r"\s+")
 
@@ -84,16 +99,25 @@ class DrainReason:
     version: int = VERSION
 
     def __post_init__(self) -> None:
-        if not _CODE_RE.match(self.code):
+        # fullmatch: "$" alone would let a trailing newline through.
+        if not isinstance(self.code, str) or not _CODE_RE.fullmatch(self.code):
             raise ReasonFormatError(f"invalid fault code {self.code!r}")
-        if not _TOKEN_RE.match(self.incident):
+        if not isinstance(self.incident, str) or not _TOKEN_RE.fullmatch(self.incident):
             raise ReasonFormatError(f"invalid incident id {self.incident!r}")
         if self.component is not None and (
-            not _TOKEN_RE.match(self.component) or "=" in self.component
+            not isinstance(self.component, str)
+            or not _TOKEN_RE.fullmatch(self.component)
+            or "=" in self.component
         ):
             raise ReasonFormatError(f"invalid component {self.component!r}")
         for key, value in self.extra.items():
-            if key == "inc" or not _KEY_RE.match(key) or not _TOKEN_RE.match(value):
+            if (
+                key == "inc"
+                or not isinstance(key, str)
+                or not isinstance(value, str)
+                or not _KEY_RE.fullmatch(key)
+                or not _TOKEN_RE.fullmatch(value)
+            ):
                 raise ReasonFormatError(f"invalid reason field {key}={value!r}")
         object.__setattr__(self, "extra", dict(self.extra))
         object.__setattr__(self, "text", sanitize_text(self.text))
@@ -140,9 +164,9 @@ def format_reason(reason: DrainReason) -> str:
 
 def parse_reason(raw: str | None) -> DrainReason:
     """Parse one of our reasons; raise ReasonFormatError for anything else."""
-    if not raw:
+    if not raw or not isinstance(raw, str):
         raise ReasonFormatError("empty reason")
-    raw = raw.strip()
+    raw = raw.strip(" \t\r\n")
     m = _HEAD_RE.match(raw)
     if not m:
         raise ReasonFormatError(f"not a {PREFIX} reason: {raw[:40]!r}")
@@ -152,7 +176,7 @@ def parse_reason(raw: str | None) -> DrainReason:
     head, sep, text = raw[m.end() :].partition(SEPARATOR.strip())
     if not sep:
         raise ReasonFormatError(f"missing '::' in {raw[:60]!r}")
-    tokens = head.split()
+    tokens = [t for t in _BLANKS_RE.split(head) if t]
     if not tokens:
         raise ReasonFormatError("missing fault code")
     code, rest = tokens[0], tokens[1:]
@@ -190,8 +214,8 @@ def classify_owner(raw: str | None) -> ReasonOwner:
     """Who wrote this reason.  A reason that merely starts like ours but does
     not parse is treated as an admin's: we never touch what we cannot prove
     is ours."""
-    if raw is None or not raw.strip():
-        return ReasonOwner.NONE
+    if raw is None or not isinstance(raw, str) or not raw.strip():
+        return ReasonOwner.NONE if raw is None or isinstance(raw, str) else ReasonOwner.ADMIN
     text = raw.strip()
     if is_ours(text):
         return ReasonOwner.OURS

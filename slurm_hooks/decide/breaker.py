@@ -14,26 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from slurm_hooks.core.history import aware
+from slurm_hooks.core.held import parse_mark
+from slurm_hooks.core.history import Trip, aware
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.reason import try_parse_reason
 from slurm_hooks.decide.config import PolicyConfig
 
 #: Partition key used for nodes Slurm lists in no partition.
 ALL = "*"
-
-
-@dataclass(frozen=True)
-class Trip:
-    """A latched trip of one partition."""
-
-    partition: str
-    at: datetime
-    node: str
-    counted: int
-    limit: int
 
 
 @dataclass(frozen=True)
@@ -109,11 +99,97 @@ def evaluate(node: str, fleet: FleetView, cfg: PolicyConfig, now: datetime) -> B
         if node in names:
             counted -= 1
             names = tuple(n for n in names if n != node)
-        if part in fleet.trips or ALL in fleet.trips:
+        if part in fleet.trips or ALL in fleet.trips or held_in(fleet.nodes, part):
             verdicts.append(BreakerVerdict(False, part, counted, size, limit, True, names))
             continue
         verdicts.append(
             BreakerVerdict(counted + 1 <= limit, part, counted, size, limit, False, names)
         )
     refused = [v for v in verdicts if not v.allowed]
+    return refused[0] if refused else verdicts[0]
+
+
+def held_in(fleet: Sequence[NodeState], partition: str) -> tuple[str, ...]:
+    """Nodes of ``partition`` that carry our held mark in Slurm: the trip
+    seen fleet-wide without a shared latch file (``core/held.py``)."""
+    return tuple(
+        sorted(
+            n.name
+            for n in fleet
+            if (partition == ALL or partition in n.partitions) and parse_mark(n.comment)
+        )
+    )
+
+
+# -- the claim's rank (act/claim.py) ---------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def claim_key(node: NodeState) -> tuple[datetime, str]:
+    """The total order of claims: (Slurm's reason time, node name).  No
+    reason time sorts first: counted, and ahead of every claim (safe)."""
+    t = node.reason_time
+    return (aware(t) if t is not None else _EPOCH, node.name)
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """Where a claim (our drain, written before any job is signalled) ranks
+    in each of its partitions, read after Slurm settled its second."""
+
+    confirmed: bool
+    #: The claim is no longer on the node (an admin resumed it, another
+    #: reason replaced it): nothing to confirm or take back.
+    lost: bool = False
+    partition: str = ALL
+    rank: int = 0
+    limit: int = 0
+    size: int = 0
+    #: Claims ahead of this one in the deciding partition (names).
+    ahead: tuple[str, ...] = ()
+
+    def explain(self) -> str:
+        if self.lost:
+            return "the claim is no longer on the node"
+        verb = "within" if self.confirmed else "past"
+        return (
+            f"claim ranks {self.rank} in partition {self.partition} by (reason time, node), "
+            f"{verb} the breaker's limit {self.limit} of {self.size}"
+        )
+
+
+def rank_claim(
+    node: str, claim: str, fleet: Sequence[NodeState], cfg: PolicyConfig, now: datetime
+) -> ClaimVerdict:
+    """Confirm or refuse ``node``'s claim (its reason ``claim``) against the
+    node table ``fleet`` read after slurmctld's clock passed the claim's
+    reason time (docs/breaker.md has the proof).
+
+    In every partition of the node: the claims ahead are our fault drains
+    in the window with a smaller (reason time, name); a drain of ours whose
+    reason time is later but that carries ``repl=`` (a reason rewritten on a
+    node drained earlier, which Slurm re-stamps) counts as ahead too, to be
+    safe.  Confirmed when the rank is within the limit everywhere."""
+    me = next((n for n in fleet if n.name == node), None)
+    if me is None or me.reason != claim or not (me.drained or me.down):
+        return ClaimVerdict(False, lost=True)
+    key = claim_key(me)
+    since = now - timedelta(seconds=cfg.breaker_window_s)
+    verdicts = []
+    for part in me.partitions or (ALL,):
+        members = [n for n in fleet if part == ALL or part in n.partitions]
+        ahead = []
+        for other in members:
+            if other.name == node or not drained_by_us(other, since):
+                continue
+            ours = try_parse_reason(other.reason)
+            if claim_key(other) < key or (ours is not None and "repl" in ours.extra):
+                ahead.append(other.name)
+        limit = limit_for(len(members), cfg)
+        rank = len(ahead) + 1
+        verdicts.append(
+            ClaimVerdict(rank <= limit, False, part, rank, limit, len(members), tuple(sorted(ahead)))
+        )
+    refused = [v for v in verdicts if not v.confirmed]
     return refused[0] if refused else verdicts[0]

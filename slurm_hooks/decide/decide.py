@@ -25,7 +25,8 @@ from datetime import datetime, timedelta
 
 from slurm_hooks.core.history import EMPTY_HISTORY, NodeHistory
 from slurm_hooks.core.model import Action, Finding, NodeState, ReasonOwner, Status
-from slurm_hooks.core.reason import DrainReason, classify_owner, try_parse_reason
+from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, our_reason
+from slurm_hooks.core.reason import DrainReason
 from slurm_hooks.decide import breaker as breaker_mod
 from slurm_hooks.decide.breaker import FleetView
 from slurm_hooks.decide.config import PolicyConfig
@@ -191,12 +192,15 @@ def _node_decision(
             comp,
             reason,
             found,
-            evacuate=k.drains,
+            # A finding may ask to keep the jobs (SLOW, drain at the job's end).
+            evacuate=k.drains and primary.values.get("evacuate") is not False,
             facts={**facts, **more},
         )
 
     current = node_state.reason if node_state else None
-    owner = classify_owner(current)
+    # One rule (core/ownership.py): a reason counts only on a node that is out
+    # of service; Slurm 24.11 leaves the old one on a resumed node (STALE).
+    owner = effective_owner(node_state)
     if owner not in (ReasonOwner.NONE, ReasonOwner.OURS):
         return make(
             DecisionKind.FOREIGN_REASON,
@@ -204,12 +208,14 @@ def _node_decision(
             "slurm-hooks never touches it",
             None,
         )
-    ours = try_parse_reason(current) if owner is ReasonOwner.OURS else None
+    if node_ownership(node_state) is Ownership.STALE:
+        why += f" (the old reason {current!r} is stale: the node is in service)"
+    ours = our_reason(node_state)
     if ours is not None and not ours.is_fault:
         # A lent or spare node that faults: the fault wins, with its own incident.
         why += f" (node was out of Slurm as {ours.code}; the fault takes precedence)"
         ours = None
-    if ours is not None and node_state is not None and (node_state.drained or node_state.down):
+    if ours is not None:
         if kind is DecisionKind.REPLACE and "repl" not in ours.extra and ours.code != FLAPPING:
             return make(
                 DecisionKind.REPLACE,
@@ -279,7 +285,7 @@ def decide_resume(
     history = history or EMPTY_HISTORY
     name = node_state.name
     current = node_state.reason
-    owner = classify_owner(current)
+    owner = effective_owner(node_state)  # a stale reason (24.11) is no drain to lift
     if owner is ReasonOwner.NONE:
         if node_state.drained or node_state.down:
             return Decision(
@@ -296,7 +302,7 @@ def decide_resume(
             "FOREIGN",
             f"reason belongs to {owner} ({current!r}): slurm-hooks never resumes it",
         )
-    ours = try_parse_reason(current)
+    ours = our_reason(node_state)
     assert ours is not None
     base = {"code": ours.code, "component": ours.component, "reason": ours}
     if ours.code == FLAPPING and not human:

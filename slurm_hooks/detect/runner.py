@@ -32,6 +32,7 @@ from slurm_hooks.core.model import Component, Finding, Phase, Status
 from slurm_hooks.detect.checks.base import CheckContext, ok
 from slurm_hooks.detect.checks.registry import CHECKS, load
 from slurm_hooks.detect.checks.settings import ChecksConfig, load_checks_config
+from slurm_hooks.detect.fold import fold_lost_gpus
 from slurm_hooks.detect.profiles import (
     Profile,
     Profiles,
@@ -352,7 +353,7 @@ def setup(
         scenario = checks_cfg.nvml_scenario
         if scenario and cfg.path and not os.path.isabs(scenario):
             scenario = os.path.join(os.path.dirname(cfg.path), scenario)
-        svc["nvml"] = NvmlSession(scenario)
+        svc["nvml"] = NvmlSession(backend=checks_cfg.nvml, scenario=scenario)
     return RunSetup(
         cfg=cfg,
         checks=checks_cfg,
@@ -405,6 +406,9 @@ def run_phase(
         clock=clock,
         not_applicable=lambda name: _not_applicable(name, rs.profile),
     )
+    # One finding per root cause: the other checks' "could not run on gpuN"
+    # for a GPU gpu_lost reported is folded into that finding.
+    outcomes = fold_lost_gpus(outcomes)
     if finished and run_setup is None:
         # A check left running may still be inside NVML: then let process exit clean up.
         rs.close()

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from slurm_hooks.bridge.plan import parse_time
+from slurm_hooks.core.clock import parse_time
 from slurm_hooks.core.errors import ConflictError, KubernetesError
 from slurm_hooks.k8s.client import KubeClient, lease_path
 

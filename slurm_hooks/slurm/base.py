@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from slurm_hooks.core.model import JobInfo, NodeState
@@ -68,3 +69,19 @@ class SlurmClient(Protocol):
     def show_config(self) -> dict[str, str]:
         """``scontrol show config`` as a mapping of key to value."""
         ...
+
+
+@runtime_checkable
+class ServerClock(Protocol):
+    """A client that can read slurmctld's own clock (cli: ``sdiag``; rest:
+    ``/diag``).  The breaker's claim protocol (``act/claim.py``) settles on
+    it; a client without it (a test double) is settled without waiting."""
+
+    def server_time(self) -> datetime: ...
+
+
+@runtime_checkable
+class NodeComments(Protocol):
+    """A client that can set a node's ``Comment`` (held faults are marked there)."""
+
+    def set_node_comment(self, name: str, comment: str) -> None: ...

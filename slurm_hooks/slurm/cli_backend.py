@@ -13,14 +13,23 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from slurm_hooks.core import hostlist
-from slurm_hooks.core.errors import CommandError, CommandTimeout, SlurmError, SlurmUnavailable
+from slurm_hooks.core.errors import (
+    CommandError,
+    CommandTimeout,
+    JobGone,
+    NodeNotFound,
+    SlurmError,
+    SlurmUnavailable,
+)
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
 from slurm_hooks.slurm import parse
 from slurm_hooks.slurm.base import SignalTarget
+from slurm_hooks.slurm.refusals import Op, typed
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +61,46 @@ def _is_transient(stderr: str) -> bool:
     return any(t in text for t in TRANSIENT_ERRORS)
 
 
+def _op_of(argv: Sequence[str]) -> tuple[Op, str]:
+    """What a Slurm command line asks for, and of which job or node."""
+    words = [str(a) for a in argv]
+    if not words:
+        return Op.OTHER, ""
+    if words[0] == "scancel":
+        op = Op.JOB_SIGNAL if any(w.startswith("--signal=") for w in words) else Op.JOB_CANCEL
+        return op, words[-1]
+    if words[0] != "scontrol":
+        return Op.OTHER, ""
+    rest = [w for w in words[1:] if not w.startswith("-")]
+    for w in rest:
+        key, _, value = w.partition("=")
+        if key.lower() == "jobid":
+            return Op.JOB_UPDATE, value
+        if key.lower() == "nodename":
+            return Op.NODE_UPDATE, value
+    if rest[:1] == ["requeue"]:
+        return Op.JOB_REQUEUE, words[-1]
+    if rest[:2] == ["show", "job"]:
+        return Op.JOB_READ, rest[2] if len(rest) > 2 else ""
+    if rest[:2] == ["show", "node"]:
+        return Op.NODE_READ, rest[2] if len(rest) > 2 else ""
+    return Op.OTHER, ""
+
+
+def classify_failure(argv: Sequence[str], rc: int, stderr: str, stdout: str = "") -> SlurmError:
+    """The one place this backend reads Slurm's words: a failed command as
+    a typed error (JobGone, NotRequeueable, NodeNotFound; see
+    slurm/refusals.py for the texts, as scontrol/scancel 22.05 print them),
+    else a SlurmError carrying the command, its status and Slurm's words."""
+    op, subject = _op_of(argv)
+    cmd = " ".join(str(a) for a in argv[:2])
+    message = f"{cmd} failed (rc={rc}): {stderr.strip()[:500] or stdout.strip()[:200]}"
+    # ``scontrol show node X`` says ``Node X not found`` on stdout (rc=1).
+    if op is Op.NODE_READ and subject and f"Node {subject} not found" in stdout:
+        return NodeNotFound(subject, message)
+    return typed(op, subject, message, text=stderr)
+
+
 def check_reason(reason: str) -> str:
     """Slurm refuses an empty reason, and a newline breaks every line-based
     reader of ``sinfo``/``scontrol`` output: refuse both before asking."""
@@ -60,6 +109,13 @@ def check_reason(reason: str) -> str:
     if "\n" in reason or "\r" in reason:
         raise SlurmError("a reason must be one line (it contains a newline)")
     return reason
+
+
+def check_comment(comment: str) -> str:
+    """A node comment we write: one line, bounded (empty clears it)."""
+    if "\n" in comment or "\r" in comment or len(comment) > 256:
+        raise SlurmError(f"invalid node comment {comment!r}")
+    return comment
 
 
 def check_job_id(job_id: str | int) -> str:
@@ -138,8 +194,7 @@ class CliClient:
             if _is_transient(stderr):
                 last = stderr
                 continue
-            cmd = " ".join(str(a) for a in argv[:2])
-            raise SlurmError(f"{cmd} failed (rc={res.rc}): {stderr[:500] or res.stdout[:200]}")
+            raise classify_failure(argv, res.rc, stderr, res.stdout)
         raise SlurmUnavailable(
             f"slurm controller unreachable after {attempts} attempt(s) "
             f"running {argv[0]}: {last[:300]}"
@@ -192,7 +247,7 @@ class CliClient:
     def get_node(self, name: str) -> NodeState:
         nodes = [n for n in self.list_nodes([name]) if n.name == name]
         if not nodes:
-            raise SlurmError(f"node {name!r} not found")
+            raise NodeNotFound(name)
         return nodes[0]
 
     def _update_node(self, name: str, *args: str) -> None:
@@ -211,6 +266,15 @@ class CliClient:
 
     def update_reason(self, name: str, reason: str) -> None:
         self._update_node(name, f"Reason={check_reason(reason)}")
+
+    def set_node_comment(self, name: str, comment: str) -> None:
+        """Set the node's ``Comment`` (empty string: clear it)."""
+        self._update_node(name, f"Comment={check_comment(comment)}")
+
+    def server_time(self) -> datetime:
+        """slurmctld's own clock (``sdiag``'s first line): what the breaker's
+        claim protocol waits on, never this host's clock."""
+        return parse.parse_sdiag_time(self._call(["sdiag"]).stdout)
 
     # -- jobs ---------------------------------------------------------------
 
@@ -232,13 +296,18 @@ class CliClient:
 
     def get_job(self, job_id: str) -> JobInfo:
         jid = check_job_id(job_id)
-        jobs = parse.parse_scontrol_jobs(self._call(["scontrol", "-o", "show", "job", jid]).stdout)
+        skipped: list[str] = []
+        out = self._call(["scontrol", "-o", "show", "job", jid]).stdout
+        jobs = parse.parse_scontrol_jobs(out, skipped=skipped)
         for job in jobs:
             if job.job_id == jid:
                 return job
+        if skipped:
+            # A record user text made ambiguous: never guessed, never "gone".
+            raise parse.ShadowedRecord("; ".join(skipped)[:500])
         if jobs:
             return jobs[0]
-        raise SlurmError(f"job {jid} not found")
+        raise JobGone(jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
         jid, sig = check_job_id(job_id), check_signal(signal)

@@ -275,6 +275,7 @@ def node_from_fields(fields: Mapping[str, str], reason: str | None = None, user=
         gres=_none_if_null(fields.get("Gres")),
         cpus=_int(fields.get("CPUTot")),
         alloc_cpus=_int(fields.get("CPUAlloc")),
+        comment=_none_if_null(fields.get("Comment")),
     )
 
 
@@ -309,8 +310,8 @@ def parse_scontrol_nodes(text: str) -> list[NodeState]:
 def _json_load(text: str, what: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SlurmError(f"{what}: invalid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise SlurmError(f"{what}: invalid JSON: {type(exc).__name__}: {exc}") from exc
 
 
 def _json_errors(doc: Mapping[str, Any], what: str) -> None:
@@ -349,6 +350,7 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeState:
         gres=str(gres) if gres else None,
         cpus=_int(obj.get("cpus")),
         alloc_cpus=_int(obj.get("alloc_cpus")),
+        comment=str(obj["comment"]) if obj.get("comment") else None,
     )
 
 
@@ -486,13 +488,154 @@ def job_from_fields(fields: Mapping[str, str]) -> JobInfo:
     )
 
 
-def parse_scontrol_jobs(text: str) -> list[JobInfo]:
-    """``scontrol -o show job [id]`` -> JobInfo per job."""
+class ShadowedRecord(SlurmError):
+    """A job record whose real fields cannot be told apart from text a user
+    wrote into its name, comment or paths (or that lacks them): refused
+    rather than guessed, so no user text ever becomes a job field."""
+
+
+#: The fields of ``scontrol -o show job`` after the job name and before the
+#: command line that Slurm always prints (22.05 .. 24.11).  None of them
+#: holds user text with blanks: Slurm itself turns blanks in ``Reason`` into
+#: ``_``.  A candidate run of fields must hold all of these exactly once.
+_JOB_MIDDLE_REQUIRED = frozenset({"UserId", "GroupId", "JobState", "Requeue", "Restarts"})
+#: Where the job's user text starts again after the fixed middle, in the
+#: order Slurm prints it (src/api/job_info.c): a key counts only after the
+#: previous one, so a ``Comment`` cannot fake an ``AdminComment``.
+_JOB_TAIL_ORDER: Sequence[str] = (
+    "Command",
+    "WorkDir",
+    "AdminComment",
+    "SystemComment",
+    "Comment",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+    "Power",
+)
+_JOB_TAIL_RE = re.compile(" (?:" + "|".join(_JOB_TAIL_ORDER) + ")=")
+_TOKEN_KEY_RE = re.compile(r"([A-Za-z][A-Za-z0-9_:/\-]*)=", re.ASCII)
+
+
+def _middle_fields(chain: str) -> dict[str, str] | None:
+    """The ``Key=value`` fields of one candidate middle, or None when a
+    known key repeats or a required one is missing (then the candidate
+    starts inside a user's text).  A blank-separated word that is not a
+    known ``Key=`` continues the previous value."""
+    out: dict[str, str] = {}
+    last: str | None = None
+    for token in chain.split():
+        m = _TOKEN_KEY_RE.match(token)
+        key = m.group(1) if m else None
+        if key is not None and key in JOB_KEYS:
+            if key in out:
+                return None
+            out[key] = token[m.end() :]  # type: ignore[union-attr]
+            last = key
+        elif last is not None:
+            out[last] += " " + token
+        else:
+            return None
+    if not _JOB_MIDDLE_REQUIRED <= out.keys():
+        return None
+    return out
+
+
+def _tail_fields(tail: str) -> dict[str, str]:
+    """The user-text tail (``Command=... WorkDir=... Comment=... StdOut=...``).
+
+    Every value here is user text, so keys are placed from the right: each
+    key of Slurm's order is its last occurrence before the key chosen after
+    it.  User text can then only fake keys that come *before* its own field
+    in the real record (a ``Comment`` holding ``WorkDir=`` is never read as
+    the work dir).  The optional comments also need a ``WorkDir=`` before
+    them, so a ``Command`` holding ``AdminComment=`` fakes nothing either.
+    """
+    text = " " + tail
+    limit = len(text)
+    chosen: list[tuple[int, str]] = []
+    for key in reversed(_JOB_TAIL_ORDER):
+        pos = text.rfind(f" {key}=", 0, limit)
+        if pos < 0:
+            continue
+        if key in ("AdminComment", "SystemComment", "Comment") and (
+            text.rfind(" WorkDir=", 0, pos) < 0
+        ):
+            continue
+        chosen.append((pos, key))
+        limit = pos
+    chosen.sort()
+    out: dict[str, str] = {}
+    for i, (pos, key) in enumerate(chosen):
+        end = chosen[i + 1][0] if i + 1 < len(chosen) else len(text)
+        value = text[pos + len(key) + 2 : end]
+        if i + 1 == len(chosen):
+            # after the last tail key: newer releases print more fields
+            rest = [kv for kv in _split_fields(value, JOB_KEYS, frozenset()) if kv[0] in JOB_KEYS]
+            if rest:
+                value = value[: value.find(f" {rest[0][0]}=")]
+            for k, v in rest:
+                out.setdefault(k, v)
+        out[key] = value.rstrip(" ")
+    return out
+
+
+def job_record_fields(record: str) -> dict[str, str]:
+    """One ``scontrol -o show job`` record as fields that no user text can
+    shadow.
+
+    The record is ``JobId=.. [array/het ids] JobName=<user text>`` then a
+    fixed middle Slurm writes (``UserId= .. JobState= .. Restarts= ..``,
+    blank-free values) then ``Command=``/``WorkDir=``/``Comment=``/``Std*=``,
+    user text again.  A name like ``x UserId=root(0) Restarts=5`` only adds
+    false starts: every ``UserId=`` after the name starts a candidate
+    middle that runs to the first tail key; a candidate is real only if it
+    holds every required key exactly once.  One real candidate: parsed.
+    None, or several (a user wrote a whole fake middle): ShadowedRecord.
+    """
+    head_m = re.match(r"JobId=(\S+)", record)
+    name_at = record.find(" JobName=")
+    if head_m is None or name_at < 0:
+        raise ShadowedRecord(f"job record without JobId/JobName: {record[:80]!r}")
+    fields = parse_kv_line(record[:name_at], JOB_KEYS, frozenset())
+    name_start = name_at + len(" JobName=")
+    found: list[tuple[int, int, dict[str, str]]] = []
+    pos = record.find(" UserId=", name_start - 1)
+    while pos >= 0:
+        tail_m = _JOB_TAIL_RE.search(record, pos + 1)
+        end = tail_m.start() if tail_m else len(record)
+        middle = _middle_fields(record[pos + 1 : end])
+        if middle is not None:
+            found.append((pos, end, middle))
+        pos = record.find(" UserId=", pos + 1)
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)} candidate"
+        raise ShadowedRecord(
+            f"job {head_m.group(1)}: {what} job field sets (user text that imitates"
+            " Slurm's fields in a name, comment or path?)"
+        )
+    pos, end, middle = found[0]
+    fields["JobName"] = record[name_start:pos]
+    for key, value in middle.items():
+        fields.setdefault(key, value)
+    for key, value in _tail_fields(record[end:]).items():
+        fields.setdefault(key, value)
+    return fields
+
+
+def parse_scontrol_jobs(text: str, *, skipped: list[str] | None = None) -> list[JobInfo]:
+    """``scontrol -o show job [id]`` -> JobInfo per job.  A record whose
+    fields a user's text makes ambiguous is left out (and its error
+    appended to ``skipped`` when given): never parsed by a guess."""
     jobs = []
     for record in _records(text, "JobId"):
-        fields = parse_kv_line(record, JOB_KEYS, _JOB_FREE_TEXT)
-        if "JobId" in fields:
-            jobs.append(job_from_fields(fields))
+        try:
+            fields = job_record_fields(record)
+        except ShadowedRecord as exc:
+            if skipped is not None:
+                skipped.append(str(exc))
+            continue
+        jobs.append(job_from_fields(fields))
     return jobs
 
 
@@ -526,17 +669,42 @@ def parse_squeue(text: str) -> tuple[list[JobInfo], int]:
     return jobs, bad
 
 
+#: ``Prolog[0]``: 24.11 prints a key that takes several values once per value.
+_INDEXED_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]$")
+
+
 def parse_show_config(text: str) -> dict[str, str]:
     """``scontrol show config``: ``Key      = value`` lines; section headers
-    and blank lines are skipped."""
+    and blank lines are skipped.
+
+    Slurm 24.11 prints list keys indexed (``Prolog[0] = /a``, ``Prolog[1] =
+    /b``, where 22.05 printed ``Prolog = /a``): those become one ``Prolog``
+    entry, the values in index order joined with ``,`` as slurm.conf writes
+    them (:func:`config_items` splits them again).  24.11 also leaves unset
+    keys out where 22.05 printed ``(null)``: a missing key reads as unset."""
     out: dict[str, str] = {}
+    indexed: dict[str, dict[int, str]] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not key or " " in key:
             continue
+        m = _INDEXED_KEY_RE.match(key)
+        if m:
+            indexed.setdefault(m.group(1), {}).setdefault(int(m.group(2)), value.strip())
+            continue
         out.setdefault(key, value.strip())
+    for key, values in indexed.items():
+        out.setdefault(key, ",".join(values[i] for i in sorted(values)))
     return out
+
+
+def config_items(value: str | None) -> list[str]:
+    """The items of a ``show config`` value (``a,b`` -> ``[a, b]``); an unset
+    value (missing, ``(null)``, empty) has none."""
+    if value is None or value.strip() in ("", "(null)"):
+        return []
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -548,3 +716,26 @@ def parse_version(text: str) -> tuple[int, int, int]:
     if not m:
         raise SlurmError(f"cannot find a Slurm version in {text.strip()[:80]!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+#: ``sdiag output at Tue Dec 01 20:23:10 2026 (1796156590)``: the first line
+#: of ``sdiag`` on 22.05, 23.x, 24.11 and 25.x; the epoch is slurmctld's
+#: clock when it answered (``req_time``).
+_SDIAG_TIME = re.compile(r"^sdiag output at .*\((\d+)\)\s*$", re.MULTILINE)
+
+
+def parse_sdiag_time(text: str) -> datetime:
+    """slurmctld's own clock from ``sdiag`` output (aware, local zone)."""
+    m = _SDIAG_TIME.search(text)
+    if not m:
+        raise SlurmError("sdiag: no 'sdiag output at ... (epoch)' line")
+    return datetime.fromtimestamp(int(m.group(1))).astimezone()
+
+
+def server_time_from_diag(doc: Any) -> datetime:
+    """slurmctld's clock from a slurmrestd ``/diag`` answer (``statistics.req_time``)."""
+    stats = doc.get("statistics") if isinstance(doc, Mapping) else None
+    when = _epoch(stats.get("req_time")) if isinstance(stats, Mapping) else None
+    if when is None:
+        raise SlurmError("diag: no statistics.req_time in the answer")
+    return when

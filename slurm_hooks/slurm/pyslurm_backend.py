@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -24,13 +24,37 @@ from slurm_hooks.slurm.cli_backend import CliClient, check_reason
 log = logging.getLogger(__name__)
 
 
-def load_pyslurm() -> ModuleType:
+#: pyslurm releases on PyPI (``pip index versions pyslurm``, checked
+#: 2026-12): 25.11.0 and 25.11.2, source only, besides 17.11/18.08 ones for
+#: Slurm releases long gone.  Debian 12, 13 and forky/sid carry Slurm 22.05,
+#: 24.11 and 26.05: for those pyslurm must be built from its GitHub tag.
+PYPI_PYSLURM: Mapping[tuple[int, int], str] = {(25, 11): "25.11.2"}
+
+
+def needed_pyslurm(slurm: Sequence[int]) -> str:
+    """Which pyslurm this Slurm needs, and where it is to be had."""
+    mm = (int(slurm[0]), int(slurm[1]))
+    want = f"pyslurm {mm[0]}.{mm[1]}.x"
+    if mm in PYPI_PYSLURM:
+        return f"{want} (pip install pyslurm=={PYPI_PYSLURM[mm]}, built against libslurm-dev)"
+    have = ", ".join(f"{a}.{b}.x" for a, b in sorted(PYPI_PYSLURM))
+    return (
+        f"{want}, which PyPI does not have (it has {have} only): build it from the "
+        f"v{mm[0]}.{mm[1]}.x tag of github.com/PySlurm/pyslurm"
+    )
+
+
+def load_pyslurm(slurm: Sequence[int] | None = None) -> ModuleType:
     try:
         return importlib.import_module("pyslurm")
     except ImportError as exc:
+        need = (
+            f"Slurm {slurm[0]}.{int(slurm[1]):02d} needs {needed_pyslurm(slurm)}"
+            if slurm
+            else "it must be built for this Slurm's major.minor release"
+        )
         raise SlurmError(
-            "pyslurm backend: pyslurm is not installed (it must be built against this "
-            "Slurm's major version; PyPI has none for 22.05/24.11): use the cli or rest backend"
+            f"pyslurm backend: pyslurm is not installed ({need}): use the cli or rest backend"
         ) from exc
 
 
@@ -56,7 +80,7 @@ class PyslurmClient(CliClient):
 
     def __init__(self, *, module: ModuleType | None = None, **cli_opts: Any) -> None:
         super().__init__(**cli_opts)
-        self.pyslurm = module or load_pyslurm()
+        self.pyslurm = module or load_pyslurm(self.version())
         check_versions(pyslurm_version(self.pyslurm), self.version())
 
     def list_nodes(self, names: Sequence[str] | str | None = None) -> list[NodeState]:

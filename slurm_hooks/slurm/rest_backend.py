@@ -12,31 +12,66 @@ GET nodes and node/{name}; GET jobs and job/{id}; POST job/{id} (update,
 cancel the whole job).  It has no node update, no requeue and no config
 endpoint: those raise SlurmError naming the cli backend.  From v0.0.39
 (23.02) ``POST node/{name}`` exists and is used.
+
+Which version to speak is asked of the server, once per client: the paths
+its ``/openapi/v3`` lists (pings newest-first where that document is not
+served), the newest of :data:`KNOWN_APIS` it offers.  slurmrestd serves
+only its release's three newest plugins (24.11: v0.0.40-v0.0.42, no
+v0.0.38), so a fixed default meant HTTP 404 on every call after an upgrade.
+:data:`LACKS` says which versions have no node update or requeue.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import signal as _signal
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from slurm_hooks.core import hostlist
-from slurm_hooks.core.errors import SlurmError, SlurmUnavailable
+from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.slurm import parse
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.cli_backend import (
     ACTIVE_JOB_STATES,
     check_job_id,
+    check_comment,
     check_reason,
     check_signal,
 )
+from slurm_hooks.slurm.refusals import Op, typed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API = "v0.0.38"
+#: ``api=`` (and ``[general] slurm_rest_api``) value: ask the server.
+AUTO_API = "auto"
+#: The OpenAPI versions this client speaks, newest first.
+KNOWN_APIS: Sequence[str] = (
+    "v0.0.44",
+    "v0.0.43",
+    "v0.0.42",
+    "v0.0.41",
+    "v0.0.40",
+    "v0.0.39",
+    "v0.0.38",
+)
+_PATH_API_RE = re.compile(r"^/slurm/(v0\.0\.\d+)/")
+
+#: Operation -> the OpenAPI versions without it (checked in the /openapi/v3
+#: of slurmrestd 22.05.8 for v0.0.38 and 24.11.5 for v0.0.40-v0.0.42:
+#: ``job/{job_id}`` is get/post/delete, no requeue anywhere).  Those calls
+#: raise SlurmError naming the cli backend.
+LACKS: Mapping[str, frozenset[str]] = {
+    "node update": frozenset({"v0.0.38"}),
+    "admin comment update": frozenset({"v0.0.38"}),
+    "job requeue": frozenset(KNOWN_APIS),
+    "show config": frozenset(KNOWN_APIS),
+}
 
 #: The newest OpenAPI plugin each Slurm release serves (slurmrestd also keeps
 #: the two before it; 24.11 serves v0.0.40, v0.0.41 and v0.0.42).  The
@@ -96,12 +131,58 @@ def job_from_json(obj: Mapping[str, Any]) -> JobInfo:
     )
 
 
+#: slurmrestd 24.11 (v0.0.42) answers ``GET node/{name}`` for an unknown
+#: node with HTTP 200 and this description, error_number 0
+#: (tests/data/slurm/24.11-rest-v0.0.42-node-unfound.json).
+_NODE_UNFOUND = "Failure to query node"
+
+
+def _rest_op(method: str, path: str, params: Mapping[str, str] | None) -> tuple[Op, str]:
+    kind, _, subject = path.strip("/").partition("/")
+    subject = urllib.parse.unquote(subject)
+    if kind == "job" and subject:
+        if method == "GET":
+            return Op.JOB_READ, subject
+        if method == "DELETE":
+            return (Op.JOB_SIGNAL if params and "signal" in params else Op.JOB_CANCEL), subject
+        return Op.JOB_UPDATE, subject
+    if kind == "node" and subject:
+        return (Op.NODE_READ if method == "GET" else Op.NODE_UPDATE), subject
+    return Op.OTHER, ""
+
+
+def classify_errors(
+    method: str,
+    path: str,
+    params: Mapping[str, str] | None,
+    errors: Sequence[Any],
+    message: str,
+) -> SlurmError:
+    """The one place this backend reads Slurm's refusals: slurmrestd's
+    ``errors[]`` (``error_number`` is Slurm's errno, see slurm/refusals.py;
+    recorded answers in tests/data/slurm/*-rest-*-unfound.json) as a typed
+    error, else a SlurmError(message)."""
+    op, subject = _rest_op(method, path, params)
+    for e in errors:
+        if not isinstance(e, Mapping):
+            continue
+        number = parse._int(e.get("error_number"))
+        text = f"{e.get('error') or ''} {e.get('description') or ''}"
+        if op is Op.NODE_READ and str(e.get("description") or "").startswith(_NODE_UNFOUND):
+            return NodeNotFound(subject, message)
+        err = typed(op, subject, message, errno=number or None, text=text)
+        if type(err) is not SlurmError:
+            return err
+    return SlurmError(message)
+
+
 class RestClient:
     """SlurmClient over slurmrestd.
 
     ``socket`` (a unix socket path) or ``url`` (``http://host:6820``) plus
-    ``user``/``token`` for JWT.  ``api`` is the OpenAPI plugin version the
-    slurmrestd serves (``v0.0.38`` on 22.05).
+    ``user``/``token`` for JWT.  ``api``: the OpenAPI version to speak
+    (``v0.0.42``), or ``auto``/None (the default) to take the newest of
+    :data:`KNOWN_APIS` the server offers, asked on first use and kept.
     """
 
     def __init__(
@@ -111,7 +192,7 @@ class RestClient:
         url: str | None = None,
         user: str | None = None,
         token: str | None = None,
-        api: str = DEFAULT_API,
+        api: str | None = None,
         timeout: float = 10.0,
         retries: int = 3,
         backoff: float = 0.5,
@@ -122,7 +203,7 @@ class RestClient:
 
         if bool(socket) == bool(url):
             raise SlurmError("rest backend: give exactly one of socket= or url=")
-        self.api = api
+        self._api = None if api in (None, "", AUTO_API) else str(api)
         self.timeout = timeout
         retry = Retry(
             total=retries,
@@ -160,6 +241,56 @@ class RestClient:
 
     # -- plumbing -------------------------------------------------------------
 
+    @property
+    def api(self) -> str:
+        """The OpenAPI version spoken; the first use asks the server
+        (:meth:`negotiate`)."""
+        if self._api is None:
+            self._api = self.negotiate()
+        return self._api
+
+    def _get_raw(self, path: str) -> Any:
+        try:
+            return self.session.request(
+                "GET", f"{self.base}/{path.lstrip('/')}", params=None, json=None,
+                timeout=self.timeout,
+            )  # fmt: skip
+        except self._requests.RequestException as exc:
+            raise SlurmUnavailable(f"slurmrestd unreachable (GET {path}): {exc}") from exc
+
+    def offered_apis(self) -> list[str]:
+        """The ``/slurm/v0.0.NN/`` versions in the server's ``/openapi/v3``
+        (newest first; empty when it serves no such document)."""
+        resp = self._get_raw("openapi/v3")
+        if resp.status_code != 200:
+            return []
+        try:
+            doc = resp.json()
+        except ValueError:
+            return []
+        paths = doc.get("paths") if isinstance(doc, dict) else None
+        found = {m.group(1) for p in paths or () if (m := _PATH_API_RE.match(str(p)))}
+        return sorted(found, key=_api_tuple, reverse=True)
+
+    def negotiate(self) -> str:
+        """The newest of :data:`KNOWN_APIS` the server offers: from its
+        ``/openapi/v3``, else the first ``ping`` that answers 200 (newest
+        first).  SlurmUnavailable when it cannot be reached (nothing is kept,
+        the next call asks again); SlurmError when it offers none we speak."""
+        offered = self.offered_apis()
+        for api in KNOWN_APIS:
+            if api in offered:
+                log.debug("slurmrestd at %s offers %s: speaking %s", self.base, offered, api)
+                return api
+        for api in KNOWN_APIS:
+            if self._get_raw(f"slurm/{api}/ping").status_code == 200:
+                return api
+        raise SlurmError(
+            f"slurmrestd at {self.base} offers none of the OpenAPI versions "
+            f"{KNOWN_APIS[-1]}..{KNOWN_APIS[0]} (it lists: {', '.join(offered) or 'none'}); "
+            "set [general] slurm_rest_api or use the cli backend"
+        )
+
     def _url(self, path: str) -> str:
         return f"{self.base}/slurm/{self.api}/{path.lstrip('/')}"
 
@@ -187,19 +318,32 @@ class RestClient:
             )
             if resp.status_code in (502, 503, 504):
                 raise SlurmUnavailable(f"slurmrestd {method} {path}: HTTP {resp.status_code}")
-            raise SlurmError(
-                f"slurmrestd {method} {path}: HTTP {resp.status_code} {resp.reason}: {detail}"
-            )
+            raise classify_errors(
+                method, path, params, errors if isinstance(errors, list) else [],
+                f"slurmrestd {method} {path}: HTTP {resp.status_code} {resp.reason}: {detail}",
+            )  # fmt: skip
         return doc if isinstance(doc, dict) else {}
 
-    def _unsupported(self, op: str) -> SlurmError:
+    def _unsupported(self, op: str, kind: str | None = None) -> SlurmError:
+        """``op`` (``node drain``) is not served; ``kind`` is its entry in
+        :data:`LACKS` (``node update``; default: ``op``)."""
+        lacking = LACKS.get(kind or op, frozenset(KNOWN_APIS))
+        having = [a for a in KNOWN_APIS if a not in lacking]
+        if having:
+            where, api = f"OpenAPI {', '.join(reversed(having))} only", self.api
+        else:  # no version has it: no need to ask the server which it speaks
+            where = f"none of OpenAPI {KNOWN_APIS[-1]}..{KNOWN_APIS[0]}"
+            api = self._api or "(any)"
         return SlurmError(
-            f"rest backend: slurmrestd openapi/{self.api} has no {op} operation; "
-            "use the cli backend (get_client('cli')) for it"
+            f"rest backend: slurmrestd openapi/{api} has no {op} operation "
+            f"({where}); use the cli backend (get_client('cli')) for it"
         )
 
+    def _has(self, op: str) -> bool:
+        return self.api not in LACKS.get(op, frozenset())
+
     def _node_updates(self) -> bool:
-        return _api_tuple(self.api) >= (0, 0, 39)
+        return self._has("node update")
 
     # -- nodes ------------------------------------------------------------------
 
@@ -219,11 +363,11 @@ class RestClient:
         for node in nodes:
             if node.name == name:
                 return node
-        raise SlurmError(f"node {name!r} not found")
+        raise NodeNotFound(name)
 
     def _update_node(self, name: str, body: Mapping[str, Any], op: str) -> None:
         if not self._node_updates():
-            raise self._unsupported(op)
+            raise self._unsupported(op, "node update")
         self._request("POST", f"node/{urllib.parse.quote(name)}", body=dict(body))
 
     def drain(self, name: str, reason: str) -> None:
@@ -237,6 +381,13 @@ class RestClient:
 
     def update_reason(self, name: str, reason: str) -> None:
         self._update_node(name, {"reason": check_reason(reason)}, "node reason update")
+
+    def set_node_comment(self, name: str, comment: str) -> None:
+        self._update_node(name, {"comment": check_comment(comment)}, "node comment update")
+
+    def server_time(self) -> datetime:
+        """slurmctld's clock: ``/diag``'s ``statistics.req_time``."""
+        return parse.server_time_from_diag(self._request("GET", "diag"))
 
     # -- jobs ---------------------------------------------------------------------
 
@@ -264,7 +415,7 @@ class RestClient:
         for job in jobs:
             if job.job_id == jid:
                 return job
-        raise SlurmError(f"job {jid} not found")
+        raise JobGone(jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
         # v0.0.38 signals the whole job (batch shell and steps), like scancel --full.
@@ -283,7 +434,7 @@ class RestClient:
         self._request("DELETE", f"job/{check_job_id(job_id)}")
 
     def set_job_comment(self, job_id: str, comment: str, *, admin: bool = False) -> None:
-        if admin and _api_tuple(self.api) < (0, 0, 39):
+        if admin and not self._has("admin comment update"):
             raise self._unsupported("admin comment update")
         key = "admin_comment" if admin else "comment"
         self._request("POST", f"job/{check_job_id(job_id)}", body={key: comment})

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,8 +34,7 @@ from slurm_hooks.store.atomicfile import write_atomic
 
 if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
     # on a healthy node open the state store but never decide anything.
-    from slurm_hooks.core.history import FaultEvent, NodeHistory
-    from slurm_hooks.decide.breaker import Trip
+    from slurm_hooks.core.history import FaultEvent, NodeHistory, Trip
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,10 @@ def parse_time(s: str) -> datetime:
 def atomic_write_json(path: Path, data: Any) -> None:
     """Replace ``path`` with ``data`` as JSON, durably and atomically."""
     text = json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
-    write_atomic(path, text, mode=0o600)
+    try:
+        write_atomic(path, text, mode=0o600)
+    except OSError as exc:  # full, read-only, gone: the caller decides what it costs
+        raise StateError(f"cannot write {path}: {exc}") from exc
 
 
 def read_json(path: Path) -> Any | None:
@@ -77,6 +79,47 @@ def read_json(path: Path) -> Any | None:
         with contextlib.suppress(OSError):
             os.replace(path, aside)
         return None
+
+
+class LockTimeout(StateError):
+    """Another process held the lock for the whole wait (the lock works; the
+    holder is busy).  Any other StateError from :func:`locked` means the
+    state dir itself is broken (full, read-only, gone)."""
+
+
+#: Seconds the breaker latch's lock is waited for; it sits on a shared file
+#: system and is taken under the detect lock, so it must never block a hook.
+LATCH_LOCK_TIMEOUT_S = 5.0
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
+    """The one lock helper: an exclusive ``flock`` on ``path`` (created with
+    its folder), polled for at most ``timeout`` seconds.  Every failure, a
+    timeout or an unwritable folder, is a StateError: no caller waits forever
+    and none sees a raw OSError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    except OSError as exc:
+        raise StateError(f"cannot open lock {path}: {exc}") from exc
+    deadline = time.monotonic() + max(0.0, timeout)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise StateError(f"cannot lock {path}: {exc}") from exc
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(
+                        f"timed out after {timeout:g}s waiting for lock {path}"
+                    ) from exc
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _safe(name: str, what: str) -> str:
@@ -103,23 +146,8 @@ class StateStore:
     def lock(self, name: str, timeout: float | None = None) -> Iterator[None]:
         """An exclusive fcntl lock, waited for at most ``timeout`` seconds."""
         path = self.root / "locks" / f"{_safe(name, 'lock')}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        deadline = time.monotonic() + (self.lock_timeout if timeout is None else timeout)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise StateError(f"cannot lock {path}: {exc}") from exc
-                    if time.monotonic() >= deadline:
-                        raise StateError(f"timed out waiting for lock {path}") from exc
-                    time.sleep(0.05)
+        with locked(path, self.lock_timeout if timeout is None else timeout):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     # -- nodes ---------------------------------------------------------------
 
@@ -221,6 +249,59 @@ class StateStore:
 
         self.update_node(node, change)
 
+    # -- held faults (the breaker refused them; act/held.py) -----------------
+
+    def held(self, node: str) -> dict[str, dict[str, Any]]:
+        """The node's held faults by code (empty when none)."""
+        held = self.read_node(node).get("held")
+        return {k: v for k, v in held.items() if isinstance(v, dict)} if isinstance(held, dict) else {}
+
+    def record_held(self, node: str, code: str, record: dict[str, Any]) -> None:
+        """Keep (or refresh) a held fault; ``since`` of the first one stays."""
+
+        def change(d: dict[str, Any]) -> None:
+            held = d.get("held") if isinstance(d.get("held"), dict) else {}
+            old = held.get(code) if isinstance(held.get(code), dict) else {}
+            held[code] = {**old, **record, "since": old.get("since", record.get("since"))}
+            d["held"] = held
+
+        self.update_node(node, change)
+
+    def update_held(self, node: str, change_one: Callable[[dict[str, Any]], None]) -> None:
+        """Change every held record of the node in place (alert times, checks)."""
+
+        def change(d: dict[str, Any]) -> None:
+            for rec in (d.get("held") or {}).values():
+                if isinstance(rec, dict):
+                    change_one(rec)
+
+        self.update_node(node, change)
+
+    def clear_held(self, node: str, codes: Iterable[str] | None = None) -> list[str]:
+        """Forget held faults (all, or ``codes``); returns the codes dropped."""
+        gone: list[str] = []
+
+        def change(d: dict[str, Any]) -> None:
+            held = d.get("held") if isinstance(d.get("held"), dict) else {}
+            for code in list(held):
+                if codes is None or code in set(codes):
+                    gone.append(code)
+                    del held[code]
+            d["held"] = held
+
+        self.update_node(node, change)
+        return gone
+
+    def held_nodes(self) -> list[str]:
+        """Nodes with a state file here that hold a fault (status, reset)."""
+        folder = self.root / "nodes"
+        out = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            data = read_json(path)
+            if isinstance(data, dict) and data.get("held"):
+                out.append(str(data.get("node") or path.stem))
+        return out
+
     def get_cursor(self, node: str, name: str) -> Any | None:
         return self.read_node(node).get("cursors", {}).get(name)
 
@@ -269,10 +350,18 @@ class StateStore:
                 continue
             if node is not None and doc.get("node") != node:
                 continue
-            if pending_only and doc.get("jobs_done"):
+            if pending_only and not incident_pending(doc):
                 continue
             out.append(doc)
         return out
+
+
+def incident_pending(doc: dict[str, Any]) -> bool:
+    """An incident with work left: jobs not settled, or an alert (queued in
+    the journal, ``act.alerts``) that some sink has not received yet."""
+    if not doc.get("jobs_done"):
+        return True
+    return any(not a.get("done") for a in (doc.get("alerts") or {}).values())
 
 
 class BreakerLatch:
@@ -286,16 +375,12 @@ class BreakerLatch:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        with locked(lock_path, LATCH_LOCK_TIMEOUT_S, 0o644):
             yield
-        finally:
-            os.close(fd)
 
     def read(self) -> dict[str, Trip]:
-        from slurm_hooks.decide.breaker import Trip
+        from slurm_hooks.core.history import Trip
 
         data = read_json(self.path) or {}
         trips = {}

@@ -20,7 +20,9 @@ class NotifyConfig:
     webhook_backoff: float = 0.5
     #: Mail command as an argument list; the message goes to its stdin.
     #: Placeholders: {user} {node} {job} {subject} {incident} {code}.
-    #: e.g. ["/usr/bin/mail", "-s", "{subject}", "{user}@example.org"].  Empty: off.
+    #: Each value is validated first (a passwd user, digits for a job id); end the
+    #: options with "--": ["/usr/bin/mail", "-s", "{subject}", "--", "{user}@example.org"].
+    #: Empty: off.
     mail_argv: tuple[str, ...] = ()
     #: Seconds the mail command may run before it is killed (> 0).
     mail_timeout: float = 10.0

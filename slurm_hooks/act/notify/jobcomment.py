@@ -7,6 +7,7 @@ from typing import Any
 
 from slurm_hooks.act.notify.base import Alert
 from slurm_hooks.core.reason import sanitize_text
+from slurm_hooks.slurm.door import SlurmDoor
 
 #: Alerts about a job that deserve a note on it.
 JOB_KINDS = frozenset({"job_requeued", "job_cancelled", "job_signalled"})
@@ -26,4 +27,4 @@ class JobCommentSink:
     def send(self, alert: Alert) -> None:
         note = sanitize_text(f"slurm-hooks: {alert.text}")[:MAX_COMMENT]
         assert alert.job_id is not None
-        self.slurm.set_job_comment(alert.job_id, note, admin=self.admin)
+        SlurmDoor(self.slurm).comment(alert.job_id, note, admin=self.admin)

@@ -18,27 +18,62 @@ class NotifyError(SlurmHooksError):
     """A notification could not be delivered (caught by the Notifier)."""
 
 
+def _chat_escape(text: str) -> str:
+    """Slack's (and Mattermost's) control sequences are ``<...>`` (``<!channel>``,
+    ``<@U123>``, links) and ``&``: escaped as their docs ask, so no value can
+    mention or link anyone."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _safe_dict(alert: Alert) -> dict[str, Any]:
+    """The alert's fields with a ``user`` that is not a valid passwd name
+    replaced by a marker: a forged owner is never named as a recipient."""
+    from slurm_hooks.core.identifiers import InvalidIdentifier, check_user
+
+    d = alert.to_dict()
+    if "user" in d:
+        try:
+            check_user(d["user"], resolve=False)
+        except InvalidIdentifier:
+            d["user"] = "(invalid)"
+    return d
+
+
 def payload(alert: Alert) -> dict[str, Any]:
+    raw = _safe_dict(alert)
     fields = [
-        {"title": k, "value": str(v), "short": True}
-        for k, v in alert.to_dict().items()
+        {"title": k, "value": _chat_escape(str(v)), "short": True}
+        for k, v in raw.items()
         if k not in ("text", "kind")
     ]
+    text = _chat_escape(alert.text)
     return {
-        "text": f"*{alert.subject}*\n{alert.text}",
-        "attachments": [{"fallback": alert.text, "fields": fields}],
-        "slurm_hooks": alert.to_dict(),
+        "text": f"*{_chat_escape(alert.subject)}*\n{text}",
+        "attachments": [{"fallback": text, "fields": fields}],
+        "slurm_hooks": raw,
     }
 
 
 class WebhookSink:
     name = "webhook"
 
-    def __init__(self, url: str, *, timeout: float = 5.0, retries: int = 3, backoff: float = 0.5):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        deadline: float | None = None,
+    ):
         self.url = url
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+        #: Total seconds one ``send`` may take, retries included.  requests'
+        #: timeout is per socket read: a server trickling a byte every 2 s
+        #: would hold the caller for ever.  Default: one timeout per try.
+        self.deadline = deadline if deadline is not None else timeout * (retries + 1)
         self._session: Any = None
 
     def _http(self) -> Any:
@@ -65,11 +100,37 @@ class WebhookSink:
         return self._session
 
     def send(self, alert: Alert) -> None:
+        """POST the alert; NotifyError when it failed or took longer than
+        ``deadline`` in total (the POST is then abandoned in its daemon
+        thread and its connection closed, so the caller moves on)."""
+        import threading
+
         import requests
 
-        try:
-            resp = self._http().post(self.url, json=payload(alert), timeout=self.timeout)
-        except requests.RequestException as exc:
-            raise NotifyError(f"webhook POST failed: {exc}") from exc
+        body = payload(alert)
+        box: dict[str, Any] = {}
+        session = self._http()
+
+        def post() -> None:
+            try:
+                box["resp"] = session.post(self.url, json=body, timeout=self.timeout)
+            except requests.RequestException as exc:
+                box["exc"] = exc
+            except Exception as exc:  # noqa: BLE001 - reported to the caller below
+                box["exc"] = exc
+
+        worker = threading.Thread(target=post, name="webhook-post", daemon=True)
+        worker.start()
+        worker.join(self.deadline)
+        if worker.is_alive():
+            self._session = None  # a fresh pool next time; the stuck one is dropped
+            try:
+                session.close()
+            except Exception:  # noqa: BLE001, S110 - best effort to cut the stuck socket
+                pass
+            raise NotifyError(f"webhook POST took over its {self.deadline:g}s deadline")
+        if "exc" in box:
+            raise NotifyError(f"webhook POST failed: {box['exc']}") from box["exc"]
+        resp = box["resp"]
         if resp.status_code >= 300:
             raise NotifyError(f"webhook answered {resp.status_code} {resp.reason}")

@@ -1,19 +1,18 @@
 """What the engine-driven checks (burnin, nccl, dcgm) share: their settings
-less the runner's keys, the choice of the fake engine, GPU selection for a
-command, and the findings for a run they chose not to start.
+less the runner's keys, the request handed to a plug-in engine, GPU
+selection for a command, and the findings for a run they chose not to start.
 
-The fake engines are chosen, and fed, from what the run was configured
-with, not only from the environment: ``[checks] nvml_scenario`` reaches the
-checks as the scenario of the run's NVML session (``services["nvml"]``,
-built by ``runner.setup``), and ``[checks.<check>] fake_scenario`` names the
-engine scenario.  The environment variables still win, as they do for
-``probes.nvml.load_nvml``, so the lab can redirect a configured node."""
+An engine that is not built in (``engine = "lab:fake"``) is found by name in
+the ``slurm_hooks.engines`` entry-point group (``detect.engines.registry``)
+and told what the run was configured with: the check's ``scenario`` (relative
+to the config file) and the scenario of the run's NVML session (``[checks]
+nvml_scenario``, ``services["nvml"]``, built by ``runner.setup``).  Nothing
+here reads the environment: a fake is used only when the config names it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from slurm_hooks.core.config import from_mapping
@@ -33,22 +32,6 @@ def load_settings(cls: type[T], ctx: CheckContext, check: str) -> T:
     """``[checks.<check>]`` as ``cls``; errors name ``checks.<check>.<key>``."""
     data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | RUNNER_KEYS}
     return from_mapping(cls, data, path=ctx.config_path, prefix=f"checks.{check}")
-
-
-ENV_NVML_SCENARIO = "SLURM_HOOKS_NVML_SCENARIO"
-ENV_ENGINE_SCENARIO = "SLURM_HOOKS_ENGINE_SCENARIO"
-
-
-@dataclass(frozen=True)
-class FakeScenarios:
-    """The scenario files the fake engines read (either may be None)."""
-
-    nvml: str | None = None
-    engine: str | None = None
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.nvml or self.engine)
 
 
 def session_scenario(ctx: CheckContext | None) -> str | None:
@@ -72,21 +55,17 @@ def _resolve(path: str | None, config_path: str | None) -> str | None:
     return path or None
 
 
-def fake_scenarios(ctx: CheckContext | None, engine_scenario: str | None = None) -> FakeScenarios:
-    """Where the fake engines read their scenario: the environment, else the
-    run's configuration (the NVML session's scenario; ``engine_scenario``,
-    the check's ``fake_scenario`` setting, relative to the config file)."""
-    nvml = os.environ.get(ENV_NVML_SCENARIO) or session_scenario(ctx)
-    engine = os.environ.get(ENV_ENGINE_SCENARIO) or _resolve(
-        engine_scenario, ctx.config_path if ctx is not None else None
+def plugin_request(ctx: CheckContext | None, scenario: str | None, gpu_count: int) -> Any:
+    """The :class:`~slurm_hooks.detect.engines.registry.EngineRequest` for a
+    plug-in engine: ``scenario`` (the check's setting) resolved against the
+    config file, the run's NVML scenario, and ``gpu_count``."""
+    from slurm_hooks.detect.engines.registry import EngineRequest
+
+    return EngineRequest(
+        scenario=_resolve(scenario, ctx.config_path if ctx is not None else None),
+        nvml_scenario=session_scenario(ctx),
+        gpu_count=gpu_count,
     )
-    return FakeScenarios(nvml=nvml, engine=engine)
-
-
-def fake_configured(ctx: CheckContext | None = None, engine_scenario: str | None = None) -> bool:
-    """A fake NVML or engine scenario is set (lab, tests), in the environment
-    or in the run's configuration: ``auto`` means fake."""
-    return fake_scenarios(ctx, engine_scenario).configured
 
 
 def on_devices(run_cmd: Runner, devices: tuple[int, ...] | None) -> Runner:

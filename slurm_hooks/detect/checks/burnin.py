@@ -2,7 +2,7 @@
 
 ``[checks.burnin]`` settings (all optional)::
 
-    engine = "auto"          # auto | gpu_burn | torch | fake
+    engine = "auto"          # auto | gpu_burn | torch | a plug-in's name ("lab:fake")
     duration_s = 5           # prolog burn; acceptance uses acceptance_duration_s
     acceptance_duration_s = 60
     gpu_burn = "gpu_burn"    # binary (PATH or absolute); gpu_burn_dir holds compare.ptx
@@ -13,12 +13,12 @@
     fail_below_median = 0.20
     tflops_floor = 45.0      # overrides the profile's burnin_min_tflops (fp32)
     devices = [0, 1]         # only these GPUs (e.g. the job's); default all
-    fake_scenario = "engine.toml"  # the fake engine's scenario (lab, tests)
+    scenario = "engine.toml" # read by a plug-in engine (the lab's fake)
 
-``auto`` picks the fake when a fake NVML or engine scenario is configured
-(``[checks] nvml_scenario``, ``fake_scenario``, or their environment
-variables; lab, tests), else gpu_burn when installed (starts fast, reference tool),
-else torch when installed, else reports UNKNOWN.  A burn that cannot
+``auto`` picks gpu_burn when installed (starts fast, reference tool), else
+torch when installed, else reports UNKNOWN; it never picks a fake.  Any other
+name is an engine of the ``slurm_hooks.engines`` entry-point group
+(``detect.engines.registry``), such as the lab's ``lab:fake``.  A burn that cannot
 finish inside the hook's deadline is not started (UNKNOWN "skipped: budget").
 """
 
@@ -41,17 +41,19 @@ from slurm_hooks.detect.probes import commands
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "gpu_burn", "torch", "fake")
+#: Built-in engine names; any other is looked up in the engine registry.
+ENGINES = ("auto", "gpu_burn", "torch")
 
 
 @dataclass(frozen=True)
 class BurninSettings:
-    #: "auto" (the fake when a scenario is configured, else gpu_burn when on
-    #: PATH, else torch when importable, else UNKNOWN), "gpu_burn", "torch" or "fake".
+    #: "auto" (gpu_burn when on PATH, else torch when importable, else
+    #: UNKNOWN), "gpu_burn", "torch", or the name of a plug-in engine
+    #: (entry-point group ``slurm_hooks.engines``, e.g. the lab's "lab:fake").
     engine: str = "auto"
     #: The prolog's burn: short, so that with NCCL it fits [prolog] budget_s
     #: (docs/prolog.md); acceptance burns acceptance_duration_s.  gpu_burn
-    #: (and the fake engine) take whole seconds: a fraction is rounded up
+    #: (and plug-in engines) take whole seconds: a fraction is rounded up
     #: (0.5 burns 1 s), and the budget is asked for the rounded time.
     duration_s: float = 5.0
     #: Seconds of burn during acceptance (rounded up the same way).
@@ -106,13 +108,17 @@ class BurninSettings:
     #: WARN (no drain) when a GPU got hotter than this (deg C) during the burn;
     #: unset: the profile's gpu_temp_warn_c, and not judged when that is unset too.
     max_temp_c: float | None = None
-    #: The fake engine's scenario file (TOML/JSON, see slurm_hooks_lab.fake_engines);
-    #: relative to the config file.  Lab and tests only.
-    fake_scenario: str | None = None
+    #: Scenario file handed to a plug-in engine (the lab's fake reads
+    #: TOML/JSON); relative to the config file.  Built-in engines ignore it.
+    scenario: str | None = None
 
     def validate(self) -> None:
+        if not self.engine:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)} or a plug-in's name")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+            from slurm_hooks.detect.engines.registry import check_name
+
+            check_name(self.engine, ENGINES, key="checks.burnin.engine")
         if self.duration_s <= 0 or self.acceptance_duration_s <= 0:
             raise ValueError("durations must be > 0")
         for d in self.dtypes:
@@ -127,8 +133,6 @@ def load_settings(ctx: CheckContext, check: str) -> BurninSettings:
 def choose_engine(s: BurninSettings, ctx: CheckContext | None = None) -> str | None:
     if s.engine != "auto":
         return s.engine
-    if _engine_check.fake_configured(ctx, s.fake_scenario):
-        return "fake"
     if shutil.which(s.gpu_burn, path=commands.command_env()["PATH"]):
         return "gpu_burn"
     if importlib.util.find_spec("torch") is not None:
@@ -136,7 +140,9 @@ def choose_engine(s: BurninSettings, ctx: CheckContext | None = None) -> str | N
     return None
 
 
-_OVERHEAD = {"gpu_burn": 6.0, "torch": 20.0, "fake": 1.0}
+#: Seconds on top of the burn per engine; a plug-in engine gets PLUGIN_OVERHEAD.
+_OVERHEAD = {"gpu_burn": 6.0, "torch": 20.0}
+PLUGIN_OVERHEAD = 1.0
 
 
 def _remap(run: BurninRun, devices: tuple[int, ...] | None) -> BurninRun:
@@ -163,25 +169,26 @@ class BurninCheck:
         if engine is None:
             raise RuntimeError(f"no burn-in engine: neither {s.gpu_burn!r} nor torch is installed")
         duration = s.acceptance_duration_s if ctx.phase is Phase.ACCEPTANCE else s.duration_s
-        if engine in ("gpu_burn", "fake"):
+        plugin = engine not in ENGINES
+        if engine == "gpu_burn" or plugin:
             duration = math.ceil(duration)  # whole seconds; never 0 for 0.5
-        overhead = s.overhead_s if s.overhead_s is not None else _OVERHEAD.get(engine, 10.0)
+        overhead = (
+            s.overhead_s if s.overhead_s is not None else _OVERHEAD.get(engine, PLUGIN_OVERHEAD)
+        )
         short = budget_shortfall(ctx, duration + overhead)
         if short:
             return Skipped(short)
         timeout = command_timeout(ctx, duration + overhead + 30.0)
         run_cmd = ctx.services.get("run", commands.run)
         log.info("burn-in engine=%s duration=%ss", engine, duration)
-        if engine == "fake":
-            from slurm_hooks_lab.fake_engines import gpu_burn_output, load_scenario
+        if plugin:
+            from slurm_hooks.detect.engines.registry import backend
 
-            from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
-
-            where = _engine_check.fake_scenarios(ctx, s.fake_scenario)
-            sc = load_scenario(
-                where.engine, where.nvml, gpu_count=int(ctx.profile.get("gpu_count") or 8)
+            req = _engine_check.plugin_request(
+                ctx, s.scenario, int(ctx.profile.get("gpu_count") or 8)
             )
-            return parse_gpu_burn(gpu_burn_output(sc, int(duration)))
+            eng = backend(engine, key="checks.burnin.engine", path=ctx.config_path)
+            return eng.burnin(req, int(duration))
         if engine == "gpu_burn":
             from slurm_hooks.detect.engines.burnin.gpu_burn import build_argv, run_gpu_burn
 

@@ -2,7 +2,7 @@
 
 ``[checks.nccl]`` settings (all optional)::
 
-    engine = "auto"              # auto | nccl-tests | torch | fake
+    engine = "auto"              # auto | nccl-tests | torch | a plug-in's name ("lab:fake")
     all_reduce_perf = "all_reduce_perf"
     min_bytes = "32M"
     max_bytes = "512M"           # prolog sweep; acceptance uses acceptance_max_bytes
@@ -14,11 +14,11 @@
     expected_s = 15              # how long a prolog run takes here, for the budget
     acceptance_expected_s = 60
     devices = [0, 1, 2, 3]       # only these GPUs; default all (profile gpu_count)
-    fake_scenario = "engine.toml"  # the fake engine's scenario (lab, tests)
+    scenario = "engine.toml"     # read by a plug-in engine (the lab's fake)
 
-``auto``: the fake when a fake scenario is configured (``[checks]
-nvml_scenario``, ``fake_scenario`` or their environment variables), else nccl-tests when
-installed, else torch.distributed when torch is installed.
+``auto``: nccl-tests when installed, else torch.distributed when torch is
+installed, else UNKNOWN; never a fake.  Any other name is an engine of the
+``slurm_hooks.engines`` entry-point group (``detect.engines.registry``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ from slurm_hooks.detect.probes import commands
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "nccl-tests", "torch", "fake")
+#: Built-in engine names; any other is looked up in the engine registry.
+ENGINES = ("auto", "nccl-tests", "torch")
 
 
 @dataclass(frozen=True)
 class NcclSettings:
-    #: "auto" (the fake when a scenario is configured, else nccl-tests when
-    #: all_reduce_perf is on PATH, else torch.distributed when torch is
-    #: importable, else UNKNOWN), "nccl-tests", "torch" or "fake".
+    #: "auto" (nccl-tests when all_reduce_perf is on PATH, else
+    #: torch.distributed when torch is importable, else UNKNOWN), "nccl-tests",
+    #: "torch", or the name of a plug-in engine (entry-point group
+    #: ``slurm_hooks.engines``, e.g. the lab's "lab:fake").
     engine: str = "auto"
     #: nccl-tests' all_reduce_perf binary: a name looked up on PATH, or an
     #: absolute path.  Run as one process driving every GPU (``-g``).
@@ -83,13 +85,17 @@ class NcclSettings:
     #: for nccl-tests); unset or empty: every GPU (the profile's gpu_count,
     #: else NVML's count).
     devices: tuple[int, ...] | None = None
-    #: The fake engine's scenario file (see slurm_hooks_lab.fake_engines);
-    #: relative to the config file.  Lab and tests only.
-    fake_scenario: str | None = None
+    #: Scenario file handed to a plug-in engine (the lab's fake reads
+    #: TOML/JSON); relative to the config file.  Built-in engines ignore it.
+    scenario: str | None = None
 
     def validate(self) -> None:
+        if not self.engine:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)} or a plug-in's name")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+            from slurm_hooks.detect.engines.registry import check_name
+
+            check_name(self.engine, ENGINES, key="checks.nccl.engine")
 
 
 def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
@@ -99,8 +105,6 @@ def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
 def choose_engine(s: NcclSettings, ctx: CheckContext | None = None) -> str | None:
     if s.engine != "auto":
         return s.engine
-    if _engine_check.fake_configured(ctx, s.fake_scenario):
-        return "fake"
     if shutil.which(s.all_reduce_perf, path=commands.command_env()["PATH"]):
         return "nccl-tests"
     if importlib.util.find_spec("torch") is not None:
@@ -145,18 +149,13 @@ class NcclCheck:
         timeout = command_timeout(ctx, 3 * expected)
         max_bytes = s.acceptance_max_bytes if acceptance else s.max_bytes
         ngpus = _gpu_count(ctx, s)
-        if engine == "fake":
-            from slurm_hooks_lab.fake_engines import all_reduce_perf_output, load_scenario
-
+        if engine not in ENGINES:
             from slurm_hooks.detect.engines.nccl.engines import parse_size
-            from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
+            from slurm_hooks.detect.engines.registry import backend
 
-            where = _engine_check.fake_scenarios(ctx, s.fake_scenario)
-            sc = load_scenario(where.engine, where.nvml, gpu_count=ngpus or 8)
-            text = all_reduce_perf_output(
-                sc, min_bytes=parse_size(s.min_bytes), max_bytes=parse_size(max_bytes)
-            )
-            return parse_nccl_tests(text, engine="fake")
+            req = _engine_check.plugin_request(ctx, s.scenario, ngpus or 8)
+            eng = backend(engine, key="checks.nccl.engine", path=ctx.config_path)
+            return eng.all_reduce(req, parse_size(s.min_bytes), parse_size(max_bytes))
         if ngpus is None:
             raise RuntimeError("cannot tell how many GPUs to test (no profile gpu_count, no NVML)")
         if engine == "nccl-tests":

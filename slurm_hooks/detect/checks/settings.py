@@ -5,7 +5,8 @@
     [checks]
     timeout_s = 10                    # default per-check timeout
     budget_s = { healthcheck = 30 }   # total per phase (defaults in DEFAULT_BUDGETS)
-    nvml_scenario = "/etc/slurm-hooks/fake-gpus.toml"   # fake NVML (lab/demo only)
+    nvml = "pynvml"                   # NVML backend by name; "lab:fake" is the lab's
+    nvml_scenario = "gpus.toml"       # read by a fake backend only (lab, demo, tests)
     sysfs_root = "/sys"
     [checks.pcie]
     enabled = false                   # every table: enabled, timeout_s, phases
@@ -40,13 +41,16 @@ DEFAULT_BUDGETS: dict[str, float] = {
     Phase.WATCH: 20.0,
 }
 DEFAULT_TIMEOUT_S = 10.0
-_TOP_KEYS = ("timeout_s", "budget_s", "nvml_scenario", "sysfs_root")
+_TOP_KEYS = ("timeout_s", "budget_s", "nvml", "nvml_scenario", "sysfs_root")
 
 
 @dataclass(frozen=True)
 class ChecksConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     budget_s: Mapping[str, float] = field(default_factory=dict)
+    #: NVML backend by name: "pynvml" (built in), or an entry point of the
+    #: ``slurm_hooks.nvml`` group, e.g. the lab's "lab:fake".
+    nvml: str = "pynvml"
     nvml_scenario: str | None = None
     sysfs_root: str = "/sys"
     #: check name -> its raw table (validated for the common keys).
@@ -80,7 +84,7 @@ class ChecksConfig:
                         )
                     budgets[ph] = _positive(secs, path, f"{dotted}.{ph}")
                 kwargs[key] = types.MappingProxyType(budgets)
-            elif key in ("nvml_scenario", "sysfs_root"):
+            elif key in ("nvml", "nvml_scenario", "sysfs_root"):
                 if not isinstance(value, str):
                     raise ConfigError(f"expected a string, got {value!r}", path=path, key=dotted)
                 kwargs[key] = value
@@ -93,6 +97,13 @@ class ChecksConfig:
                     path=path,
                     key=dotted,
                 )
+        if kwargs.get("nvml_scenario") and kwargs.get("nvml", "pynvml") == "pynvml":
+            raise ConfigError(
+                "nvml_scenario is read only by a fake NVML backend: set nvml as well "
+                '(e.g. nvml = "lab:fake")',
+                path=path,
+                key=f"{prefix}.nvml_scenario",
+            )
         return cls(**kwargs, tables=types.MappingProxyType(tables), path=path)
 
     def table(self, name: str) -> Mapping[str, Any]:
@@ -164,10 +175,12 @@ def settings_class(cls: type) -> type | None | bool:
     import importlib
 
     if "settings_class" in vars(cls) or any("settings_class" in vars(b) for b in cls.__mro__):
-        return cls.settings_class  # type: ignore[no-any-return]
+        settings: type | None = getattr(cls, "settings_class")  # noqa: B009 - not on `type`
+        return settings
     module = importlib.import_module(cls.__module__)
     if isinstance(getattr(module, "Settings", None), type):
-        return module.Settings  # type: ignore[no-any-return]
+        found: type = module.Settings
+        return found
     own = [
         v
         for k, v in vars(module).items()

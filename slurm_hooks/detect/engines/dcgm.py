@@ -153,7 +153,7 @@ def parse_dcgmi_diag(text: str, *, rc: int | None = None) -> DcgmReport:
         raise DcgmParseError(f"no JSON in dcgmi output: {text.strip()[:200]!r}")
     try:
         doc = json.loads(text[start : end + 1])
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise DcgmParseError(f"invalid JSON from dcgmi: {exc}") from exc
     if not isinstance(doc, Mapping):
         raise DcgmParseError("dcgmi JSON is not an object")

@@ -1,11 +1,16 @@
-"""NVML access: the real ``pynvml`` or the scenario-driven fake, chosen at run time.
+"""NVML access: a backend chosen by name, ``pynvml`` unless configured otherwise.
 
 Checks never import ``pynvml`` themselves.  They get an :class:`NvmlSession`
-from the check context, which loads the library on first use (a CPU node
+from the check context, which loads the backend on first use (a CPU node
 that expects no GPU never pays for the import), calls ``nvmlInit`` once per
-process and caches device handles and identities.  Whatever ``load_nvml``
+process and caches device handles and identities.  Whatever a backend
 returns has the pynvml module's interface (function names, constants,
-``NVMLError_*`` classes), so probe code runs unchanged against both.
+``NVMLError_*`` classes), so probe code runs unchanged against all of them.
+
+``[checks] nvml`` names the backend: ``pynvml`` (built in, the default), or
+the name of an entry point in the ``slurm_hooks.nvml`` group, e.g. the lab's
+``lab:fake`` (scenario-driven, ``[checks] nvml_scenario``).  The product never
+switches to a fake by itself: no environment variable, no "auto".
 """
 
 from __future__ import annotations
@@ -13,15 +18,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from slurm_hooks.core.errors import NvmlError
+from slurm_hooks.core.errors import ConfigError, NvmlError
 from slurm_hooks.core.model import Component
 
 log = logging.getLogger(__name__)
 
-#: A scenario file here switches NVML to the fake (tests, lab, demo).
-ENV_SCENARIO = "SLURM_HOOKS_NVML_SCENARIO"
+#: The entry-point group other distributions register NVML backends in.
+#: An entry point names a callable ``backend(scenario: str | None)`` that
+#: returns a pynvml-like object.
+PLUGIN_GROUP = "slurm_hooks.nvml"
+DEFAULT_BACKEND = "pynvml"
 #: Where the kernel module lists its GPUs (names a GPU NVML has lost).
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 
@@ -49,22 +58,46 @@ _ERROR_NAMES = {
 }
 
 
-def load_nvml(scenario: str | os.PathLike[str] | None = None) -> Any:
-    """``pynvml`` itself, or a :class:`~slurm_hooks_lab.fake_nvml.FakeNvml`
-    when ``scenario`` (or ``$SLURM_HOOKS_NVML_SCENARIO``) names a scenario file.
-    The environment wins over the argument so that the lab can redirect a
-    configured node without editing its config."""
-    chosen = os.environ.get(ENV_SCENARIO) or (os.fspath(scenario) if scenario else None)
-    if chosen:
-        from slurm_hooks_lab.fake_nvml import FakeNvml
-
-        log.debug("nvml: using fake scenario=%s", chosen)
-        return FakeNvml(chosen)
+def _pynvml(scenario: str | None = None) -> Any:
+    """The real library (nvidia-ml-py)."""
+    if scenario:
+        raise ConfigError(
+            "nvml_scenario is read only by a fake NVML backend; the real one is 'pynvml'",
+            key="checks.nvml_scenario",
+        )
     try:
         import pynvml
     except ImportError as exc:
         raise NvmlError(f"nvidia-ml-py (pynvml) is not installed: {exc}") from exc
     return pynvml
+
+
+#: Built-in backends by name; other names are entry points (PLUGIN_GROUP).
+BACKENDS: dict[str, Callable[..., Any]] = {DEFAULT_BACKEND: _pynvml}
+
+
+def load_nvml(
+    backend: str = DEFAULT_BACKEND, scenario: str | os.PathLike[str] | None = None
+) -> Any:
+    """The NVML module of backend ``backend`` (``pynvml``, or a plug-in such as
+    the lab's ``lab:fake``, which reads ``scenario``).  Entry points are
+    scanned only for a name that is not built in."""
+    chosen = os.fspath(scenario) if scenario else None
+    if backend == DEFAULT_BACKEND:
+        return _pynvml(chosen)
+    log.debug("nvml: backend=%s scenario=%s", backend, chosen)
+    return resolve_backend(backend)(chosen)
+
+
+def resolve_backend(backend: str) -> Callable[..., Any]:
+    """The factory of NVML backend ``backend``; ConfigError (``checks.nvml``)
+    when no such backend is installed.  Scans entry points for a name that is
+    not built in."""
+    if backend in BACKENDS:
+        return BACKENDS[backend]
+    from slurm_hooks.core.plugins import resolve
+
+    return resolve(PLUGIN_GROUP, backend, BACKENDS, key="checks.nvml")
 
 
 class NvmlSession:
@@ -77,12 +110,20 @@ class NvmlSession:
 
     def __init__(
         self,
-        scenario: str | os.PathLike[str] | None = None,
         *,
+        backend: str = DEFAULT_BACKEND,
+        scenario: str | os.PathLike[str] | None = None,
         nvml: Any = None,
         proc_gpus: str = PROC_GPUS,
     ):
+        self._backend = backend
         self._scenario = scenario
+        self._factory: Callable[..., Any] | None = None
+        if nvml is None and backend != DEFAULT_BACKEND:
+            # Resolved now, not at first use: a backend that is not installed
+            # is a configuration error of the whole run (the hook reports it
+            # and fails open), never an NVML failure that drains the node.
+            self._factory = resolve_backend(backend)
         self._proc_gpus = proc_gpus
         self._proc: list[tuple[str, str | None]] | None = None
         self._nvml = nvml
@@ -93,8 +134,13 @@ class NvmlSession:
         self._identities: dict[int, Component] = {}
 
     @property
+    def backend(self) -> str:
+        """The configured backend's name (``pynvml``, ``lab:fake``, ...)."""
+        return self._backend
+
+    @property
     def scenario(self) -> str | None:
-        """The fake-NVML scenario file this session uses, None for real NVML."""
+        """The scenario file handed to a fake backend, None for real NVML."""
         return None if self._scenario is None else os.fspath(self._scenario)
 
     @property
@@ -110,8 +156,10 @@ class NvmlSession:
             if self._init_error is not None:
                 raise self._init_error
             try:
-                if self._nvml is None:
-                    self._nvml = load_nvml(self._scenario)
+                if self._nvml is None and self._factory is not None:
+                    self._nvml = self._factory(self.scenario)
+                elif self._nvml is None:
+                    self._nvml = load_nvml(self._backend, self._scenario)
                 self._nvml.nvmlInit()
             except BaseException as exc:
                 self._init_error = exc

@@ -14,7 +14,11 @@ NAME = "history"
 
 def load_history(state_dir: str) -> list[Incident]:
     """Remembered incidents; an unreadable file counts as none (logged)."""
-    data = load_json(state_path(state_dir, NAME))
+    from slurm_hooks.detect.xid.commit import staged
+
+    hit, data = staged(state_path(state_dir, NAME))
+    if not hit:
+        data = load_json(state_path(state_dir, NAME))
     if not isinstance(data, dict) or not isinstance(data.get("incidents"), list):
         return []
     out = []
@@ -27,6 +31,12 @@ def load_history(state_dir: str) -> list[Incident]:
 
 
 def save_history(state_dir: str, incidents: Sequence[Incident]) -> None:
-    write_json_atomic(
-        state_path(state_dir, NAME), {"version": 1, "incidents": [i.to_dict() for i in incidents]}
+    """Committed with the cursor (``xid.commit``): events counted towards a
+    repeat rule are the events the cursor says were handled, no more."""
+    from slurm_hooks.detect.xid.commit import stage_or_write
+
+    stage_or_write(
+        state_path(state_dir, NAME),
+        {"version": 1, "incidents": [i.to_dict() for i in incidents]},
+        write_json_atomic,
     )

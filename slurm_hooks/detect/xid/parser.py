@@ -27,7 +27,7 @@ from datetime import datetime
 from slurm_hooks.detect.xid.pci import normalise_pci
 from slurm_hooks.detect.xid.scan import MAX_LINE
 
-__all__ = ["MAX_LINE", "XidEvent", "classify_line", "parse_line"]
+__all__ = ["MAX_LINE", "NOT_KERNEL", "XidEvent", "classify_line", "parse_line"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,58 @@ _MONTHS = {
 NOT_XID = "not_xid"
 MALFORMED = "malformed"
 OVERSIZED = "oversized"
+#: An XID-looking line that a program, not the kernel, wrote (``logger``,
+#: a user's syslog message, a journal record with another transport).
+NOT_KERNEL = "not_kernel"
+
+# -- who wrote the record ---------------------------------------------------
+#
+# Any local user can put "NVRM: Xid ..." into syslog (``logger``) or the
+# journal; only the kernel's own records may count.  Kernel records are
+# recognised by what the user cannot choose: the kmsg facility, the
+# journal's trusted ``_TRANSPORT``, the program tag a syslog daemon writes
+# in front of the message (``host kernel:``; a user's line says ``host
+# user:`` or ``host name[pid]:``), dmesg's own ``kern  :err   :``.
+
+#: A syslog header: RFC 3164 or ISO stamp, host, then the program tag.
+_SYSLOG_HEAD_RE = re.compile(
+    r"^(?:<(?P<pri>[0-9]{1,3})>)?(?:[A-Z][a-z]{2} +[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.,]+(?:Z|[+-][0-9]{2}:?[0-9]{2})?) +"
+    r"(?P<host>\S+) +(?P<tag>[^\s:\[]+)(?P<pid>\[[0-9]*\])?: ",
+    re.ASCII,
+)
+#: No stamp, ``host tag[pid]: `` (some syslog templates).
+_BARE_TAG_RE = re.compile(r"^(?:(?P<host>[^\s:\[]+) +)?(?P<tag>[^\s:\[]+)(?P<pid>\[[0-9]*\])?: ")
+#: ``dmesg --decode``: ``kern  :err   : ``.
+_DECODE_RE = re.compile(r"^(?P<fac>[a-z0-9]+) *:(?P<lvl>[a-z]+) *: ", re.ASCII)
+_DECODE_FACILITIES = frozenset(
+    "kern user mail daemon auth syslog lpr news uucp cron authpriv ftp".split()
+    + [f"local{i}" for i in range(8)]
+)
+
+
+def _kernel_prefix(prefix: str) -> bool:
+    """Whether the text before ``NVRM: Xid`` is a kernel record's."""
+    if not prefix.strip():
+        return True  # dmesg -t, or a bare message handed to us
+    km = _KMSG_RE.match(prefix)
+    if km is not None:
+        return int(km["prio"]) >> 3 == 0  # facility 0 = kernel
+    text = prefix.lstrip()
+    dm = _DECODE_RE.match(text)
+    if dm is not None and dm["fac"] in _DECODE_FACILITIES:
+        return dm["fac"] == "kern"
+    sm = _SYSLOG_HEAD_RE.match(text)
+    if sm is not None:
+        if sm["pri"] is not None and int(sm["pri"]) >> 3 != 0:
+            return False
+        return sm["tag"] == "kernel" and sm["pid"] is None
+    if text.startswith("[") or text[:1].isdigit():
+        return True  # dmesg stamps: [secs], [ctime], ISO
+    tm = _BARE_TAG_RE.match(text)
+    if tm is not None:
+        return tm["tag"] == "kernel" and tm["pid"] is None
+    return True
 
 
 def parse_line(line: str, *, year: int | None = None) -> XidEvent | None:
@@ -137,6 +189,7 @@ def _parse_text(
     seq: int | None = None,
     boot_id: str | None = None,
     cursor: str | None = None,
+    check_origin: bool = True,
 ) -> XidEvent | str:
     is_sxid = False
     at = line.find("NVRM: Xid")
@@ -174,6 +227,8 @@ def _parse_text(
             name = None if value in ("<unknown>", "'<unknown>'", "") else value
             rest = rest[nm.end() :]
     prefix = line[:at]
+    if check_origin and not _kernel_prefix(prefix):
+        return NOT_KERNEL
     if prefix:
         mono2, wall2, seq2 = _parse_prefix(prefix, year)
         mono = mono if mono is not None else mono2
@@ -252,7 +307,7 @@ def _parse_json(text: str, year: int | None, max_line: int = MAX_LINE) -> XidEve
     """One ``journalctl -o json`` record."""
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested [[[[...
         return MALFORMED
     if not isinstance(obj, dict):
         return MALFORMED
@@ -268,6 +323,10 @@ def _parse_json(text: str, year: int | None, max_line: int = MAX_LINE) -> XidEve
         return NOT_XID
     if len(msg) > max_line:
         return OVERSIZED
+    if obj.get("_TRANSPORT") != "kernel":
+        # journald sets _TRANSPORT itself (a trusted field): "syslog",
+        # "journal", "stdout" are programs, whatever MESSAGE says.
+        return NOT_KERNEL
     wall = _int_field(obj.get("__REALTIME_TIMESTAMP"))
     mono = _int_field(obj.get("__MONOTONIC_TIMESTAMP"))
     boot = obj.get("_BOOT_ID")
@@ -275,6 +334,7 @@ def _parse_json(text: str, year: int | None, max_line: int = MAX_LINE) -> XidEve
     return _parse_text(
         msg,
         year,
+        check_origin=False,  # the transport said kernel; MESSAGE has no prefix
         mono=mono / 1e6 if mono is not None else None,
         wall=wall / 1e6 if wall is not None else None,
         boot_id=boot if isinstance(boot, str) else None,

@@ -56,6 +56,7 @@ _STAT_FIELDS = (
     "interleaved",
     "lost",
     "folded",
+    "not_kernel",
 )
 
 
@@ -81,6 +82,9 @@ class ScanStats:
     interleaved: int
     lost: int
     folded: int
+    #: XID-looking lines a program wrote (``logger``, a journal record of
+    #: another transport): never an event, counted so a spoof is visible.
+    not_kernel: int
 
     def to_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in _STAT_FIELDS}
@@ -252,9 +256,15 @@ class Scanner:
             pieces = [text] + [text[s:] for s in starts[1:]]
         else:
             pieces = [text]
-        from slurm_hooks.detect.xid.parser import MALFORMED, OVERSIZED, XidEvent, classify_line
+        from slurm_hooks.detect.xid.parser import (
+            MALFORMED,
+            NOT_KERNEL,
+            OVERSIZED,
+            XidEvent,
+            classify_line,
+        )
 
-        for piece in pieces:
+        for i, piece in enumerate(pieces):
             result = classify_line(piece, year=self.year, max_line=self.max_line)
             if isinstance(result, XidEvent):
                 self.add_event(result)
@@ -262,6 +272,12 @@ class Scanner:
                 self.stats.malformed += 1
             elif result == OVERSIZED:
                 self.stats.oversized += 1
+            elif result == NOT_KERNEL:
+                self.stats.not_kernel += 1
+                if i == 0:
+                    # The line's own prefix says a program wrote it: the
+                    # records "glued" after it are its text, not the kernel's.
+                    break
 
     def feed_lines(self, lines: Iterable[bytes | str]) -> None:
         """Slow path for small inputs (journal output, tests): every line

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from slurm_hooks.core.errors import CommandError, KernelLogError
-from slurm_hooks.detect.xid.cursor import load_cursor, save_cursor
+from slurm_hooks.detect.xid.cursor import CORRUPT, drop_handled, load_cursor, save_cursor
 from slurm_hooks.detect.xid.scan import CHUNK, MAX_LINE, Scanner, ScanResult, looks_like_json
 
 log = logging.getLogger(__name__)
@@ -250,7 +250,7 @@ class JournalSource:
         for line in reversed(lines):
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # a hostile nesting depth
                 continue
             if isinstance(obj, dict) and isinstance(obj.get("__CURSOR"), str):
                 newest = obj["__CURSOR"]
@@ -267,7 +267,10 @@ def scan_new(
     max_line: int = MAX_LINE,
 ) -> ScanResult:
     """Everything ``source`` logged since the last call with the same
-    ``state_dir``; the cursor is saved (atomically) before returning.
+    ``state_dir``.  The cursor is saved (atomically) before returning, or,
+    inside an ``xid.commit.deferred`` scope (hooks, watcher), staged until
+    the caller commits it once the act on these events is durable: a run
+    that could not act leaves them to be read again.
     Lines longer than ``max_line`` bytes (``[checks.xid] max_line``) are
     skipped and counted as oversized."""
     cursor = load_cursor(state_dir, source.name)
@@ -275,9 +278,12 @@ def scan_new(
     new_cursor, reset = source.read_new(cursor, scanner)
     if save and new_cursor != cursor:
         save_cursor(state_dir, source.name, new_cursor)
+    aggregates = scanner.aggregates()
+    if cursor is not None and cursor.get(CORRUPT):
+        aggregates = drop_handled(state_dir, aggregates)
     return ScanResult(
         source=source.name,
-        aggregates=scanner.aggregates(),
+        aggregates=aggregates,
         stats=scanner.stats,
         reset=reset,
         cursor=new_cursor,

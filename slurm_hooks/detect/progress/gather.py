@@ -1,0 +1,128 @@
+"""Read a job's progress files and its ranks' processes (the only I/O of the judge).
+
+The files live in a directory every user's jobs write to
+(``[progress] dir``, tmpfs by default), so everything read here is
+untrusted: files are opened with ``O_NOFOLLOW`` (a symlink to someone
+else's file is skipped), must be regular files, only their tail is read,
+and :func:`read_job` keeps only files owned by the uid the caller names
+(the job's owner, from Slurm).  A process counts as the rank's only when
+its uid is the job's and it started before the rank's first record (a
+recycled pid is GONE, not a healthy stranger).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from slurm_hooks.detect.progress.judge import ProcState
+from slurm_hooks.detect.progress.records import Record, parse_line
+
+log = logging.getLogger(__name__)
+
+#: Rank files per job read at most (a job cannot make the watcher read forever).
+MAX_FILES = 1024
+_STATES = {
+    "R": ProcState.RUNNING,
+    "S": ProcState.SLEEPING,
+    "I": ProcState.SLEEPING,
+    "T": ProcState.STOPPED,
+    "t": ProcState.STOPPED,
+    "D": ProcState.DISK,
+    "Z": ProcState.GONE,
+    "X": ProcState.GONE,
+}
+
+
+def job_dirs(base: str | os.PathLike[str]) -> Iterator[str]:
+    """Job ids with a progress directory (digits only, real directories)."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for e in entries:
+        if e.name.isdigit() and len(e.name) <= 20 and e.is_dir(follow_symlinks=False):
+            yield e.name
+
+
+def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
+    """The last ``limit`` bytes of ``path`` as lines (a cut first line dropped);
+    [] for a symlink, a non-regular file or a file of another owner."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid not in (uid, 0)):
+            return []
+        start = max(0, st.st_size - limit)
+        os.lseek(fd, start, os.SEEK_SET)
+        data = os.read(fd, limit)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    lines = data.decode("ascii", errors="replace").split("\n")
+    if start > 0:
+        lines = lines[1:]
+    return lines[:-1]  # the last piece has no newline yet (or is empty)
+
+
+def read_job(
+    base: str | os.PathLike[str], job: str, *, tail_bytes: int = 65536, uid: int | None = None
+) -> list[Record]:
+    d = Path(base) / job
+    try:
+        names = sorted(n for n in os.listdir(d) if n.startswith("rank") and n.endswith(".log"))
+    except OSError:
+        return []
+    out: list[Record] = []
+    for name in names[:MAX_FILES]:
+        for line in read_tail(str(d / name), tail_bytes, uid):
+            rec = parse_line(line)
+            # A file speaks for one rank: the one its name says.
+            if rec is not None and rec.job == job and name == f"rank{rec.rank}.log":
+                out.append(rec)
+    return out
+
+
+def _boot_time(proc: str) -> float | None:
+    try:
+        with open(f"{proc}/stat", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def proc_state(
+    pid: int, *, uid: int | None, started: float, proc: str = "/proc", slack_s: float = 5.0
+) -> ProcState:
+    """The state of ``pid`` as the rank's process: GONE when it does not exist,
+    is a zombie, belongs to another uid, or started after the rank's first
+    record (pid reuse)."""
+    try:
+        st = os.stat(f"{proc}/{pid}")
+        with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return ProcState.GONE
+    if uid is not None and st.st_uid != uid:
+        return ProcState.GONE
+    try:
+        state = _STATES.get(fields[0][:1], ProcState.UNKNOWN)
+        ticks = int(fields[19])
+    except (IndexError, ValueError):
+        return ProcState.UNKNOWN
+    btime = _boot_time(proc)
+    if btime is not None:
+        began = btime + ticks / float(os.sysconf("SC_CLK_TCK"))
+        if began > started + slack_s:
+            return ProcState.GONE
+    return state

@@ -1,0 +1,191 @@
+"""Hang and straggler verdicts from progress records and process states.  Pure.
+
+A synchronous job progresses together: when one rank stops, every other
+rank blocks in the next collective, so "no rank recorded a step for
+``hang_s``" is a hang.  The culprit, first match wins:
+
+1. a rank on this node whose process is gone (the job still runs);
+2. a rank on this node stopped (``/proc/PID/stat`` state ``T``/``t``);
+3. a rank on this node in uninterruptible sleep (``D``: a driver or a
+   file system that does not answer);
+4. the rank the others wait for: the one, unique, with the lowest step.
+
+No hang before the job's first step completed and ``first_step_allowance_s``
+passed since (a first step can take long: compilation, data loading).
+
+A straggler is a rank whose busy time (what it computed before entering the
+step's collective) exceeds the median of its peers' by ``slow_percent`` in
+each of ``slow_windows`` consecutive windows of ``window_steps`` steps.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_hooks.detect.progress.records import RankView
+
+
+class ProcState(enum.StrEnum):
+    """A rank's process as /proc shows it (REMOTE: not on this node)."""
+
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    STOPPED = "stopped"
+    DISK = "uninterruptible"
+    GONE = "gone"
+    REMOTE = "remote"
+    UNKNOWN = "unknown"
+
+
+class Verdict(enum.StrEnum):
+    NO_RECORDS = "no_records"
+    STARTING = "starting"
+    HEALTHY = "healthy"
+    #: Stalled, culprit named.
+    HANG = "hang"
+    #: Stalled, no culprit visible from here.
+    STALLED = "stalled"
+
+
+#: Culprit causes, strongest evidence first.
+CAUSES = {
+    ProcState.GONE: "process gone",
+    ProcState.STOPPED: "process stopped (state T)",
+    ProcState.DISK: "process in uninterruptible sleep (state D)",
+}
+
+
+@dataclass(frozen=True)
+class HangSettings:
+    hang_s: float = 120.0
+    first_step_allowance_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    verdict: Verdict
+    job: str
+    explanation: str
+    stalled_s: float = 0.0
+    rank: int | None = None
+    node: str | None = None
+    cause: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def judge_hang(
+    job: str,
+    ranks: Mapping[int, RankView],
+    procs: Mapping[int, ProcState],
+    now: float,
+    settings: HangSettings,
+) -> HangVerdict:
+    if not ranks:
+        return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
+    firsts = [v.first_step_time for v in ranks.values() if v.first_step_time is not None]
+    if not firsts:
+        return HangVerdict(Verdict.STARTING, job, "no rank finished a first step yet")
+    last = max(v.last_time for v in ranks.values())
+    stalled = max(0.0, now - last)
+    steps = {r: v.step for r, v in sorted(ranks.items())}
+    evidence: dict[str, Any] = {"steps": steps, "procs": {r: str(procs.get(r, ProcState.UNKNOWN))
+                                                          for r in sorted(ranks)}}  # fmt: skip
+    allowed_at = min(firsts) + settings.first_step_allowance_s
+    if stalled < settings.hang_s or now < allowed_at:
+        return HangVerdict(Verdict.HEALTHY, job, f"last step {stalled:.0f}s ago", stalled,
+                           evidence=evidence)  # fmt: skip
+    for state, cause in CAUSES.items():
+        hit = sorted(r for r, s in procs.items() if s is state and r in ranks)
+        if hit:
+            v = ranks[hit[0]]
+            return HangVerdict(
+                Verdict.HANG, job,
+                f"job {job} made no progress for {stalled:.0f}s; rank {v.rank} on {v.node}: "
+                f"{cause} at step {v.step}", stalled, v.rank, v.node, cause, evidence,
+            )  # fmt: skip
+    low = min(steps.values())
+    behind = [r for r, s in steps.items() if s == low]
+    if len(behind) == 1 and len(steps) > 1 and max(steps.values()) > low:
+        v = ranks[behind[0]]
+        return HangVerdict(
+            Verdict.HANG, job,
+            f"job {job} made no progress for {stalled:.0f}s; the others wait for rank {v.rank} "
+            f"on {v.node} (step {v.step}, others at {max(steps.values())})",
+            stalled, v.rank, v.node, "lowest step", evidence,
+        )  # fmt: skip
+    return HangVerdict(
+        Verdict.STALLED, job,
+        f"job {job} made no progress for {stalled:.0f}s; no culprit among the "
+        f"{len(ranks)} rank(s) visible here (all at step {low})", stalled, evidence=evidence,
+    )  # fmt: skip
+
+
+# -- stragglers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlowSettings:
+    slow_percent: float = 20.0
+    slow_windows: int = 3
+    window_steps: int = 10
+
+
+@dataclass(frozen=True)
+class Straggler:
+    job: str
+    rank: int
+    node: str
+    #: Per window: (first step, this rank's mean busy s, peers' median busy s).
+    windows: tuple[tuple[int, float, float], ...]
+    explanation: str
+
+    @property
+    def over_percent(self) -> float:
+        return min(100.0 * (m / p - 1.0) for _, m, p in self.windows if p > 0)
+
+
+def _window_means(v: RankView, w: int) -> dict[int, float]:
+    buckets: dict[int, list[float]] = {}
+    for step, busy in v.busy:
+        buckets.setdefault((step - 1) // w, []).append(busy)
+    return {k: statistics.fmean(b) for k, b in buckets.items() if len(b) * 2 >= w}
+
+
+def judge_stragglers(
+    job: str, ranks: Mapping[int, RankView], settings: SlowSettings
+) -> list[Straggler]:
+    """Ranks slower than their peers' median in the last ``slow_windows``
+    complete windows.  Needs at least two ranks with busy times."""
+    w, n = settings.window_steps, settings.slow_windows
+    if len(ranks) < 2:
+        return []
+    means = {r: _window_means(v, w) for r, v in ranks.items()}
+    # Complete windows only: the current one is still filling on some rank.
+    done = min(v.step for v in ranks.values()) // w
+    wanted = list(range(done - n, done))
+    if not wanted or wanted[0] < 0:
+        return []
+    out = []
+    factor = 1.0 + settings.slow_percent / 100.0
+    for rank, v in sorted(ranks.items()):
+        rows = []
+        for k in wanted:
+            mine = means[rank].get(k)
+            peers = [m[k] for r, m in means.items() if r != rank and k in m]
+            if mine is None or not peers:
+                break
+            med = statistics.median(peers)
+            if med <= 0 or mine <= med * factor:
+                break
+            rows.append((k * w + 1, mine, med))
+        if len(rows) == n:
+            s = Straggler(job, rank, v.node, tuple(rows), "")
+            out.append(Straggler(job, rank, v.node, s.windows,
+                f"rank {rank} on {v.node} is {s.over_percent:.0f}% slower than the median of "
+                f"its peers in {n} consecutive windows of {w} steps "
+                f"(busy {rows[-1][1]:.3f}s vs {rows[-1][2]:.3f}s)"))  # fmt: skip
+    return out

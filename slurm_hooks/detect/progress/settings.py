@@ -1,0 +1,65 @@
+"""``[progress]``: hang and straggler detection from the job's progress records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_hooks.detect.progress.judge import HangSettings, SlowSettings
+
+#: What a straggler verdict does: tell only; drain the node when the job has
+#: ended (DRAINING: the job keeps running, nothing new starts); drain now and
+#: requeue the job like any fault.
+SLOW_POLICIES = ("report", "drain_at_end", "drain_now")
+
+
+@dataclass(frozen=True)
+class ProgressConfig:
+    """``[progress]``: judge jobs that write progress records (docs/progress.md)."""
+
+    #: Judge jobs' progress in the watcher at all.
+    enabled: bool = True
+    #: The node-local directory jobs write their records to (what
+    #: ``SLURM_HOOKS_PROGRESS_DIR`` tells the job; tmpfs: a write per step).
+    dir: str = "/dev/shm/slurm-hooks-progress"
+    #: Seconds between two passes of the watcher over the records.
+    interval_s: float = 5.0
+    #: No rank recorded a step for this long: the job hangs (NCCL's own
+    #: collective timeout is 600 s by default).
+    hang_s: float = 120.0
+    #: No hang is judged before this long after the job's first completed step.
+    first_step_allowance_s: float = 60.0
+    #: Drain the culprit's node of a hang and requeue the job (false: tell the
+    #: owner and the admins only).
+    drain_hang: bool = True
+    #: A stall with no culprit is reported (owner and admins, no drain) by the
+    #: job's batch host this long after ``hang_s``, unless another node named one.
+    no_culprit_report_s: float = 30.0
+    #: A rank this much slower than its peers' median busy time is slow (percent).
+    slow_percent: float = 20.0
+    #: ... for this many consecutive windows
+    slow_windows: int = 3
+    #: ... of this many steps each.
+    window_steps: int = 10
+    #: What a straggler does: "report", "drain_at_end" or "drain_now".
+    slow_policy: str = "report"
+    #: Bytes read from the end of each rank's file per pass.
+    tail_bytes: int = 65536
+
+    def validate(self) -> None:
+        if self.slow_policy not in SLOW_POLICIES:
+            raise ValueError(f"slow_policy must be one of {', '.join(SLOW_POLICIES)}")
+        if not self.dir.startswith("/"):
+            raise ValueError("dir must be an absolute path")
+        for name in ("hang_s", "interval_s", "slow_percent", "tail_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.slow_windows < 1 or self.window_steps < 1:
+            raise ValueError("slow_windows and window_steps must be >= 1")
+
+    @property
+    def hang(self) -> HangSettings:
+        return HangSettings(self.hang_s, self.first_step_allowance_s)
+
+    @property
+    def slow(self) -> SlowSettings:
+        return SlowSettings(self.slow_percent, self.slow_windows, self.window_steps)

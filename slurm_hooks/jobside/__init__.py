@@ -1,0 +1,1 @@
+"""What a training job imports: standard library only, never the rest of slurm_hooks."""

@@ -1,0 +1,128 @@
+"""Report "rank R finished step S" to the node's watcher, cheaply, from a training loop.
+
+Standard library only: importing this module pulls in nothing else of
+slurm_hooks (``slurm_hooks/__init__.py`` is a docstring and a version).  Any
+other language can follow the same file protocol (docs/progress.md)::
+
+    <dir>/<job id>/rank<R>.log      one line appended per step, O_APPEND
+
+    P1 job=<id> restart=<n> rank=<R> node=<name> pid=<pid> step=<S> time=<unix s> busy=<s>
+
+``<dir>`` is ``$SLURM_HOOKS_PROGRESS_DIR``, else ``/dev/shm/slurm-hooks-progress``
+(node-local tmpfs: a step costs one ``write(2)`` of ~100 bytes, no fsync).
+``step=0`` is written once when the rank starts (the first step may take
+long: no hang is ever judged before a first step completed).  ``busy`` is
+optional: the seconds this rank computed before it entered the step's
+collective (the straggler judge compares it; the interval between two
+records is the same on every rank of a synchronous job).
+
+Usage::
+
+    from slurm_hooks.jobside.progress import Progress
+    progress = Progress.from_env()          # None-safe: a no-op outside Slurm
+    for step in range(start + 1, steps + 1):
+        ...
+        progress.step(step, busy=compute_seconds)
+
+A job that never writes records is never judged: opting in is using this.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+
+ENV_DIR = "SLURM_HOOKS_PROGRESS_DIR"
+DEFAULT_DIR = "/dev/shm/slurm-hooks-progress"
+#: The writer starts its file again (O_TRUNC) past this size, so a long run
+#: never fills tmpfs; the reader reads only the tail anyway.
+MAX_BYTES = 4 << 20
+VERSION = "P1"
+
+
+def _clean(value: str) -> str:
+    """No blanks or '=' inside a field: one line stays one record."""
+    return "".join(ch if ch.isprintable() and ch not in " =\t" else "_" for ch in value)[:64]
+
+
+class Progress:
+    """One rank's progress file.  ``enabled`` False (no job id) makes every
+    call a no-op, so the same training code runs outside Slurm."""
+
+    def __init__(
+        self,
+        directory: str,
+        job: str | None,
+        rank: int,
+        *,
+        restart: int = 0,
+        node: str | None = None,
+        clock=time.time,  # noqa: ANN001 - stdlib only, kept trivially injectable
+    ) -> None:
+        self.enabled = bool(job) and str(job).isdigit()
+        self.rank = int(rank)
+        self.clock = clock
+        self._fd: int | None = None
+        self._written = 0
+        if not self.enabled:
+            return
+        base = os.path.join(directory, str(job))
+        self.path = os.path.join(base, f"rank{self.rank}.log")
+        self._head = (
+            f"{VERSION} job={job} restart={int(restart)} rank={self.rank} "
+            f"node={_clean(node or socket.gethostname())} pid={os.getpid()}"
+        )
+        _mkdir(directory, 0o1777)  # shared by every user's jobs on the node, like /tmp
+        _mkdir(base, 0o755)
+        self._open(truncate=False)
+        self.step(0)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kw: object) -> Progress:
+        """From the launcher's environment: SLURM_JOB_ID, SLURM_PROCID,
+        SLURM_RESTART_COUNT, SLURMD_NODENAME and SLURM_HOOKS_PROGRESS_DIR."""
+        env = os.environ if env is None else env
+        return cls(
+            env.get(ENV_DIR) or DEFAULT_DIR,
+            env.get("SLURM_JOB_ID"),
+            int(env.get("SLURM_PROCID") or env.get("RANK") or 0),
+            restart=int(env.get("SLURM_RESTART_COUNT") or 0),
+            node=env.get("SLURMD_NODENAME"),
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def _open(self, *, truncate: bool) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        if truncate:
+            flags |= os.O_TRUNC
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(self.path, flags, 0o644)
+        self._written = os.fstat(self._fd).st_size
+
+    def step(self, step: int, *, busy: float | None = None) -> None:
+        """Record that this rank finished ``step`` (one ``write(2)``)."""
+        if not self.enabled or self._fd is None:
+            return
+        line = f"{self._head} step={int(step)} time={self.clock():.6f}"
+        if busy is not None:
+            line += f" busy={float(busy):.6f}"
+        data = (line + "\n").encode()
+        if self._written + len(data) > MAX_BYTES:
+            self._open(truncate=True)
+        self._written += os.write(self._fd, data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _mkdir(path: str, mode: int) -> None:
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return
+    os.chmod(path, mode)  # the umask must not take the sticky bit away

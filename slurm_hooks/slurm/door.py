@@ -1,0 +1,224 @@
+"""The one door to Slurm: every change slurm-hooks makes to Slurm goes here.
+
+Drain, resume and reason updates of nodes; signal, requeue, cancel and
+comments of jobs.  The engine, the prolog, the bridge and lending all call
+this module and nothing else that writes, so the safety rules live once:
+
+* **Ownership** (``core/ownership.py``, one rule): a node's reason is OURS,
+  FOREIGN, STALE or NONE.  A FOREIGN reason (an admin's, ``NHC:``,
+  ``slurm-operator:``, Slurm's own) is never overwritten and never lifted;
+  a STALE one (left by Slurm 24.11 on a resumed node) claims nothing and
+  does not stop a drain.  Slurm has no compare-and-set on reasons, so each
+  write reads the node first; the window is one scontrol call.
+* **Requeue exactly once**: a job whose restart count moved past the one we
+  recorded before touching it was requeued already (by us before a crash,
+  by Slurm, by its owner) and is never requeued again.
+* **Typed refusals**: the backends raise JobGone, NotRequeueable,
+  NodeNotFound (``slurm/refusals.py``); callers catch those types, never
+  Slurm's words.
+
+Reads (``get_node``, ``get_job``, ``jobs_on_node``) stay on the client.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged, SlurmError
+from slurm_hooks.core.held import comment_is_ours, parse_mark
+from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
+from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, reason_counts
+from slurm_hooks.core.reason import DrainReason, try_parse_reason
+from slurm_hooks.slurm.base import NodeComments, SignalTarget, SlurmClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node as read just now, with what its reason means for us."""
+
+    node: NodeState
+    ownership: Ownership
+
+    @classmethod
+    def of(cls, node: NodeState) -> NodeView:
+        return cls(node, node_ownership(node))
+
+    @property
+    def ours(self) -> DrainReason | None:
+        """Our reason, only when it holds the node (never a stale one)."""
+        return try_parse_reason(self.node.reason) if self.ownership is Ownership.OURS else None
+
+    @property
+    def owner(self) -> ReasonOwner:
+        """Who holds the node out of service (NONE for no or a stale reason)."""
+        return effective_owner(self.node)
+
+    @property
+    def out_of_service(self) -> bool:
+        """DRAIN, DOWN or FAIL: the states under which a reason counts."""
+        return reason_counts(self.node.state, self.node.flags)
+
+
+class Requeue(enum.StrEnum):
+    """What ``requeue_once`` did."""
+
+    REQUEUED = "requeued"
+    #: The restart count had moved already: not requeued a second time.
+    ALREADY = "already"
+
+
+class SlurmDoor:
+    """Guarded writes over any SlurmClient (cli, rest, pyslurm, a test fake)."""
+
+    def __init__(self, client: SlurmClient) -> None:
+        self.client = client
+
+    # -- nodes ------------------------------------------------------------------
+
+    def look(self, name: str) -> NodeView:
+        """Read ``name`` and judge its reason (the read before a write)."""
+        return NodeView.of(self.client.get_node(name))
+
+    def drain(self, name: str, reason: str, *, over_ours: bool = True) -> NodeView:
+        """Take ``name`` out of service with ``reason`` (one of ours).
+
+        NONE or STALE: drained.  OURS (our drain, a LEND or SPARE hold, an
+        earlier incident): the reason is replaced and the node stays out of
+        service; the same reason again writes nothing; with ``over_ours``
+        False, ReasonChanged instead (lending never relabels a fault).
+        FOREIGN: ForeignReasonError and no write.  Returns the node as read
+        before writing."""
+        if try_parse_reason(reason) is None:
+            raise SlurmError(f"refusing to drain {name} with a reason that is not ours: {reason!r}")
+        view = self.look(name)
+        if view.ownership is Ownership.FOREIGN:
+            raise ForeignReasonError(
+                f"node {name} already has a {view.owner.value} reason {view.node.reason!r} "
+                f"(set by {view.node.reason_user or '?'}); not touching it"
+            )
+        if view.ownership is Ownership.OURS:
+            if not over_ours and view.node.reason != reason:
+                raise ReasonChanged(name, None, view.node.reason)
+            if view.node.reason != reason:
+                self.client.update_reason(name, reason)
+        else:
+            if view.ownership is Ownership.STALE:
+                log.info("drain node=%s over stale reason %r", name, view.node.reason)
+            self.client.drain(name, reason)
+        return view
+
+    def resume(
+        self,
+        name: str,
+        *,
+        owned: Callable[[DrainReason], bool] | None = None,
+        expect_reason: str | None = None,
+        foreign_prefixes: Sequence[str] = (),
+    ) -> bool:
+        """Return ``name`` to service if the reason holding it is ours (and
+        ``owned`` accepts it: this incident, this code).  False when the node
+        is in service already (nothing to resume).
+
+        ``expect_reason``: the reason the caller judged; ReasonChanged when
+        the node carries another one now.  ``foreign_prefixes``: foreign
+        reasons a site declared ours to lift (the bridge's spare pool).
+        Anything else is ForeignReasonError: an admin's drain is never
+        lifted by us."""
+        view = self.look(name)
+        node = view.node
+        if expect_reason is not None and node.reason != expect_reason:
+            raise ReasonChanged(name, expect_reason, node.reason)
+        if not view.out_of_service:
+            return False
+        ours = view.ours
+        if ours is not None:
+            if owned is not None and not owned(ours):
+                raise ForeignReasonError(
+                    f"node {name} carries our {ours.code} reason of incident {ours.incident}, "
+                    "not the one this caller owns; not resuming"
+                )
+        elif not (node.reason and any(node.reason.startswith(p) for p in foreign_prefixes if p)):
+            raise ForeignReasonError(
+                f"node {name} is {node.state}+{'+'.join(sorted(node.flags))} with a "
+                f"{view.owner.value} reason {node.reason!r}; only its owner may resume it"
+            )
+        self.client.resume(name)
+        return True
+
+    def take_back(self, name: str, claim: str, *, restore: str | None = None) -> bool:
+        """Withdraw our own breaker claim (``act/claim.py``): only while the
+        node still carries exactly ``claim``; anything else (an admin's
+        reason, a later drain of ours) is left as it is.  ``restore``: the
+        LEND/SPARE reason the claim was written over, put back instead of
+        resuming.  True when the claim was withdrawn."""
+        view = self.look(name)
+        if view.node.reason != claim or view.ownership is not Ownership.OURS:
+            log.info("take back node=%s: reason is %r now, not our claim; left", name,
+                     view.node.reason)  # fmt: skip
+            return False
+        if restore is not None and try_parse_reason(restore) is not None:
+            self.client.update_reason(name, restore)
+        else:
+            self.client.resume(name)
+        return True
+
+    def mark_held(self, name: str, mark: str, *, node: NodeState | None = None) -> bool:
+        """Write our held mark (``core/held.py``) into the node's Comment.
+        Never over someone else's comment: False then (and when the client
+        cannot write comments).  ``node``: the node as just read, to save a
+        call."""
+        if parse_mark(mark) is None:
+            raise SlurmError(f"not a held mark: {mark!r}")
+        node = node if node is not None else self.client.get_node(name)
+        if node.comment == mark:
+            return True
+        if not comment_is_ours(node.comment) or not isinstance(self.client, NodeComments):
+            return False
+        self.client.set_node_comment(name, mark)
+        return True
+
+    def clear_held(self, name: str, *, node: NodeState | None = None) -> bool:
+        """Clear our held mark from the node's Comment (never anyone else's)."""
+        node = node if node is not None else self.client.get_node(name)
+        if parse_mark(node.comment) is None or not isinstance(self.client, NodeComments):
+            return False
+        self.client.set_node_comment(name, "")
+        return True
+
+    # -- jobs -------------------------------------------------------------------
+
+    def signal(self, job_id: str, signal: str, target: SignalTarget) -> None:
+        """Signal a job (JobGone when it ended or was purged)."""
+        self.client.signal_job(job_id, signal, target)
+
+    @staticmethod
+    def requeued_since(job: JobInfo, restarts_before: int) -> bool:
+        """True when ``job`` was requeued after we saw it with
+        ``restarts_before`` restarts: the exactly-once rule."""
+        return job.restart_count > restarts_before
+
+    def requeue_once(
+        self, job_id: str, restarts_before: int, *, job: JobInfo | None = None
+    ) -> Requeue:
+        """Requeue ``job_id`` unless its restart count already moved past
+        ``restarts_before`` (the count recorded before we touched it).
+        ``job`` is the job as just read, to save a call.  Raises JobGone,
+        NotRequeueable (``--no-requeue``, an interactive job) from Slurm."""
+        job = job if job is not None else self.client.get_job(job_id)
+        if self.requeued_since(job, restarts_before):
+            log.info("job %s already requeued (restarts %d)", job_id, job.restart_count)
+            return Requeue.ALREADY
+        self.client.requeue(job_id)
+        return Requeue.REQUEUED
+
+    def cancel(self, job_id: str) -> None:
+        self.client.cancel(job_id)
+
+    def comment(self, job_id: str, comment: str, *, admin: bool = False) -> None:
+        """Note on the job (Comment, or AdminComment with ``admin``)."""
+        self.client.set_job_comment(job_id, comment, admin=admin)
