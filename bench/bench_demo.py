@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from slurm_hooks_lab.demo import DURATIONS, DemoOptions, run_demo, summary_table
+from slurm_hooks_lab.lab import slurm_version
 
 
 def main() -> int:
@@ -36,7 +37,11 @@ def main() -> int:
     print()
     print(summary_table(report))
     print()
-    print(f"bench_demo grace={args.grace:g}s cred_expire={args.cred_expire}s wall={wall:.1f}s")
+    v = slurm_version()  # the installed Slurm's: figures differ by release (requeue_delay)
+    print(
+        f"bench_demo slurm={v[0]}.{v[1]:02d}.{v[2]} grace={args.grace:g}s "
+        f"cred_expire={args.cred_expire}s wall={wall:.1f}s"
+    )
     for d in DURATIONS:
         v = report.durations.get(d.key)
         print(f"  {d.key:<24} {'-' if v is None else f'{v:.3f}'}")

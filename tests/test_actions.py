@@ -243,7 +243,9 @@ def test_foreign_reason_untouched(env):
     (d,) = make().handle("n1", [xid79()])
     assert d.kind is DecisionKind.FOREIGN_REASON
     assert slurm.nodes["n1"].reason == "NHC: nv_health failed"
-    assert slurm.count("drain") == slurm.count("signal") == 0
+    assert slurm.count("drain") == 0
+    # The jobs still leave the broken node (tests/test_deferred_drain.py).
+    assert slurm.count("signal") == 4
 
 
 def test_observe_only_acts_on_nothing(env):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from slurm_hooks.agent.hook import already_handled
-from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.model import Action, Component, Finding, Status
 from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.detect.fold import fold_lost_gpus
 from slurm_hooks.detect.runner import CheckOutcome
@@ -50,7 +50,7 @@ def test_check_cli_reports_a_lost_gpu_once(tmp_path: Path) -> None:
     res = subprocess.run(
         [sys.executable, "-m", "slurm_hooks", "check", "--json", "--config", str(cfg),
          "--node", "gpu001"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "SLURM_HOOKS_LOG_LEVEL": "WARNING"},
     )  # fmt: skip
     assert res.returncode == 1, res.stderr
@@ -103,4 +103,3 @@ def test_healthcheck_exit_is_zero_only_once_our_drain_holds_it() -> None:
         assert not already_handled([_decision(DecisionKind.ALREADY_HANDLED, LOST),
                                     _decision(kind, warn)])  # fmt: skip
     assert not already_handled([])
-    assert Phase.HEALTHCHECK  # the exit rule applies to the health check (epilog: always 0)

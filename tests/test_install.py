@@ -151,15 +151,26 @@ def test_timeout_is_budget_plus_margin():
     assert s["HealthCheckProgram"].value == "/p/healthcheck/slurm-hooks-healthcheck"
 
 
+def fake_venv_python(tmp_path):
+    """An interpreter at another path that imports slurm_hooks (install
+    refuses one that does not: issue 17)."""
+    py = tmp_path / "opt" / "sh" / "bin" / "python3"
+    py.parent.mkdir(parents=True)
+    py.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    py.chmod(0o755)
+    return py
+
+
 def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
     cfg = tmp_path / "etc" / "config.toml"
+    py = fake_venv_python(tmp_path)
     args = [
         "--prefix",
         str(tmp_path / "slurm"),
         "--config",
         str(cfg),
         "--python",
-        "/opt/sh/bin/python3",
+        str(py),
         "--slurm-conf",
         "/etc/slurm/slurm.conf",
         "--no-check",
@@ -170,7 +181,7 @@ def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
     assert r.exit_code == 0, r.output
     assert r.output.count(": created") == 4
     shim = tmp_path / "slurm" / "prolog.d" / "50-slurm-hooks"
-    assert "\n/opt/sh/bin/python3 -m slurm_hooks hook prolog" in shim.read_text()
+    assert f"\n{py} -m slurm_hooks hook prolog" in shim.read_text()
     assert f'SLURM_HOOKS_CONFIG="${{SLURM_HOOKS_CONFIG:-{cfg}}}"' in shim.read_text()
     assert f"Prolog={tmp_path}/slurm/prolog.d/*" in r.output
     assert "PrologEpilogTimeout=90" in r.output
@@ -203,9 +214,13 @@ def test_dry_run_writes_nothing(tmp_path):
 
 def test_check_without_slurm_exits_2(tmp_path):
     env = {"PATH": str(tmp_path)}  # no scontrol here
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
     r = CliRunner(env=env).invoke(
-        install_cmd, ["--prefix", str(tmp_path / "p"), "--config", str(tmp_path / "c.toml")]
-    )
+        install_cmd,
+        ["--prefix", str(tmp_path / "p"), "--config", str(tmp_path / "c.toml"),
+         "--slurm-conf", str(conf)],
+    )  # fmt: skip
     assert r.exit_code == 2
     assert "cannot compare with the running Slurm" in r.output
 

@@ -165,8 +165,13 @@ def test_foreign_reason_is_never_touched(reason):
     (d,) = decide([xid(79, Action.RESET_GPU)], node(reason=reason, drained=True), None, fleet(),
                   CFG, NOW)  # fmt: skip
     assert d.kind is DecisionKind.FOREIGN_REASON
-    assert not d.acts and d.reason is None
+    assert not d.acts and not d.kind.drains, "their reason is never written over"
     assert "never touches" in d.explanation
+    # ... but the jobs still leave the broken node, and our drain is ready
+    # for the moment their reason is lifted (issue 17).
+    assert d.evacuate and d.facts["deferred_drain"] is True
+    assert d.reason is not None and (d.reason.code, d.reason.component) == ("XID79", "gpu3")
+    assert d.facts["foreign_reason"] == reason
 
 
 def test_already_drained_by_us_is_idempotent():

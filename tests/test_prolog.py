@@ -586,6 +586,8 @@ def test_hook_main_applies_the_config_log_level(monkeypatch, tmp_path):
 
     class Outcome:
         exit_code = 0
+        findings = ()
+        seconds = 0.0
 
     monkeypatch.setattr(prolog, "run_prolog", lambda cfg=None: seen.append(cfg) or Outcome())
     root = logging.getLogger()

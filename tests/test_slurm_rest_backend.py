@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from slurm_hooks_lab.lab import rest_api
+from slurm_hooks_lab.lab import rest_auth as lab_rest_auth
 
 from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
 from slurm_hooks.slurm import get_client
@@ -73,9 +74,13 @@ def test_gaps_say_which_versions_have_the_operation(tmp_path, op, says) -> None:
 
 @pytest.fixture
 def rest(fresh_lab) -> RestClient:  # type: ignore[no-untyped-def]
-    c = RestClient(socket=fresh_lab.start_rest(), timeout=10, retries=2, backoff=0.1)
+    # JWT from 24.11 on (slurmrestd as an unprivileged user, a root token from
+    # scontrol token), local auth by the socket's peer uid on 22.05
+    c = fresh_lab.rest_client(timeout=10, retries=2, backoff=0.1)
+    version = parse_version(fresh_lab.status().slurm_version or "")
+    assert ("X-SLURM-USER-TOKEN" in c.session.headers) == (lab_rest_auth(version) == "jwt")
     # negotiated with the lab's slurmrestd: the newest version it serves
-    assert c.api == rest_api(parse_version(fresh_lab.status().slurm_version or ""))
+    assert c.api == rest_api(version)
     return c
 
 
@@ -139,3 +144,19 @@ def test_rest_jobs_signal_comment_cancel(fresh_lab, rest, job_dir, sbatch) -> No
     # both the same typed error
     with pytest.raises(JobGone):
         rest.get_job("999999")
+
+
+@pytest.mark.slurm
+def test_rest_jwt_lab_refuses_a_client_without_a_valid_token(fresh_lab, rest) -> None:  # type: ignore[no-untyped-def]
+    """Where the lab's slurmrestd uses JWT (24.11+), the token is what lets
+    the client in: none, or one signed with another key, is refused, while
+    the lab's own token reads the nodes."""
+    if "X-SLURM-USER-TOKEN" not in rest.session.headers:
+        pytest.skip("this Slurm's lab slurmrestd uses local auth (the socket peer's uid)")
+    assert [n.name for n in rest.list_nodes()] == fresh_lab.node_names
+    sock = fresh_lab.start_rest()
+    for token in (None, rest.session.headers["X-SLURM-USER-TOKEN"][:-4] + "AAAA"):
+        c = RestClient(socket=sock, user="root", token=token, api=rest.api, retries=0, timeout=10)
+        with pytest.raises(SlurmError) as exc:
+            c.list_nodes()
+        assert type(exc.value) is SlurmError  # refused, not unreachable

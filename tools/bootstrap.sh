@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 # python3-numpy: the demo's training job runs as an unprivileged user with
 # Debian's python3, which cannot read a virtualenv under a private /root.
-for p in slurmctld slurmd slurm-client munge slurmrestd util-linux procps python3 python3-venv python3-numpy; do
+# slurm-wlm-jwt-plugin: auth_jwt.so, for the lab's slurmrestd with JWT (24.11+).
+for p in slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin util-linux procps \
+  python3 python3-venv python3-numpy; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -23,14 +25,36 @@ fi
 # A non-root submitter for jobs in the lab and the tests.
 id sltest >/dev/null 2>&1 || useradd -m -s /bin/bash sltest 2>/dev/null || true
 
-if [ ! -x .venv/bin/python ]; then
+# A virtualenv of this machine's Python (a root's .venv is its own: the
+# checkout is copied into a root without the host's .venv).
+if ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
+  rm -rf .venv
   python3 -m venv .venv
 fi
+# Reinstall when what pip read changed (the packaging files' content, not
+# their times: a fresh copy or clone has new times and the same content) or
+# when either distribution is missing from the venv, whatever the stamp says.
 stamp=.venv/.slurm-hooks-installed
-if [ ! -e "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-  || [ pyproject.toml -nt "$stamp" ] || [ lab/setup.cfg -nt "$stamp" ]; then
+want=$(cat setup.cfg setup.py pyproject.toml lab/setup.cfg 2>/dev/null | sha256sum | cut -d' ' -f1)
+want="$want $(.venv/bin/python -c 'import sys; print(sys.version.split()[0])')"
+installed() {
+  # Both distributions, installed from this checkout (editable: the import
+  # finds the package in the work tree, not a stale copy elsewhere).
+  .venv/bin/python - "$PWD" <<'PY' >/dev/null 2>&1
+import importlib.metadata as md, os, sys
+for dist in ("slurm-hooks", "slurm-hooks-lab"):
+    md.version(dist)
+import slurm_hooks, slurm_hooks_lab
+top = os.path.realpath(sys.argv[1]) + os.sep
+for mod in (slurm_hooks, slurm_hooks_lab):
+    assert os.path.realpath(mod.__file__).startswith(top), mod.__file__
+PY
+}
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! installed; then
+  rm -f "$stamp"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # The product and the lab (a separate distribution the product never imports).
   .venv/bin/python -m pip install -q -e '.[test]' -e ./lab
-  touch "$stamp"
+  installed || { echo "bootstrap: slurm-hooks or slurm-hooks-lab missing from .venv after pip install" >&2; exit 1; }
+  echo "$want" >"$stamp"
 fi

@@ -151,6 +151,8 @@ _GPU_KEYS = {
     "lost",
     "unknown_error",
     "reset_required",
+    "resettable",
+    "processes",
     "errors",
     "bus_ids",
 }
@@ -643,6 +645,36 @@ class FakeNvml:
         if sensor != pynvml.NVML_TEMPERATURE_GPU:
             _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return int(gpu.get("temperature", 33))
+
+    # -- repair (slurm_hooks.detect.probes.gpu_reset) --------------------
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """The scenario GPU's ``processes`` (PIDs; default none)."""
+        from types import SimpleNamespace
+
+        gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
+        return [SimpleNamespace(pid=int(p), usedGpuMemory=0) for p in gpu.get("processes") or []]
+
+    def reset_gpu(self, index: int) -> None:
+        """What ``nvidia-smi -r -i INDEX`` does, for the lab: a GPU marked
+        ``resettable`` comes back healthy (``lost``, ``reset_required``,
+        ``unknown_error`` cleared in the scenario file); one that is not keeps
+        its fault.  Each reset is a line in ``<scenario>.resets``."""
+        self._enter("reset_gpu", index)
+        if self._path is None:
+            return
+        with open(self._path + ".resets", "a") as f:
+            f.write(f"{index}\n")
+        with open(self._path) as f:
+            data = json.load(f)
+        gpu = (data.get("gpu") or {}).get(str(index))
+        if not isinstance(gpu, dict) or not gpu.get("resettable"):
+            return
+        for key in ("lost", "reset_required", "unknown_error", "resettable", "processes"):
+            gpu.pop(key, None)
+        tmp = self._path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, self._path)
 
     # -- fabric -----------------------------------------------------------
     def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info: Any) -> int:

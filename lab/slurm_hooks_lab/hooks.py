@@ -411,6 +411,7 @@ def render_node_config(
     watch: Mapping[str, Any] | None = None,
     prolog: Mapping[str, Any] | None = None,
     slurm_timeout: float = 10.0,
+    progress: Mapping[str, Any] | None = None,
 ) -> str:
     """The node's config file (every section the hooks and the watcher read)."""
     pol: dict[str, Any] = {
@@ -443,6 +444,8 @@ def render_node_config(
     ]
     if prolog:
         parts.append(_table("prolog", prolog))
+    if progress:
+        parts.append(_table("progress", progress))
     if watch:
         # Only when asked: until "watch" is in config.SECTIONS, the grace
         # worker (which validates the whole file) refuses an unknown section.
@@ -450,11 +453,14 @@ def render_node_config(
     return "\n".join(parts)
 
 
-def render_lab_shim(phase: str, lab: Lab, python: str = sys.executable) -> str:
-    """``install.render_shim`` for this lab, plus the per-node config choice."""
+def render_lab_shim(
+    phase: str, lab: Lab, python: str = sys.executable, chain: str | None = None
+) -> str:
+    """``install.render_shim`` for this lab, plus the per-node config choice;
+    ``chain``: the site HealthCheckProgram the healthcheck shim runs first."""
     from slurm_hooks.cli.installer import render_shim
 
-    text = render_shim(phase, python=python, slurm_conf=str(lab.slurm_conf))
+    text = render_shim(phase, python=python, slurm_conf=str(lab.slurm_conf), chain=chain)
     nodes_dir = lab.base_dir / "nodes"
     if any(ch in str(nodes_dir) for ch in '"$`\\\n'):
         raise LabError(f"lab path not allowed in a shim: {nodes_dir}")
@@ -490,6 +496,8 @@ def install(
     watch: Mapping[str, Any] | None = None,
     python: str = sys.executable,
     reconfigure: bool = True,
+    chain_healthcheck: str | None = None,
+    progress: Mapping[str, Any] | None = None,
 ) -> LabHooks:
     """Write every node's config, scenario and kernel log, the shims, and
     (``reconfigure``) put the hook lines into slurm.conf.
@@ -497,6 +505,8 @@ def install(
     ``healthcheck_interval`` None leaves HealthCheckProgram out (the watcher
     alone detects); ``prolog`` None means "if ``hook prolog`` exists".  The
     prolog's burn-in and NCCL run the fake engines from each node's config.
+    ``chain_healthcheck``: a site HealthCheckProgram (the NHC stand-in,
+    ``nhc_standin``) that our healthcheck shim runs first.
     ``prolog_settings`` is written as every node's ``[prolog]`` table: the
     lab has no GPU GRES, so a prolog that should test GPUs for every job
     needs ``{"gres_gpus": False}`` (else every job is CPU-only).  The
@@ -523,7 +533,7 @@ def install(
         files[node] = nf
         text = render_node_config(
             nf, breaker_file=breaker_file, grace_s=grace_s, webhook_url=webhook_url,
-            policy=policy, watch=watch, prolog=prolog_settings,
+            policy=policy, watch=watch, prolog=prolog_settings, progress=progress,
         )  # fmt: skip
         write_atomic(nf.config, text)
     phases = ["healthcheck", "epilog"]
@@ -537,7 +547,8 @@ def install(
     for phase in phases:
         path = shim_path(hooks_dir, phase)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, render_lab_shim(phase, lab, python), mode=0o755)
+        chain = chain_healthcheck if phase == "healthcheck" else None
+        write_atomic(path, render_lab_shim(phase, lab, python, chain), mode=0o755)
         shims[phase] = path
     lines = []
     if healthcheck_interval is not None:

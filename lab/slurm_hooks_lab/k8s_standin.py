@@ -80,6 +80,9 @@ RESOURCES = [
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
     Resource("cluster.x-k8s.io", "v1beta1", "machines", "Machine", True, builtin=False),
     Resource("slurm-hooks.io", "v1alpha1", "nodereplacements", "NodeReplacement", True, False),
+    # Slinky's NodeSet (config/crd/bases/slinky.slurm.net_nodesets.yaml);
+    # lab/slurm_hooks_lab/nodeset_controller.py plays its controller.
+    Resource("slinky.slurm.net", "v1beta1", "nodesets", "NodeSet", True, builtin=False),
 ]
 
 MERGE = "application/merge-patch+json"
@@ -423,11 +426,33 @@ class Store:
             rv = (new.get("metadata") or {}).get("resourceVersion")
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise self._conflict(res, name)
+            uid = (new.get("metadata") or {}).get("uid")
+            if uid and uid != old["metadata"].get("uid"):
+                # The API server's UID precondition: the object was replaced.
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {old['metadata'].get('uid')}",
+                    {"name": name, "group": res.group, "kind": res.plural},
+                )
             return self._write(res, ns, name, old, new)
 
-    def delete(self, res: Resource, ns: str, name: str) -> Obj:
+    def delete(self, res: Resource, ns: str, name: str, body: Obj | None = None) -> Obj:
+        """DeleteOptions' ``preconditions`` (uid, resourceVersion) are honoured:
+        409 Conflict when the object is another one than the caller meant."""
         with self.lock:
             obj = self.get(res, ns, name)
+            pre = (body or {}).get("preconditions") or {}
+            for key in ("uid", "resourceVersion"):
+                if pre.get(key) and pre[key] != obj["metadata"].get(key):
+                    raise ApiError(
+                        409,
+                        "Conflict",
+                        f"Precondition failed: {key} in precondition: {pre[key]}, "
+                        f"{key} in object meta: {obj['metadata'].get(key)}",
+                        {"name": name, "group": res.group, "kind": res.plural},
+                    )
             del self.objects[(res.qualified, ns, name)]
             self._bump()
             return obj
@@ -732,7 +757,7 @@ class _Handler(BaseHTTPRequestHandler):
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             return 200, store.patch(res, ns_key, name, ctype, body)
         if method == "DELETE":
-            obj = store.delete(res, ns_key, name)
+            obj = store.delete(res, ns_key, name, body if isinstance(body, dict) else None)
             return 200, obj
         raise ApiError(
             405,

@@ -217,6 +217,52 @@ def cgroup_conf(version: Sequence[int]) -> str | None:
     )
 
 
+#: First release whose lab runs slurmrestd the way a site does: as an
+#: unprivileged user with JWT authentication (``rest_auth/jwt``, clients send
+#: a token from ``scontrol token``).  26.05 refuses the development shortcut
+#: (root with ``SLURMRESTD_SECURITY=disable_user_check``: "should only be used
+#: for development"); 24.11 runs it the same way so both token paths are
+#: tested; 22.05 keeps ``rest_auth/local`` (root, by the socket peer's uid).
+REST_JWT_SINCE = (24, 11)
+#: The unprivileged user the lab's slurmrestd runs as under JWT.
+REST_USER = "slrestd"
+#: Where Debian's slurm-wlm-jwt-plugin puts auth_jwt.so (and builds from source).
+_PLUGIN_GLOBS = ("/usr/lib/*/slurm-wlm", "/usr/lib*/slurm", "/usr/local/lib*/slurm")
+
+
+def rest_auth(version: Sequence[int], *, jwt_installed: bool | None = None) -> str:
+    """``jwt`` or ``local``: how this lab's slurmrestd authenticates clients
+    on Slurm ``version``.  JWT needs auth_jwt.so (Debian: slurm-wlm-jwt-plugin);
+    without it the lab falls back to ``local`` (which 26.05 refuses at
+    :meth:`Lab.start_rest`, with the package to install)."""
+    if (int(version[0]), int(version[1])) < REST_JWT_SINCE:
+        return "local"
+    if jwt_installed is None:
+        jwt_installed = jwt_plugin() is not None
+    return "jwt" if jwt_installed else "local"
+
+
+def jwt_plugin() -> Path | None:
+    """auth_jwt.so of the installed Slurm, None when it is not installed."""
+    import glob
+
+    for pattern in _PLUGIN_GLOBS:
+        for found in sorted(glob.glob(os.path.join(pattern, "auth_jwt.so"))):
+            return Path(found)
+    return None
+
+
+def requeue_params(version: Sequence[int]) -> list[str]:
+    """SchedulerParameters the lab adds so a requeued job is eligible at once
+    where Slurm lets it (``requeue_delay``, from 25.11; older releases accept
+    the option and ignore it, so it is set by version, as ``install`` does)."""
+    from slurm_hooks.cli.installer import SINCE_REQUEUE_DELAY, SUGGESTED_REQUEUE_DELAY
+
+    if (int(version[0]), int(version[1])) < SINCE_REQUEUE_DELAY:
+        return []
+    return [f"requeue_delay={SUGGESTED_REQUEUE_DELAY}"]
+
+
 def rest_api(version: Sequence[int]) -> str:
     """The OpenAPI version a RestClient should ask this lab's slurmrestd for."""
     from slurm_hooks.slurm.rest_backend import api_for_version
@@ -281,6 +327,7 @@ class Lab:
         proctrack: str = "proctrack/linuxproc",
         uts: bool = True,
         timeout: float = 60.0,
+        topology_conf: str = "",
     ) -> None:
         self.base_dir = Path(base_dir or default_dir()).absolute()
         state = self._read_state()
@@ -300,6 +347,8 @@ class Lab:
         self.proctrack = proctrack
         self.uts = uts
         self.timeout = timeout
+        #: topology.conf text (written beside slurm.conf, TopologyPlugin=topology/tree).
+        self.topology_conf = topology_conf
 
     # -- paths and names -----------------------------------------------------
 
@@ -327,6 +376,11 @@ class Lab:
         """World-writable (sticky) scratch space for job scripts and outputs,
         so that jobs of a non-root user can write there."""
         return self.base_dir / "shared"
+
+    @property
+    def jwt_key(self) -> Path:
+        """slurmctld's JWT key (``AuthAltParameters=jwt_key=``), where used."""
+        return self.base_dir / "etc" / "jwt.key"
 
     @property
     def hooks_dir(self) -> Path:
@@ -441,7 +495,15 @@ class Lab:
             # Every slurmd talks to slurmctld directly: no message fan-out tree.
             "TreeWidth=65533",
             f"SchedulerParameters={','.join(sched)}",
+            # slurmd runs it for `scontrol reboot`: restarts that node's slurmd
+            # (slurm_hooks_lab.reboot), the lab's stand-in for a machine reboot.
+            f"RebootProgram={b}/bin/reboot-node",
         ]
+        if state.get("rest_auth") == "jwt":
+            # Only slurmctld reads the key; clients and slurmrestd need the plugin.
+            lines += ["AuthAltTypes=auth/jwt", f"AuthAltParameters=jwt_key={self.jwt_key}"]
+        if state.get("topology"):
+            lines.append("TopologyPlugin=topology/tree")
         for name in state["nodes"]:
             lines.append(
                 f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 "
@@ -475,12 +537,23 @@ class Lab:
         except (ValueError, IndexError) as exc:
             raise LabError(f"cannot start {name}: no pid in {res.stdout!r}") from exc
 
-    def _slurmd_argv(self, name: str) -> list[str]:
+    def _slurmd_argv(self, name: str, *, boot_now: bool = False) -> list[str]:
         conf = shlex.quote(str(self.slurm_conf))
-        if not self.uts:
+        # A "rebooted" node (slurm_hooks_lab.reboot): slurmctld counts a
+        # reboot as done only when the node's boot time moved past the
+        # request, so that slurmd runs in a time namespace whose uptime
+        # starts now (Linux 5.6+; unshare execs, so $! stays slurmd's PID).
+        boot: list[str] = []
+        if boot_now:
+            with open("/proc/uptime") as f:
+                up = int(float(f.read().split()[0]))
+            boot = ["--time", "--boottime", str(-up)]
+        if not self.uts and not boot:
             return ["slurmd", "-D", "-f", str(self.slurm_conf), "-N", name]
+        if not self.uts:
+            return ["unshare", *boot, "--", "slurmd", "-D", "-f", str(self.slurm_conf), "-N", name]
         inner = f"hostname {shlex.quote(name)} && exec slurmd -D -f {conf} -N {shlex.quote(name)}"
-        return ["unshare", "--uts", "--", "/bin/sh", "-c", inner]
+        return ["unshare", "--uts", *boot, "--", "/bin/sh", "-c", inner]
 
     def _tail_logs(self, lines: int = 15) -> str:
         chunks = []
@@ -544,8 +617,15 @@ class Lab:
             "slurmd_timeout": self.slurmd_timeout,
             "return_to_service": self.return_to_service,
             "proctrack": self.proctrack,
-            "sched_params": list(self.sched_params),
+            "sched_params": list(self.sched_params)
+            + [
+                p
+                for p in requeue_params(version)
+                if p.partition("=")[0] not in {q.partition("=")[0] for q in self.sched_params}
+            ],
+            "rest_auth": rest_auth(version),
             "extra_conf": self.extra_conf,
+            "topology": bool(self.topology_conf),
             "pids": {},
             "started_at": time.time(),
         }
@@ -554,7 +634,16 @@ class Lab:
             ports = pick_ports(len(names) + 1)
             state["ctld_port"] = ports[0]
             state["node_ports"] = dict(zip(names, ports[1:], strict=True))
+            if state["rest_auth"] == "jwt":
+                # The HS256 key slurmctld signs and checks tokens with: 32+
+                # random bytes, readable by SlurmUser (root here) alone.
+                write_atomic(self.jwt_key, os.urandom(48).hex(), mode=0o600)
             write_atomic(self.slurm_conf, self._render_conf(state, self.extra_conf))
+            from slurm_hooks_lab import reboot as lab_reboot
+
+            lab_reboot.install(b)
+            if self.topology_conf:
+                write_atomic(self.slurm_conf.parent / "topology.conf", self.topology_conf)
             cgroup = cgroup_conf(version)
             if cgroup is not None:  # slurmd reads cgroup.conf beside slurm.conf
                 write_atomic(self.slurm_conf.parent / "cgroup.conf", cgroup)
@@ -831,7 +920,34 @@ class Lab:
         for node in client.list_nodes():
             if node.drained or node.down or "FAIL" in node.flags:
                 client.resume(node.name)
+            if node.comment:  # held marks (slurm-hooks/1 HELD ...) latch the breaker
+                client.set_node_comment(node.name, "")
         self.wait_idle(timeout=timeout)
+
+    def stop_slurmd(self, name: str, grace: float = 5.0) -> bool:
+        """Stop node ``name``'s slurmd (a slurmd pod going away); False when
+        it was not running.  slurmctld keeps the node (it stops responding)."""
+        state = self._read_state()
+        pid = state.get("pids", {}).get(f"slurmd-{name}")
+        if pid is None or not self._ours(int(pid)):
+            return False
+        self._stop({f"slurmd-{name}": int(pid)}, grace)
+        return True
+
+    def start_slurmd(self, name: str, *, boot_now: bool = False) -> int:
+        """Start node ``name``'s slurmd again (a new slurmd pod); its PID.
+        Registration with slurmctld follows within a second or so."""
+        if name not in self.node_names:
+            raise LabError(f"{name} is not a node of this lab")
+        state = self._read_state()
+        pid = state.get("pids", {}).get(f"slurmd-{name}")
+        if pid is not None and self._ours(int(pid)):
+            return int(pid)
+        new = self._spawn(f"slurmd-{name}", self._slurmd_argv(name, boot_now=boot_now))
+        state = self._read_state()
+        state.setdefault("pids", {})[f"slurmd-{name}"] = new
+        self._write_state(state)
+        return new
 
     def slurmd_pid(self, name: str) -> int:
         pid = self._read_state().get("pids", {}).get(f"slurmd-{name}")
@@ -869,8 +985,11 @@ class Lab:
     # -- slurmrestd ------------------------------------------------------------------------
 
     def start_rest(self, *, timeout: float = 15.0) -> str:
-        """Start slurmrestd on a unix socket under the base dir (rest_auth/local)
-        and return the socket path.  It runs as root with
+        """Start slurmrestd on a unix socket under the base dir and return the
+        socket path.  With JWT (:func:`rest_auth`, from 24.11) it runs as the
+        unprivileged :data:`REST_USER` with ``rest_auth/jwt``, as a site runs
+        it, and clients send a token (:meth:`rest_token`, :meth:`rest_client`).
+        Before that it runs as root with ``rest_auth/local`` and
         SLURMRESTD_SECURITY=disable_user_check (slurmrestd refuses root
         otherwise), so root clients authenticate by their socket uid."""
         state = self._read_state()
@@ -886,9 +1005,26 @@ class Lab:
         sock = rest_dir / "rest.sock"
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
-        plugin = rest_plugin(parse.parse_version(state.get("slurm_version", "22.05")))
-        argv = ["env", "SLURMRESTD_SECURITY=disable_user_check", "slurmrestd"]
-        argv += ["-f", str(self.slurm_conf), "-a", "rest_auth/local"]
+        version = parse.parse_version(state.get("slurm_version", "22.05"))
+        plugin = rest_plugin(version)
+        if state.get("rest_auth") == "jwt":
+            user = ensure_user(REST_USER)
+            os.chown(rest_dir, user.pw_uid, user.pw_gid)  # where it creates the socket
+            # SLURM_JWT=daemon: slurmrestd talks to slurmctld with auth/jwt,
+            # passing each client's token on (Slurm's jwt.html, slurmrestd).
+            argv = ["env", "SLURM_JWT=daemon", "setpriv"]
+            argv += [f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}"]
+            argv += ["--init-groups", "slurmrestd", "-f", str(self.slurm_conf)]
+            argv += ["-a", "rest_auth/jwt"]
+        elif (int(version[0]), int(version[1])) >= (26, 5):
+            raise LabError(
+                f"slurmrestd {state.get('slurm_version')} refuses to run as root: the lab "
+                "runs it with JWT, which needs auth_jwt.so (apt-get install slurm-wlm-jwt-plugin, "
+                "then restart the lab)"
+            )
+        else:
+            argv = ["env", "SLURMRESTD_SECURITY=disable_user_check", "slurmrestd"]
+            argv += ["-f", str(self.slurm_conf), "-a", "rest_auth/local"]
         # Only the slurmctld part: the accounting plugin (dbv0.0.38 on 22.05)
         # aborts or fails without a slurmdbd, which the lab does not run.
         argv += ["-s", plugin]
@@ -898,6 +1034,40 @@ class Lab:
         self._write_state(state)
         self.wait_for(lambda: sock.exists(), timeout, what="slurmrestd socket", state=state)
         return str(sock)
+
+    def rest_token(self, *, user: str = "root", lifespan: int = 3600) -> str | None:
+        """A JWT for ``user`` from ``scontrol token`` (what an admin hands a
+        REST client, e.g. in ``SLURM_JWT``); None when this lab's slurmrestd
+        uses local auth and needs none."""
+        state = self._read_state()
+        if state.get("rest_auth") != "jwt":
+            return None
+        try:
+            res = run(
+                ["scontrol", "token", f"username={user}", f"lifespan={int(lifespan)}"],
+                timeout=15,
+                env=self.env(),
+                check=True,
+            )
+        except CommandError as exc:
+            raise LabError(f"scontrol token failed: {exc}") from exc
+        for line in res.stdout.splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and key == "SLURM_JWT" and value:
+                return value
+        raise LabError(f"scontrol token printed no SLURM_JWT= line: {res.stdout!r}")
+
+    def rest_client(self, **opts: Any):  # type: ignore[no-untyped-def]
+        """A RestClient on this lab's slurmrestd (started if needed), with a
+        root token where the lab uses JWT; ``opts`` go to RestClient."""
+        from slurm_hooks.slurm.rest_backend import RestClient
+
+        sock = self.start_rest()
+        token = self.rest_token()
+        if token:
+            opts.setdefault("user", "root")
+            opts.setdefault("token", token)
+        return RestClient(socket=sock, **opts)
 
     # -- status ------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_hooks.act import alerts
+from slurm_hooks.act import alerts, deferred
 from slurm_hooks.act.notify.base import Alert, Notifier
 from slurm_hooks.core.errors import (
     ForeignReasonError,
@@ -51,6 +51,7 @@ from slurm_hooks.decide.breaker import FleetView, Trip
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.decide import decide, decide_resume
 from slurm_hooks.decide.decision import Decision, DecisionKind
+from slurm_hooks.decide.repair import RepairConfig
 from slurm_hooks.detect.probes.process import pid_alive
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
 from slurm_hooks.slurm.door import SlurmDoor
@@ -152,6 +153,7 @@ class Engine:
         observe_only: bool = False,
         actor: str = "slurm-hooks",
         worker_env: dict[str, str] | None = None,
+        repair: RepairConfig | None = None,
     ):
         self.slurm = slurm
         self.policy = policy
@@ -164,6 +166,8 @@ class Engine:
         self.observe_only = observe_only or policy.observe_only
         self.actor = actor
         self.worker_env = dict(worker_env or {})
+        #: ``[repair]``: reset/reboot/replace once the node is empty (act/repair.py).
+        self.repair = repair or RepairConfig()
 
     # -- building -------------------------------------------------------------
 
@@ -197,6 +201,7 @@ class Engine:
         if os.environ.get("SLURM_CONF"):
             worker_env["SLURM_CONF"] = os.environ["SLURM_CONF"]
         kwargs.setdefault("worker_env", worker_env)
+        kwargs.setdefault("repair", config.section("repair", RepairConfig))
         return cls(
             slurm,
             policy,
@@ -223,7 +228,7 @@ class Engine:
         return decisions
 
     def _decide(
-        self, node: str, findings: Sequence[Finding]
+        self, node: str, findings: Sequence[Finding], *, acting: bool = False
     ) -> tuple[list[Decision], NodeState | None]:
         now = self.clock()
         history = self.state.history(node)
@@ -234,6 +239,8 @@ class Engine:
         if not any(d.kind.drains for d in first):
             return first, None
         node_state = self.slurm.get_node(node)
+        if acting:  # a dry run (policy explain) writes nothing, not even here
+            self._held_reset_seen(node, node_state)
         fleet = FleetView(tuple(self.slurm.list_nodes()), self.latch.read())
         decisions = decide(
             findings, node_state, history, fleet, self.policy, now, node=node,
@@ -252,11 +259,14 @@ class Engine:
         if open_incident:
             self._roll_forward(open_incident, node)
         if not findings:
+            self._held_tick(node)
             return []
         absorbed = self._absorb_repeats(node, findings)
+        if absorbed is None:
+            absorbed = self._absorb_held(node, findings)
         if absorbed is not None:
             return absorbed
-        decisions, _ = self._decide(node, findings)
+        decisions, _ = self._decide(node, findings, acting=True)
         self._remember_drained(node, decisions)
         try:
             self._record_faults(node, decisions)
@@ -291,7 +301,27 @@ class Engine:
                     why=str(exc), actor=self.actor,
                 )  # fmt: skip
                 raise
-        return decisions
+        return [self._as_acted(d) for d in decisions]
+
+    def _as_acted(self, d: Decision) -> Decision:
+        """A drain whose claim ranked past the breaker's cap and was taken
+        back (act/claim.py) is reported as what it became: held."""
+        if not d.kind.drains or d.observe_only or d.incident is None:
+            return d
+        try:
+            doc = self.state.read_incident(d.incident)
+        except StateError:
+            return d
+        if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.HELD:
+            return d
+        claim = doc.get("claim") or {}
+        return Decision(
+            DecisionKind.BREAKER_TRIPPED, d.node, d.code,
+            f"{d.explanation}; NOT drained: claim ranked {claim.get('rank')} past the "
+            f"breaker's limit {claim.get('limit')} in partition {claim.get('partition')}: held",
+            d.component, d.reason, d.findings,
+            facts={**d.facts, "held": True, "would_be": str(d.kind)},
+        )  # fmt: skip
 
     def _log_repeat(self, node: str, d: Decision) -> tuple[bool, int]:
         """Log-only repeats (an XID 43 flood) cost no audit line each: one
@@ -412,6 +442,9 @@ class Engine:
             self._drain(d)
         elif d.kind is DecisionKind.BREAKER_TRIPPED:
             self._trip(d)
+            self._hold(d)
+        elif d.kind is DecisionKind.FOREIGN_REASON and deferred.wanted(d):
+            deferred.evacuate(self, d)  # their reason stays; the jobs still leave
 
     # -- drain ------------------------------------------------------------------
 
@@ -459,6 +492,8 @@ class Engine:
             "signal_batch": self.policy.signal_batch,
             "signal_steps": self.policy.signal_steps,
             "evacuate": d.evacuate,
+            # The catalogue's advice, for the repair ladder (act/repair.py).
+            "action": str(d.findings[0].action) if d.findings else None,
             "status": IncidentStatus.DRAINING,
             "jobs": None,
             "jobs_done": False,
@@ -496,10 +531,22 @@ class Engine:
             )  # fmt: skip
             return
         try:
-            self.door.drain(d.node, text)  # a LEND/SPARE hold takes the fault's reason
-            self._step(str(d.incident), "drained", status=IncidentStatus.DRAINED)
+            # The breaker claim (act/claim.py): our drain is written before any
+            # job is signalled; a LEND/SPARE hold takes the fault's reason.
+            before = self.door.drain(d.node, text)
+            prior = before.ours if before.ours is not None and not before.ours.is_fault else None
+            self._step(
+                str(d.incident), "claimed", status=IncidentStatus.CLAIMED,
+                prior_reason=before.node.reason if prior is not None else None,
+            )  # fmt: skip
         finally:
             lock.__exit__(None, None, None)
+        if not self._confirm_claim(str(d.incident)):
+            return
+        self._after_drain(d, text)
+
+    def _after_drain(self, d: Decision, text: str) -> None:
+        """A confirmed drain: audit, remember, evacuate, tell people."""
         self.audit.record(
             "replace" if d.kind is DecisionKind.REPLACE else "drain",
             node=d.node, incident=d.incident, code=d.code, component=d.component,
@@ -695,7 +742,41 @@ class Engine:
             # failed: each job alert was queued with its outcome (_outcome).
             if outcomes:
                 self.flush_alerts(incident)
+        if outcomes:
+            self._after_jobs(incident)
         return outcomes
+
+    def _after_jobs(self, incident: str) -> None:
+        """The incident's jobs are settled: a spare for each requeued job
+        (act/spares.py), then the repair, which the detached worker carries
+        out (act/repair.py; never inside a hook)."""
+        from slurm_hooks.act import repair
+
+        if not self.repair.enabled:
+            return
+        doc = self.state.read_incident(incident)
+        if not doc or not doc.get("jobs_done"):
+            return
+        if self.repair.resume_spares:
+            from slurm_hooks.act import spares
+
+            try:
+                spares.resume_spares(self, incident)
+            except (SlurmError, StateError) as exc:
+                log.warning("spares for %s not resumed yet: %s", incident, exc)
+        if not repair.due(doc, self.repair) or self.spawn is None:
+            return
+        if pid_alive((doc.get("repair") or {}).get("worker_pid") or doc.get("worker_pid")):
+            return
+        try:
+            pid = self.spawn(self.state.incident_path(incident))
+        except (OSError, SlurmHooksError) as exc:
+            log.error("cannot start the repair worker for %s: %s", incident, exc)
+            return
+        with self.state.incident_lock(incident):
+            self.state.update_incident(
+                incident, lambda d: d.setdefault("repair", {}).update(worker_pid=pid)
+            )
 
     def _still_running(self, job_id: str) -> bool:
         try:
@@ -821,9 +902,14 @@ class Engine:
             doc = self._rebuild_incident(node, incident)
         if doc is None:
             return
+        if doc.get(deferred.KEY):
+            # Our drain waits behind a foreign reason: one look, drain once lifted.
+            deferred.roll_forward(self, incident, doc)
+            doc = self.state.read_incident(incident) or doc
         if doc.get("jobs_done"):
             if alerts.unsent(doc):
                 self.flush_alerts(incident)
+            self._after_jobs(incident)
             return
         self._roll_forward_jobs(incident, doc)
         if alerts.unsent(self.state.read_incident(incident) or {}):
@@ -855,7 +941,9 @@ class Engine:
             "signal_batch": self.policy.signal_batch,
             "signal_steps": self.policy.signal_steps,
             "evacuate": True,
-            "status": IncidentStatus.DRAINED,
+            # Ranked again before any job is touched: a claim whose run died
+            # with the state dir is handled like one with a journal.
+            "status": IncidentStatus.CLAIMED,
             "jobs": None,
             "jobs_done": False,
             "deadline": None,
@@ -873,15 +961,17 @@ class Engine:
         return doc
 
     def _roll_forward_jobs(self, incident: str, doc: dict[str, Any]) -> None:
-        if IncidentStatus.parse(doc.get("status")) is IncidentStatus.DRAINING:
+        status = IncidentStatus.parse(doc.get("status"))
+        if status in (IncidentStatus.DRAINING, IncidentStatus.CLAIMED):
             view = self.door.look(doc["node"])
             current, ours = view.node, view.ours
             if ours is not None and ours.incident == incident:
-                self._step(incident, "drained", status=IncidentStatus.DRAINED)
+                if status is IncidentStatus.DRAINING:
+                    self._step(incident, "claimed", status=IncidentStatus.CLAIMED)
             elif not view.ownership.claimed:  # no reason, or a stale one (24.11)
                 with self.state.incident_lock(incident):
                     self.door.drain(doc["node"], doc["reason"])
-                    self._step(incident, "drained", status=IncidentStatus.DRAINED)
+                    self._step(incident, "claimed", status=IncidentStatus.CLAIMED)
                 self.state.set_open_incident(doc["node"], incident)
             else:
                 self._step(incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True)
@@ -891,6 +981,10 @@ class Engine:
                     why=f"on recovery the node carries another reason: {current.reason!r}",
                     actor=self.actor,
                 )  # fmt: skip
+                return
+            # A claim not yet confirmed (a run died after writing it): settle
+            # and rank again; confirmed or taken back, never signalled before.
+            if not self._confirm_claim(incident):
                 return
             doc = self.state.read_incident(incident) or doc
         if not doc.get("evacuate", True):
@@ -937,6 +1031,319 @@ class Engine:
                 fields={"partition": part, "counted": trip.counted, "limit": trip.limit},
             )
         )  # fmt: skip
+
+    def _confirm_claim(self, incident: str, fleet: Sequence[NodeState] | None = None) -> bool:
+        """Settle and rank the incident's claim (act/claim.py): True to go on
+        (signal, grace, requeue); False when it was taken back (held), lost,
+        or could not be ranked now (it stays claimed; the next run ranks it).
+        ``fleet``: a node table read after settling (``retry_held``'s batch)."""
+        from slurm_hooks.act import claim
+        from slurm_hooks.decide.breaker import rank_claim
+
+        doc = self.state.read_incident(incident)
+        if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.CLAIMED:
+            return doc is not None
+        node = doc["node"]
+        try:
+            if fleet is None:
+                claim.settle(self.slurm)
+                fleet = self.slurm.list_nodes()
+        except SlurmError as exc:
+            log.warning("claim of %s (%s) not ranked yet: %s", node, incident, exc)
+            self.audit.record(
+                "claim", node=node, incident=incident, outcome="unsettled", why=str(exc),
+                actor=self.actor,
+            )  # fmt: skip
+            return False
+        verdict = rank_claim(node, doc["reason"], fleet, self.policy, self.clock())
+        facts = {"rank": verdict.rank, "limit": verdict.limit, "partition": verdict.partition}
+        if verdict.lost:
+            with self.state.incident_lock(incident):
+                self._step(incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True)
+            self.state.clear_open_incident(node, incident)
+            self.audit.record(
+                "claim", node=node, incident=incident, outcome="lost", why=verdict.explain(),
+                actor=self.actor,
+            )  # fmt: skip
+            return False
+        if verdict.confirmed:
+            with self.state.incident_lock(incident):
+                self._step(incident, "drained", status=IncidentStatus.DRAINED, claim=facts)
+            self.audit.record(
+                "claim", node=node, incident=incident, outcome="confirmed", why=verdict.explain(),
+                actor=self.actor, **facts,
+            )  # fmt: skip
+            self._clear_held(node)
+            return True
+        self._back_off(doc, verdict)
+        return False
+
+    def _back_off(self, doc: dict[str, Any], verdict: Any) -> None:
+        """The claim ranked past the cap: take it back (only if it is still
+        exactly ours), hold the fault, latch.  No job was signalled."""
+        incident, node = str(doc["incident"]), str(doc["node"])
+        try:
+            taken = self.door.take_back(node, doc["reason"], restore=doc.get("prior_reason"))
+        except SlurmError as exc:
+            # The claim stays; the next run (roll-forward) ranks it again.
+            log.error("claim of %s (%s) past the cap but not taken back: %s", node, incident, exc)
+            return
+
+        def change(d: dict[str, Any]) -> None:
+            d.setdefault("steps", []).append({"step": "taken_back", "at": iso(self.clock())})
+            d.update(status=IncidentStatus.HELD, jobs_done=True, jobs={}, held=True)
+            d["claim"] = {"rank": verdict.rank, "limit": verdict.limit,
+                          "partition": verdict.partition, "taken_back": taken}  # fmt: skip
+            (d.get("alerts") or {}).pop("node_drained", None)  # it was never drained
+
+        with self.state.incident_lock(incident):
+            self.state.update_incident(incident, change)
+        self.state.clear_open_incident(node, incident)
+        self.audit.record(
+            "claim", node=node, incident=incident, outcome="taken_back", why=verdict.explain(),
+            rank=verdict.rank, limit=verdict.limit, partition=verdict.partition, actor=self.actor,
+        )  # fmt: skip
+        d = Decision(
+            DecisionKind.BREAKER_TRIPPED, node, str(doc.get("code")),
+            f"{doc.get('why')}; NOT drained: {verdict.explain()}", doc.get("component"),
+            facts={"breaker_partition": verdict.partition, "breaker_counted": verdict.rank - 1,
+                   "breaker_limit": verdict.limit, "incident": incident},
+        )  # fmt: skip
+        self._trip(d)
+        self._hold(d, incident=incident)
+
+    def _hold(self, d: Decision, *, incident: str | None = None) -> None:
+        """Keep a refused fault (act/held.py): local state, Slurm's Comment, audit, alert."""
+        from slurm_hooks.act import held
+
+        now = self.clock()
+        inc = incident or d.incident or str(d.facts.get("incident") or "") or None
+        part = str(d.facts.get("breaker_partition", "*"))
+        old = self.state.held(d.node).get(d.code)
+        marked = bool(old and old.get("marked"))
+        if not marked:
+            since = held.since_of(old) if old else None
+            try:
+                text = held.mark_text(d.code, d.component, inc, since or now)
+                marked = self.door.mark_held(d.node, text)
+            except (SlurmError, ValueError) as exc:
+                log.warning("held mark for %s not written in Slurm: %s", d.node, exc)
+        try:
+            rec = held.record(
+                self.state, d.node, code=d.code, component=d.component, incident=inc,
+                partition=part, message=d.explanation, now=now, marked=marked,
+            )  # fmt: skip
+        except StateError as exc:
+            self._state_failed("node", f"held fault of {d.node} not recorded: {exc}")
+            rec = {}
+        if old is None:
+            self.audit.record(
+                "held", node=d.node, incident=inc, code=d.code, component=d.component,
+                partition=part, why=d.explanation, marked=marked, actor=self.actor,
+            )  # fmt: skip
+        self._held_alert(d.node, rec or {"code": d.code, "since": iso(now)}, d.explanation)
+
+    def _held_alert(self, node: str, rec: dict[str, Any], why: str) -> None:
+        from slurm_hooks.act import held
+
+        now = self.clock()
+        if not held.alert_due(rec, now):
+            return
+        self._alert(
+            Alert(
+                "fault_held",
+                f"{node}: {rec.get('code')} held by the circuit breaker since {rec.get('since')} "
+                f"(not drained): {why}",
+                node=node, incident=rec.get("incident"), code=rec.get("code"),
+                fields={"since": rec.get("since"), "partition": rec.get("partition")},
+            )
+        )  # fmt: skip
+        code = rec.get("code")
+
+        def change(r: dict[str, Any]) -> None:
+            if r.get("code") == code:
+                r["alerted_at"] = iso(now)
+
+        try:
+            self.state.update_held(node, change)
+        except StateError:
+            pass
+
+    def _held_tick(self, node: str) -> None:
+        """A held fault is not forgotten when its event is not seen again
+        (an XID is logged once): keep alerting, rate-limited, no Slurm call."""
+        try:
+            recs = self.state.held(node)
+        except StateError:
+            return
+        for rec in recs.values():
+            self._held_alert(node, rec, str(rec.get("message") or "held by the circuit breaker"))
+
+    def _absorb_held(self, node: str, findings: Sequence[Finding]) -> list[Decision] | None:
+        """A held fault seen again while this node's latch holds: no Slurm
+        call (act/held.py); None when the findings need the full way."""
+        from slurm_hooks.act import held
+
+        try:
+            recs = self.state.held(node)
+        except StateError:
+            return None
+        if not recs:
+            return None
+        now = self.clock()
+        first = decide(
+            findings, None, self.state.history(node), None, self.policy, now, node=node,
+            observe_only=self.observe_only,
+        )  # fmt: skip
+        drains = [d for d in first if d.kind.drains]
+        if not drains or not held.absorbable(recs, {d.code for d in drains}, now):
+            return None
+        if not self.latch.read():
+            return None  # re-armed (a shared latch was reset): the full way
+        out = []
+        for d in drains:
+            rec = recs[d.code]
+            self._held_alert(node, rec, d.explanation)
+            out.append(
+                Decision(
+                    DecisionKind.BREAKER_TRIPPED, node, d.code,
+                    f"{d.explanation}; held by the circuit breaker since {rec.get('since')}",
+                    d.component, None, d.findings, facts={"held": True, "absorbed": True},
+                )
+            )  # fmt: skip
+        return out
+
+    def _held_reset_seen(self, node: str, current: NodeState) -> None:
+        """Our held mark is gone from Slurm: a reset elsewhere; re-arm here and retry."""
+        from slurm_hooks.act import held
+
+        try:
+            recs = self.state.held(node)
+        except StateError:
+            return
+        if not recs:
+            return
+        if held.reset_seen(recs, current):
+            parts = {str(r.get("partition") or "*") for r in recs.values()}
+            for part in parts:
+                self.latch.reset(None if part == "*" else part)
+            self.state.clear_held(node)
+            self.audit.record(
+                "held", node=node, outcome="retry", why="held mark cleared in Slurm (breaker "
+                "reset): re-armed and retried", actor=self.actor,
+            )  # fmt: skip
+            return
+
+        def change(r: dict[str, Any]) -> None:
+            r["checked_at"] = iso(self.clock())
+
+        self.state.update_held(node, change)
+
+    def _clear_held(self, node: str) -> None:
+        try:
+            gone = self.state.clear_held(node)
+        except StateError:
+            return
+        if gone:
+            try:
+                self.door.clear_held(node)
+            except SlurmError as exc:
+                log.warning("held mark of %s not cleared: %s", node, exc)
+
+    def retry_held(self, nodes: Sequence[NodeState] | None = None) -> dict[str, str]:
+        """Re-examine held faults at once (``breaker reset``): clear each
+        node's mark, claim its drain, settle once, read the table once, and
+        confirm or take back each claim by rank.  ``nodes``: the node table
+        (default: read now); held nodes are those with our mark in Slurm or a
+        held record here.  Returns node -> outcome."""
+        from slurm_hooks.act import claim
+        from slurm_hooks.core.held import parse_mark
+        from slurm_hooks.core.reason import DrainReason
+        from slurm_hooks.decide.decide import incident_id
+
+        table = list(nodes) if nodes is not None else self.slurm.list_nodes()
+        local = set(self.state.held_nodes())
+        now = self.clock()
+        todo: list[tuple[Decision, str]] = []
+        out: dict[str, str] = {}
+        for n in sorted(table, key=lambda x: x.name):
+            mark = parse_mark(n.comment)
+            rec = next(iter(self.state.held(n.name).values()), None) if n.name in local else None
+            if mark is None and rec is None:
+                continue
+            code = mark.code if mark else str(rec.get("code") if rec else "")
+            comp = mark.component if mark else (rec.get("component") if rec else None)
+            since = mark.since if mark else None
+            if mark is not None:
+                self.door.clear_held(n.name, node=n)
+            self.state.clear_held(n.name)
+            inc = incident_id(n.name, code, comp, now)
+            text = f"held by the circuit breaker since {iso(since) if since else '?'}; retried after reset"
+            d = Decision(
+                DecisionKind.DRAIN, n.name, code, text, comp, DrainReason(code, inc, text, comp),
+                evacuate=True,
+            )  # fmt: skip
+            cur = our_reason(n)
+            if cur is not None and cur.is_fault:
+                out[n.name] = "already_drained"
+                continue
+            todo.append((d, text))
+        claimed = []
+        for d, text in todo:
+            if self._claim_only(d):
+                claimed.append((d, text))
+            else:
+                out[d.node] = "not_claimed"
+        if not claimed:
+            return out
+        claim.settle(self.slurm)
+        fleet = self.slurm.list_nodes()
+        for d, text in claimed:
+            if self._confirm_claim(str(d.incident), fleet):
+                out[d.node] = "drained"
+                self._after_drain(d, format_reason(d.reason) if d.reason else text)
+            else:
+                out[d.node] = "held"
+        return out
+
+    def _claim_only(self, d: Decision) -> bool:
+        """Journal and write a claim for ``d`` (no settle): retry_held's batch."""
+        assert d.reason is not None
+        text = format_reason(d.reason)
+        now = self.clock()
+        doc = {
+            "incident": d.incident, "node": d.node, "kind": str(d.kind), "code": d.code,
+            "component": d.component, "reason": text, "why": d.explanation,
+            "opened_at": iso(now), "grace_s": self.policy.grace_seconds,
+            "signal_batch": self.policy.signal_batch, "signal_steps": self.policy.signal_steps,
+            "evacuate": d.evacuate, "status": IncidentStatus.DRAINING, "jobs": None,
+            "jobs_done": False, "deadline": None, "worker_env": self.worker_env,
+            "audit_log": str(self.audit.path), "steps": [{"step": "drain_intent", "at": iso(now)}],
+        }  # fmt: skip
+        alerts.queue(
+            doc, "node_drained",
+            Alert("node_drained", f"{d.node} drained: {d.explanation}", node=d.node,
+                  incident=d.incident, code=d.code, fields={"component": d.component,
+                                                            "reason": text}),
+            now,
+        )  # fmt: skip
+        self.state.write_incident(doc)
+        self.state.set_open_incident(d.node, str(d.incident))
+        try:
+            with self.state.incident_lock(str(d.incident)):
+                before = self.door.drain(d.node, text)
+                prior = before.ours is not None and not before.ours.is_fault
+                self._step(
+                    str(d.incident), "claimed", status=IncidentStatus.CLAIMED,
+                    prior_reason=before.node.reason if prior else None,
+                )  # fmt: skip
+        except (ForeignReasonError, SlurmError) as exc:
+            log.warning("held fault of %s not claimed: %s", d.node, exc)
+            self._step(str(d.incident), "abandoned", status=IncidentStatus.ABANDONED,
+                       jobs_done=True)  # fmt: skip
+            self.state.clear_open_incident(d.node, str(d.incident))
+            return False
+        return True
 
     def breaker_reset(self, partition: str | None = None, *, who: str = "") -> list[str]:
         gone = self.latch.reset(partition)

@@ -96,20 +96,28 @@ def absorb_log(state: StateStore, node: str, code: str, now: datetime) -> tuple[
     counted instead (one local write, no audit line).  (False, n): write
     the audit line now, summarising the ``n`` repeats absorbed since the
     last one.  A state dir that cannot be written audits every time."""
-    out = [False, 0]
+    out: list[int] = [0, 0]
 
     def change(d: dict[str, Any]) -> None:
-        memo = d.get(LOG_KEY) if isinstance(d.get(LOG_KEY), dict) else {}
-        rec = memo.get(code) if isinstance(memo.get(code), dict) else None
-        try:
-            last = parse_time(rec["at"]) if rec else None
-        except (KeyError, TypeError, ValueError):
-            last = None
-        if last is not None and 0 <= (now - last).total_seconds() < LOG_PERIOD_S:
-            rec["repeats"] = int(rec.get("repeats") or 0) + 1  # type: ignore[index]
-            out[0] = True
+        raw = d.get(LOG_KEY)
+        memo: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        rec_raw = memo.get(code)
+        rec: dict[str, Any] | None = rec_raw if isinstance(rec_raw, dict) else None
+        last = None
+        if rec is not None:
+            try:
+                last = parse_time(rec["at"])
+            except (KeyError, TypeError, ValueError):
+                last = None
+        if (
+            rec is not None
+            and last is not None
+            and 0 <= (now - last).total_seconds() < LOG_PERIOD_S
+        ):
+            rec["repeats"] = int(rec.get("repeats") or 0) + 1
+            out[0] = 1
         else:
-            out[1] = int(rec.get("repeats") or 0) if rec else 0
+            out[1] = int(rec.get("repeats") or 0) if rec is not None else 0
             memo[code] = {"at": iso(now), "repeats": 0}
         d[LOG_KEY] = memo
 

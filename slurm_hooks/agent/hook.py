@@ -52,16 +52,22 @@ PHASES = ("healthcheck", "epilog", "prolog")
 EXIT_REJECT = 3
 #: Seconds to wait for the watcher to finish acting before giving up this run.
 DETECT_LOCK_WAIT_S = 15.0
+#: ``hook PHASE --dry-run``: load and validate, act on nothing (``install``'s test).
+DRY_RUN = "--dry-run"
 #: Environment variable that sets the log level; it wins over ``[general] log_level``.
 ENV_LOG_LEVEL = "SLURM_HOOKS_LOG_LEVEL"
 
 
 def main(argv: Sequence[str]) -> int:
     t0 = time.monotonic()
-    if len(argv) != 1 or argv[0] not in PHASES:
-        print(f"usage: python3 -m slurm_hooks hook {{{'|'.join(PHASES)}}}", file=sys.stderr)
+    dry = len(argv) == 2 and argv[1] == DRY_RUN
+    if not (len(argv) == 1 or dry) or argv[0] not in PHASES:
+        print(f"usage: python3 -m slurm_hooks hook {{{'|'.join(PHASES)}}} [{DRY_RUN}]",
+              file=sys.stderr)  # fmt: skip
         return 2
     phase = argv[0]
+    if dry:
+        return dry_run(phase)
     # Set up before the config is read, so that a config error is logged;
     # [general] log_level applies once it is (apply_log_level).
     logging.basicConfig(
@@ -74,6 +80,34 @@ def main(argv: Sequence[str]) -> int:
     except Exception:  # noqa: BLE001 - a hook must fail open, with the traceback logged
         log.exception("hook %s crashed", phase)
         return 0 if phase in ("prolog", "epilog") else 2
+
+
+def dry_run(phase: str) -> int:
+    """``hook PHASE --dry-run``: what ``slurm-hooks install`` runs through
+    the installed shim, so that a shim that would fail open on every node
+    (an interpreter without slurm_hooks, a config that does not validate, a
+    check that cannot be loaded) is found at install time, not by an
+    unprotected fleet.  Loads and validates the config, resolves the
+    phase's checks; reads no hardware, asks no Slurm, acts on nothing.
+    Exit 0 (ready) or 2 (with the error on stderr)."""
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.detect.checks.registry import CHECKS, load_class
+    from slurm_hooks.detect.checks.settings import load_checks_config
+    from slurm_hooks.detect.runner import plan
+
+    try:
+        cfg = config_mod.load(validate=True)
+        names = plan(phase, load_checks_config(cfg, deep=True))
+        for name in names:
+            load_class(CHECKS[name])
+    except (SlurmHooksError, ImportError, ValueError) as exc:
+        print(f"slurm-hooks hook {phase} {DRY_RUN}: not ready: {exc}", file=sys.stderr)
+        return 2
+    where = cfg.path or "defaults (no config file)"
+    print(f"slurm-hooks hook {phase} {DRY_RUN}: ready: config {where}; "
+          f"checks: {', '.join(names) or 'none'}")  # fmt: skip
+    return 0
 
 
 def _main(phase: str, t0: float) -> int:
@@ -239,7 +273,10 @@ def _work_left(store: StateStore, node: str) -> bool:
     """An incident of this node whose jobs are not settled yet.  A node that
     stays drained after its jobs were requeued (waiting for acceptance, or
     resumed by an admin elsewhere) has nothing for a hook to roll forward."""
-    incident = store.open_incident(node)
+    data = store.read_node(node)
+    if data.get("held"):
+        return True  # a fault the breaker held (act/held.py): alerts go on, no Slurm call
+    incident = data.get("open_incident")
     if incident is None:
         return False
     from slurm_hooks.store.state import incident_pending

@@ -317,6 +317,27 @@ class Watcher:
         self._last_scan = float("-inf")
         self._retry_at = 0.0
         self._retry_delay = self.settings.retry_s
+        #: Hang and straggler pass over jobs' progress records (docs/progress.md).
+        self.progress = self._progress_pass(cfg)
+        self._next_progress = 0.0
+
+    def _progress_pass(self, cfg: Any) -> Any:
+        from slurm_hooks.detect.progress.settings import ProgressConfig
+
+        settings = cfg.section("progress", ProgressConfig)
+        if not settings.enabled:
+            return None
+        from slurm_hooks.agent.progress_pass import ProgressPass
+        from slurm_hooks.detect.probes.gpu_view import gpu_view
+
+        nvml = self.rs.services.get("nvml") if hasattr(self.rs, "services") else None
+        view = (lambda: gpu_view(nvml)) if nvml is not None else None
+        return ProgressPass(settings, self.node, self.engine, gpu_view=view)
+
+    def progress_pass(self) -> list[Any]:
+        """Judge the progress of this node's jobs that write records."""
+        self._next_progress = self.clock() + self.progress.s.interval_s
+        return list(self.progress.run())
 
     # -- one step each ---------------------------------------------------------
 
@@ -484,11 +505,16 @@ class Watcher:
                     next_poll = self.clock() + s.nvml_interval_s
                     self._reap()
                     continue
+                if self.progress is not None and now >= self._next_progress:
+                    self._guard(self.progress_pass)
+                    continue
                 retry = bool(self._retry) or self._rescan
                 if retry and now >= self._retry_at:
                     self._guard(self.scan_log)
                     continue
                 wait = next_poll - now
+                if self.progress is not None:
+                    wait = min(wait, max(0.0, self._next_progress - now))
                 if retry:
                     wait = min(wait, max(0.0, self._retry_at - now))
                 if follower is None:

@@ -39,6 +39,7 @@ from slurm_hooks.slurm.door import SlurmDoor
 
 if TYPE_CHECKING:
     from slurm_hooks.bridge.lend_exec import Lender, LendPass
+    from slurm_hooks.bridge.slinky_exec import AcceptanceRunner
     from slurm_hooks.store.audit import AuditLog
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ LEND_CODE = "LEND"
 
 @dataclass(frozen=True)
 class StepResult:
-    step: planner.Step
+    #: A ``plan.Step``, or a ``slinky_plan.SlinkyStep`` with the slinky mapping.
+    step: Any
     #: done, partial, failed, skipped or dry-run
     outcome: str
     detail: str = ""
@@ -98,9 +100,10 @@ class Bridge:
         metrics: BridgeMetrics | None = None,
         replacer: Replacer | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        after_step: Callable[[planner.Step], None] | None = None,
+        after_step: Callable[[Any], None] | None = None,
         audit: AuditLog | None = None,
         lender: Lender | None = None,
+        acceptor: AcceptanceRunner | None = None,
     ) -> None:
         self.slurm = slurm
         self.kube = kube
@@ -118,6 +121,9 @@ class Bridge:
             if LEND_CODE in cfg.ignore_codes
             else dataclasses.replace(cfg, ignore_codes=(*cfg.ignore_codes, LEND_CODE))
         )
+        #: With ``node_mapping = "slinky"``: acceptance on the new machine
+        #: (None: the engine's acceptance resumes the node, the bridge follows).
+        self.acceptor = acceptor
         self.lender = lender
         if self.lender is None and cfg.lending.enabled:
             from slurm_hooks.bridge.lend_exec import Lender
@@ -174,6 +180,8 @@ class Bridge:
             self.kube.list(nodes_path(), label_selector=cfg.node_selector or None).get("items")
             or []
         )
+        if cfg.node_mapping == "slinky":
+            return self._slinky_pass(states, nodes)
         jobs: dict[str, list[JobInfo]] = {}
         for name in planner.job_queries(states, nodes, self.plan_cfg):
             try:
@@ -223,6 +231,59 @@ class Bridge:
                 log.error("lending pass failed: %s", exc)
                 self.metrics.lend_events.labels("error").inc()
         return the_plan, tuple(results)
+
+    def _slinky_pass(
+        self, states: list[Any], nodes: list[Obj]
+    ) -> tuple[planner.Plan, tuple[StepResult, ...]]:
+        """Slurm on Kubernetes under Slinky (``bridge/slinky_plan.py``): the
+        mapping is read live from the NodeSet pods, replacement moves the
+        slurmd pod.  Lending is not combined with it."""
+        from slurm_hooks.bridge import slinky_exec
+        from slurm_hooks.bridge import slinky_plan as sp
+
+        pods = slinky_exec.list_slurmd_pods(self)
+        jobs: dict[str, list[JobInfo]] = {}
+        for name in sp.job_queries(states, nodes, pods, self.cfg):
+            try:
+                jobs[name] = self.slurm.jobs_on_node(name)
+            except SlurmError as exc:
+                log.warning("node=%s jobs unknown (%s): treating as busy", name, exc)
+                jobs[name] = [JobInfo("?", None, "UNKNOWN", name)]
+        the_plan = sp.plan(
+            states, nodes, pods, self.cfg, jobs=jobs, accepting=self.acceptor is not None
+        )
+        for d in the_plan.deferred:
+            log.info("node=%s slurm_node=%s waiting: %s", d.node, d.slurm_node, d.why)
+        current = {planner.node_name(n): n for n in nodes}
+        failed: set[str] = set()
+        results: list[StepResult] = []
+        for step in the_plan.steps:
+            node = step.cordon.node if isinstance(step, sp.Hold) else step.node
+            if node in failed:
+                results.append(StepResult(step, "skipped", "an earlier step on this node failed"))
+                continue
+            if self.cfg.dry_run or not self._still_leader():
+                why = "dry-run" if self.cfg.dry_run else "skipped"
+                results.append(StepResult(step, why, type(step).__name__))
+                continue
+            try:
+                res = self._slinky_step(step, current)
+            except (KubernetesError, SlurmError) as exc:
+                log.error("node=%s %s failed: %s", node, type(step).__name__, exc)
+                res = StepResult(step, "failed", str(exc))
+            if res.outcome in ("failed", "partial"):
+                failed.add(node)
+            results.append(res)
+            if self.after_step is not None:
+                self.after_step(step)
+        plan_view = planner.Plan((), the_plan.deferred, the_plan.acted)
+        return plan_view, tuple(results)
+
+    def _slinky_step(self, step: Any, current: dict[str, Obj]) -> StepResult:
+        """A method, not a bare call: tests wrap it to kill the bridge mid-step."""
+        from slurm_hooks.bridge import slinky_exec
+
+        return slinky_exec.execute(self, step, current, self.acceptor)
 
     def _still_leader(self) -> bool:
         """Re-checked before every write: a pass that stalled (a hung call)

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from slurm_hooks.core.config import GeneralConfig
 
-#: How a Slurm node name becomes a Kubernetes node name.
-MAPPINGS = ("same", "label", "template")
+#: How a Slurm node name becomes a Kubernetes node name ("slinky": live,
+#: through the slurmd pod of a Slinky NodeSet, read each pass).
+MAPPINGS = ("same", "label", "template", "slinky")
 #: How a replacement is requested.
 REPLACEMENTS = ("none", "cluster-api", "webhook", "crd")
 #: Plain http is accepted for a receiver on this host only (tests, the demo).
@@ -174,6 +175,9 @@ class BridgeConfig:
     #: With ``node_mapping = "template"``: a ``str.format`` pattern that must
     #: contain ``{name}`` (the Slurm node name), e.g. ``"{name}.k8s.example"``.
     node_template: str = "{name}"
+    #: With ``node_mapping = "slinky"``: namespace of the NodeSet pods (the
+    #: one pod LIST per pass, selected by ``slurmd_pod_selector``; empty: all).
+    slinky_namespace: str = "slurm"
     #: Label selector restricting the one Node LIST per pass (empty: all nodes).
     node_selector: str = ""
     #: Act on our own reasons (``slurm-hooks/1 CODE ...``).

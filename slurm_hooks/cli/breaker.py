@@ -100,7 +100,21 @@ def reset(partition: str | None, config_path: str | None) -> None:
 
     from slurm_hooks.act.engine import Engine
     from slurm_hooks.cli._common import load_config
+    from slurm_hooks.core.held import parse_mark
 
-    engine = Engine.from_config(load_config(config_path), spawn=None)
+    engine = Engine.from_config(load_config(config_path))
     gone = engine.breaker_reset(partition, who=f"cli:{getpass.getuser()}")
+    nodes = engine.slurm.list_nodes()
+    marked = sorted({p for n in nodes if parse_mark(n.comment) for p in (n.partitions or ("*",))})
+    gone = sorted(set(gone) | set(marked))
     click.echo(f"re-armed: {', '.join(gone)}" if gone else "breaker was not tripped")
+    if partition is not None:
+        nodes = [n for n in nodes if partition in n.partitions]
+    # Held faults are re-examined at once, through the same claim/confirm:
+    # up to the cap drained, the rest held again (and the breaker latched).
+    outcomes = engine.retry_held(nodes)
+    for node, outcome in sorted(outcomes.items()):
+        click.echo(f"  {node}: {outcome}")
+    if outcomes:
+        drained = sum(1 for o in outcomes.values() if o == "drained")
+        click.echo(f"held faults re-examined: {len(outcomes)}, drained {drained}")

@@ -106,14 +106,18 @@ def command(
     try:
         cfg = config_mod.load(config_path, validate=False)
         _validate_ours(cfg)
-        result = run_phase(
-            phase,
-            cfg=cfg,
-            node=node,
-            profile=profile,
-            only=list(only) or None,
-            state_dir=state_dir,
-        )
+        from slurm_hooks.cli._readonly import scratch_state
+
+        # Read-only: the hooks' cursors and caches are read, never advanced.
+        with scratch_state(state_dir or cfg.general.state_dir) as scratch:
+            result = run_phase(
+                phase,
+                cfg=cfg,
+                node=node,
+                profile=profile,
+                only=list(only) or None,
+                state_dir=scratch,
+            )
     except SlurmHooksError as exc:
         click.echo(f"slurm-hooks: error: {exc}", err=True)
         ctx.exit(exc.exit_code)

@@ -71,22 +71,28 @@ def render_shim(
     phase: Phase | str,
     *,
     python: str = "python3",
-    slurm_conf: str = DEFAULT_SLURM_CONF,
+    slurm_conf: str | None = DEFAULT_SLURM_CONF,
     config: str | None = None,
+    chain: str | None = None,
 ) -> str:
     """The shim for ``phase``.  Only defaults are set (``${VAR:-...}``): a
-    site that starts slurmd with its own PATH or SLURM_CONF keeps them."""
+    site that starts slurmd with its own PATH or SLURM_CONF keeps them.
+    ``slurm_conf`` None (configless Slurm): no SLURM_CONF at all, so the
+    Slurm commands find slurmd's cached config themselves.  ``chain``
+    (healthcheck only): the site's own HealthCheckProgram (LBNL NHC), run
+    before ours (:func:`chain_lines`)."""
     phase = Phase(phase)
     q = shlex.quote
-    exports = [
-        f'PATH="${{PATH:-{DEFAULT_PATH}}}"',
-        f'SLURM_CONF="${{SLURM_CONF:-{slurm_conf}}}"',
-    ]
+    exports = [f'PATH="${{PATH:-{DEFAULT_PATH}}}"']
+    if slurm_conf is not None:
+        exports.append(f'SLURM_CONF="${{SLURM_CONF:-{slurm_conf}}}"')
     if config:
         exports.append(f'SLURM_HOOKS_CONFIG="${{SLURM_HOOKS_CONFIG:-{config}}}"')
-    for value in (slurm_conf, config or ""):
+    for value in (slurm_conf or "", config or ""):
         if any(ch in value for ch in '"$`\\\n'):
             raise ValueError(f"path not allowed in a shim: {value!r}")
+    if chain is not None and phase is not Phase.HEALTHCHECK:
+        raise ValueError("only the healthcheck shim chains a site program")
     head = (
         "#!/bin/sh\n"
         f"# slurm-hooks {phase} shim ('slurm-hooks install' puts it in place). slurmd starts\n"
@@ -94,6 +100,8 @@ def render_shim(
         f"export {' '.join(exports)}\n"
     )
     run = f'{q(python)} -m slurm_hooks hook {phase} "$@"'
+    if phase is Phase.HEALTHCHECK and chain is not None:
+        return head + chain_lines(chain, run)
     if phase is Phase.HEALTHCHECK:
         return head + f"exec {run}\n"  # slurmd does not read its exit status
     # Prolog/Epilog: a non-zero status drains the node with Slurm's own reason.
@@ -110,6 +118,54 @@ def render_shim(
         "     exit 0 ;;\n"
         "esac\n"
     )
+
+
+#: The line of a chaining healthcheck shim that names the site's program.
+CHAIN_VAR = "SLURM_HOOKS_SITE_HEALTHCHECK"
+
+
+def check_chain_program(path: str) -> str:
+    """The site program to chain, validated: an absolute path with nothing
+    a shell would interpret (it is written into a root-run script)."""
+    if not os.path.isabs(path) or any(ch in path for ch in "\"$`\\\n'; &|<>*?"):
+        raise ValueError(f"--chain-healthcheck needs an absolute plain path, not {path!r}")
+    return os.path.normpath(path)
+
+
+def chain_lines(site: str, run: str) -> str:
+    """Slurm runs one HealthCheckProgram: the site's (NHC) first, then ours.
+    Both always run, whatever the other returned: NHC failing must not skip
+    our checks, ours failing must not skip NHC's.  The exit status is the
+    site program's when it failed, else ours (slurmd only logs it).  Each
+    marks the node with its own reason (NHC ``NHC:``, ours ``slurm-hooks/``)
+    and neither touches the other's.  ``--dry-run`` (install's test) checks
+    that the site program is executable and runs only ours, dry."""
+    site = check_chain_program(site)
+    q = shlex.quote
+    return (
+        "# Chained ('slurm-hooks install --chain-healthcheck'): the site's program, then ours.\n"
+        f"{CHAIN_VAR}={q(site)}\n"
+        'if [ "${1:-}" = "--dry-run" ]; then\n'
+        f'  [ -x "${CHAIN_VAR}" ] || {{ echo "slurm-hooks: chained HealthCheckProgram '
+        f'${CHAIN_VAR} is not executable" >&2; exit 2; }}\n'
+        f"  exec {run}\n"
+        "fi\n"
+        f'"${CHAIN_VAR}"\n'
+        "site_rc=$?\n"
+        f"{run}\n"
+        "rc=$?\n"
+        '[ "$site_rc" -ne 0 ] && exit "$site_rc"\n'
+        'exit "$rc"\n'
+    )
+
+
+def chained_program(shim_text: str) -> str | None:
+    """The site program an installed healthcheck shim chains, if any."""
+    for line in shim_text.splitlines():
+        if line.startswith(f"{CHAIN_VAR}="):
+            words = shlex.split(line.partition("=")[2])
+            return words[0] if words else None
+    return None
 
 
 def shim_path(prefix: str | os.PathLike[str], phase: Phase | str) -> Path:
@@ -440,6 +496,124 @@ def read_running_config(
     return parse_show_config(result.stdout)
 
 
+# -- before writing: what would make the shims fail open everywhere ------------------
+
+#: Where slurmd keeps the config it fetched from slurmctld in configless
+#: mode (``slurmd --conf-server`` or a DNS SRV record): /run/slurm/conf
+#: since 21.08, ``<SlurmdSpoolDir>/conf-cache`` before (and beside it).
+CONFIGLESS_CACHES = (
+    "/run/slurm/conf/slurm.conf",
+    "/var/spool/slurmd/conf-cache/slurm.conf",
+    "/var/spool/slurm/d/conf-cache/slurm.conf",
+)
+
+
+#: Runs a program with the empty environment slurmd gives hooks (absolute:
+#: install may run with any PATH).
+ENV = "/usr/bin/env"
+
+
+@dataclass(frozen=True)
+class SlurmConf:
+    """Which slurm.conf the shims and ``--check`` use.  ``path`` None:
+    configless Slurm; the shims set no SLURM_CONF (``cache`` says where
+    slurmd keeps its copy)."""
+
+    path: str | None
+    cache: str | None = None
+    #: Why it cannot be read ("": readable).
+    error: str = ""
+
+
+def _readable(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            fh.read(1)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return ""
+
+
+def find_slurm_conf(
+    explicit: str | None, *, caches: Sequence[str] = CONFIGLESS_CACHES
+) -> SlurmConf:
+    """``--slurm-conf`` or $SLURM_CONF as given (an error when unreadable);
+    else /etc/slurm/slurm.conf, else slurmd's configless cache; else an
+    error naming the file, at once (scontrol would wait for a controller
+    it cannot find, then say "unreachable")."""
+    if explicit:
+        return SlurmConf(explicit, error=_readable(explicit))
+    if not _readable(DEFAULT_SLURM_CONF):
+        return SlurmConf(DEFAULT_SLURM_CONF)
+    for cache in caches:
+        if not _readable(cache):
+            return SlurmConf(None, cache=cache)
+    return SlurmConf(
+        DEFAULT_SLURM_CONF,
+        error=f"{_readable(DEFAULT_SLURM_CONF)}; no configless cache either "
+        f"({', '.join(caches)}); pass --slurm-conf",
+    )
+
+
+def read_conf_file(path: str | None) -> dict[str, str]:
+    """``Key=value`` lines of a slurm.conf (keys as written, last wins;
+    comments and ``Include`` lines skipped): what the lines printed before
+    Slurm answers merge into, so a hint never drops an existing value
+    (``AuthInfo=socket=...`` plus ``cred_expire``)."""
+    if not path:
+        return {}
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        key, eq, value = line.partition("=")
+        if eq and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def file_values(settings: Iterable[Setting], conf: Mapping[str, str]) -> dict[str, str]:
+    """The values ``conf`` (read_conf_file) has for the keys of ``settings``
+    (slurm.conf keys are case-insensitive)."""
+    lower = {k.lower(): v for k, v in conf.items()}
+    return {s.key: lower[s.key.lower()] for s in settings if s.key.lower() in lower}
+
+
+def check_python(python: str, *, timeout: float = 30.0) -> str:
+    """Empty when ``python`` exists and imports slurm_hooks the way slurmd
+    starts it (empty environment, cwd /), else what went wrong."""
+    from slurm_hooks.core.errors import CommandError
+    from slurm_hooks.detect.probes.commands import run
+
+    try:
+        run([ENV, "-i", python, "-c", "import slurm_hooks"], timeout=timeout, cwd="/")
+    except CommandError as exc:
+        return f"{python} cannot run slurm_hooks: {exc}"
+    return ""
+
+
+def dry_run_shim(path: Path, *, node: str, timeout: float = 60.0) -> str:
+    """Run an installed shim once as slurmd would (empty environment but
+    SLURMD_NODENAME, cwd /) with ``--dry-run``: empty when the hook said it is
+    ready, else why not.  The prolog and epilog shims fail open (exit 0 on
+    our own failure), so "ready" on stdout is what counts, not the status."""
+    from slurm_hooks.core.errors import CommandError
+    from slurm_hooks.detect.probes.commands import run
+
+    try:
+        res = run([ENV, "-i", f"SLURMD_NODENAME={node}", "/bin/sh", str(path), "--dry-run"],
+                  timeout=timeout, cwd="/", check=False)  # fmt: skip
+    except CommandError as exc:
+        return f"{path}: {exc}"
+    if res.rc == 0 and "--dry-run: ready" in res.stdout:
+        return ""
+    said = (res.stderr.strip() or res.stdout.strip() or "no output").splitlines()[-1]
+    return f"{path} (exit {res.rc}): {said}"
+
+
 # -- files ----------------------------------------------------------------------------
 
 
@@ -472,17 +646,24 @@ def install_shims(
     prefix: str | os.PathLike[str],
     *,
     python: str,
-    slurm_conf: str = DEFAULT_SLURM_CONF,
+    slurm_conf: str | None = DEFAULT_SLURM_CONF,
     config: str | None = None,
     dry_run: bool = False,
+    chain: str | None = None,
 ) -> list[FileChange]:
     return [
         write_file(
             shim_path(prefix, phase),
-            render_shim(phase, python=python, slurm_conf=slurm_conf, config=config),
+            render_shim(
+                phase,
+                python=python,
+                slurm_conf=slurm_conf,
+                config=config,
+                chain=chain if phase is Phase.HEALTHCHECK else None,
+            ),
             0o755,
             dry_run=dry_run,
-        )
+        )  # fmt: skip
         for phase in Phase
     ]
 

@@ -122,13 +122,24 @@ def command(nodes: str | None, as_json: bool, config_path: str | None) -> None:
             raise NodeNotFound(folded, f"unknown node(s): {folded} (Slurm has no such node)")
         selected = [n for n in all_nodes if n.name in wanted]
     state, detail = breaker_state(cfg, all_nodes, now)
+    from slurm_hooks.cli import held_report
+
+    held = held_report.held_rows(selected, cfg.general.state_dir)
+    if held and state != "unknown":
+        from slurm_hooks.cli.breaker import TRIPPED
+
+        state = TRIPPED  # held marks in Slurm latch the breaker fleet-wide
     summary = fleet.summarize(selected, now, breaker=state, breaker_detail=detail)
     if as_json:
         doc = summary.to_dict()
+        doc["held"] = held
         doc["generated_at"] = now.isoformat()
         click.echo(json.dumps(doc, indent=2))
     else:
         color = use_color()
         for line in fleet.render(summary):
             click.echo(styled(line.text, line.style, color))
-    click.get_current_context().exit(EXIT_UNHEALTHY if summary.needs_attention else EXIT_OK)
+        for text in held_report.render(held):
+            click.echo(text)
+    attention = summary.needs_attention or bool(held)
+    click.get_current_context().exit(EXIT_UNHEALTHY if attention else EXIT_OK)

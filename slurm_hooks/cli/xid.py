@@ -45,7 +45,7 @@ def command() -> None:
     "--since-cursor",
     "state",
     type=click.Path(file_okay=False),
-    help="State dir: read only what is new since the last scan with this dir, and save the cursor.",
+    help="State dir: read only what is new since its cursor (the hooks' cursor is never advanced).",
 )
 @click.option(
     "--year",
@@ -68,8 +68,8 @@ def scan_cmd(
       journalctl -k -o json | slurm-hooks xid scan - --json
       slurm-hooks xid scan /var/log/syslog --since-cursor /tmp/xid-state
     """
-    from slurm_hooks.detect.xid.history import load_history, save_history
-    from slurm_hooks.detect.xid.rules import evaluate, update_history
+    from slurm_hooks.detect.xid.history import load_history
+    from slurm_hooks.detect.xid.rules import evaluate
     from slurm_hooks.detect.xid.scan import scan_path, scan_stream
     from slurm_hooks.detect.xid.settings import XidSettings
     from slurm_hooks.detect.xid.source import FileSource, scan_new
@@ -92,15 +92,15 @@ def scan_cmd(
 
                 source = make_source(settings)
             if state:
+                # Read-only: from the hooks' cursor, which is never advanced
+                # (only the hooks and the watcher do that).
                 history = load_history(state)
-                result = scan_new(source, state, year=year)
+                result = scan_new(source, state, year=year, save=False)
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     result = scan_new(source, tmp, year=year, save=False)
         now = datetime.now(UTC).timestamp()
         findings = evaluate(result.aggregates, now=now, history=history, settings=settings)
-        if state and result.aggregates:
-            save_history(state, update_history(history, result.aggregates, now, settings))
     except (KernelLogError, StateError, ConfigError, OSError) as exc:
         click.echo(f"slurm-hooks: error: {exc}", err=True)
         ctx.exit(EXIT_ERROR)

@@ -184,6 +184,7 @@ SECTIONS: dict[str, str] = {
     "watch": "slurm_hooks.agent.watch:WatchConfig",
     "prolog": "slurm_hooks.agent.prolog:PrologConfig",
     "acceptance": "slurm_hooks.agent.acceptance:AcceptanceConfig",
+    "repair": "slurm_hooks.decide.repair:RepairConfig",
     "preflight": "slurm_hooks.agent.preflight:PreflightConfig",
     "progress": "slurm_hooks.detect.progress.settings:ProgressConfig",
 }

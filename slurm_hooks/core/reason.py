@@ -51,6 +51,7 @@ def job_component(job: str, rank: int) -> str:
     """The component token of a job-scoped fault: ``job:<id>/rank<R>``."""
     return f"job:{job}/rank{int(rank)}"
 
+
 _CODE_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,31}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_.:/+\-\[\],]{1,64}$")
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")

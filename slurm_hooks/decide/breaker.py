@@ -189,7 +189,9 @@ def rank_claim(
         limit = limit_for(len(members), cfg)
         rank = len(ahead) + 1
         verdicts.append(
-            ClaimVerdict(rank <= limit, False, part, rank, limit, len(members), tuple(sorted(ahead)))
+            ClaimVerdict(
+                rank <= limit, False, part, rank, limit, len(members), tuple(sorted(ahead))
+            )
         )
     refused = [v for v in verdicts if not v.confirmed]
     return refused[0] if refused else verdicts[0]

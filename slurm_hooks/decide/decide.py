@@ -7,7 +7,9 @@ derived from the inputs, so the same inputs always give the same decisions
 Order of the gates for a node that needs draining, first match wins:
 
 1. a foreign reason (admin, ``NHC:``, ``slurm-operator:``, Slurm's own) is
-   never touched;
+   never touched, but the jobs are still evacuated and the decision carries
+   the reason we would write, for the engine to drain with once the foreign
+   reason is lifted (FOREIGN_REASON with ``deferred_drain``);
 2. our own reason already there: nothing new (idempotent), unless the fault
    escalated to REPLACE and the reason does not say so yet;
 3. the node flaps (resumed N times in the window and failing again): drain
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from slurm_hooks.core.history import EMPTY_HISTORY, NodeHistory
@@ -202,12 +205,7 @@ def _node_decision(
     # of service; Slurm 24.11 leaves the old one on a resumed node (STALE).
     owner = effective_owner(node_state)
     if owner not in (ReasonOwner.NONE, ReasonOwner.OURS):
-        return make(
-            DecisionKind.FOREIGN_REASON,
-            f"{why}; but the node's reason belongs to {owner} ({current!r}): "
-            "slurm-hooks never touches it",
-            None,
-        )
+        return _foreign_decision(make, name, kind, primary, code, comp, why, owner, current, now)
     if node_ownership(node_state) is Ownership.STALE:
         why += f" (the old reason {current!r} is stale: the node is in service)"
     ours = our_reason(node_state)
@@ -270,6 +268,38 @@ def _node_decision(
             )
         facts.update(bfacts)
     return make(decision_kind, explanation, reason)
+
+
+def _foreign_decision(
+    make: Callable[..., Decision],
+    name: str,
+    kind: DecisionKind,
+    primary: Finding,
+    code: str,
+    comp: str | None,
+    why: str,
+    owner: ReasonOwner,
+    current: str | None,
+    now: datetime,
+) -> Decision:
+    """Someone else's drain (NHC, an admin, Slurm) already holds the node:
+    their reason is never touched, but a fault that needs the node out of
+    service still evacuates its jobs (signal, grace, requeue, tell the
+    owner), and the reason we *would* write rides along so the engine can
+    drain with it the moment the foreign reason is lifted (``deferred``)."""
+    extra = {"repl": "requested"} if kind is DecisionKind.REPLACE else {}
+    incident = incident_id(name, code, comp, now)
+    reason = DrainReason(code, incident, primary.message or why, comp, extra)
+    d = make(
+        DecisionKind.FOREIGN_REASON,
+        f"{why}; but the node's reason belongs to {owner} ({current!r}): slurm-hooks never "
+        "touches it; its jobs are evacuated and our drain follows once that reason is lifted",
+        reason,
+        deferred_drain=True,
+        foreign_reason=current,
+        would_be=str(kind),
+    )
+    return replace(d, evacuate=primary.values.get("evacuate") is not False)
 
 
 def decide_resume(

@@ -85,3 +85,10 @@ class NodeComments(Protocol):
     """A client that can set a node's ``Comment`` (held faults are marked there)."""
 
     def set_node_comment(self, name: str, comment: str) -> None: ...
+
+
+@runtime_checkable
+class NodeReboot(Protocol):
+    """A client that can ask Slurm to reboot a node (``scontrol reboot ASAP``)."""
+
+    def reboot(self, name: str, reason: str, nextstate: str = "DOWN") -> None: ...

@@ -267,6 +267,19 @@ class CliClient:
     def update_reason(self, name: str, reason: str) -> None:
         self._update_node(name, f"Reason={check_reason(reason)}")
 
+    def reboot(self, name: str, reason: str, nextstate: str = "DOWN") -> None:
+        """``scontrol reboot ASAP nextstate=... reason=... NODE``: Slurm
+        drains the node, runs its RebootProgram once it is idle, and puts it
+        in ``nextstate`` when slurmd registers after the boot."""
+        if not name or any(c in name for c in " ,[]="):
+            raise SlurmError(f"invalid node name {name!r}")
+        if nextstate.upper() not in ("DOWN", "RESUME"):
+            raise SlurmError(f"invalid reboot nextstate {nextstate!r}")
+        self._call(
+            ["scontrol", "reboot", "ASAP", f"nextstate={nextstate.upper()}",
+             f"reason={check_reason(reason)}", name]
+        )  # fmt: skip
+
     def set_node_comment(self, name: str, comment: str) -> None:
         """Set the node's ``Comment`` (empty string: clear it)."""
         self._update_node(name, f"Comment={check_comment(comment)}")

@@ -32,7 +32,7 @@ from slurm_hooks.core.held import comment_is_ours, parse_mark
 from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, reason_counts
 from slurm_hooks.core.reason import DrainReason, try_parse_reason
-from slurm_hooks.slurm.base import NodeComments, SignalTarget, SlurmClient
+from slurm_hooks.slurm.base import NodeComments, NodeReboot, SignalTarget, SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +84,35 @@ class SlurmDoor:
         """Read ``name`` and judge its reason (the read before a write)."""
         return NodeView.of(self.client.get_node(name))
 
-    def drain(self, name: str, reason: str, *, over_ours: bool = True) -> NodeView:
+    def drain(
+        self,
+        name: str,
+        reason: str,
+        *,
+        over_ours: bool = True,
+        foreign_prefixes: Sequence[str] = (),
+    ) -> NodeView:
         """Take ``name`` out of service with ``reason`` (one of ours).
 
         NONE or STALE: drained.  OURS (our drain, a LEND or SPARE hold, an
         earlier incident): the reason is replaced and the node stays out of
         service; the same reason again writes nothing; with ``over_ours``
         False, ReasonChanged instead (lending never relabels a fault).
-        FOREIGN: ForeignReasonError and no write.  Returns the node as read
+        FOREIGN: ForeignReasonError and no write, unless it starts with one
+        of ``foreign_prefixes``: foreign reasons the caller proved it caused
+        (the bridge on Slinky: the ``slurm-operator:`` drain its own pod move
+        triggered), replaced by ``reason``.  Returns the node as read
         before writing."""
         if try_parse_reason(reason) is None:
             raise SlurmError(f"refusing to drain {name} with a reason that is not ours: {reason!r}")
         view = self.look(name)
+        adopt = bool(
+            view.node.reason and any(view.node.reason.startswith(p) for p in foreign_prefixes if p)
+        )
+        if view.ownership is Ownership.FOREIGN and adopt:
+            log.info("drain node=%s over foreign reason %r we caused", name, view.node.reason)
+            self.client.drain(name, reason)
+            return view
         if view.ownership is Ownership.FOREIGN:
             raise ForeignReasonError(
                 f"node {name} already has a {view.owner.value} reason {view.node.reason!r} "
@@ -165,6 +182,25 @@ class SlurmDoor:
             self.client.update_reason(name, restore)
         else:
             self.client.resume(name)
+        return True
+
+    def reboot(self, name: str, reason: str, *, incident: str, nextstate: str = "DOWN") -> bool:
+        """Ask Slurm to reboot ``name`` (``act/repair.py``), only while it is
+        held by our reason of ``incident``: never a node an admin took, never
+        one of another incident.  ``reason`` (ours) is written with it.
+        False when the client cannot reboot nodes (REST, a test fake)."""
+        if try_parse_reason(reason) is None:
+            raise SlurmError(f"refusing to reboot {name} with a reason that is not ours: {reason!r}")
+        view = self.look(name)
+        ours = view.ours
+        if ours is None or ours.incident != incident:
+            raise ForeignReasonError(
+                f"node {name} is not held by our incident {incident} (reason "
+                f"{view.node.reason!r}); not rebooting it"
+            )
+        if not isinstance(self.client, NodeReboot):
+            return False
+        self.client.reboot(name, reason, nextstate)
         return True
 
     def mark_held(self, name: str, mark: str, *, node: NodeState | None = None) -> bool:

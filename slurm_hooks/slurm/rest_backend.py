@@ -38,8 +38,8 @@ from slurm_hooks.slurm import parse
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.cli_backend import (
     ACTIVE_JOB_STATES,
-    check_job_id,
     check_comment,
+    check_job_id,
     check_reason,
     check_signal,
 )

@@ -254,14 +254,16 @@ class StateStore:
     def held(self, node: str) -> dict[str, dict[str, Any]]:
         """The node's held faults by code (empty when none)."""
         held = self.read_node(node).get("held")
-        return {k: v for k, v in held.items() if isinstance(v, dict)} if isinstance(held, dict) else {}
+        if not isinstance(held, dict):
+            return {}
+        return {k: v for k, v in held.items() if isinstance(v, dict)}
 
     def record_held(self, node: str, code: str, record: dict[str, Any]) -> None:
         """Keep (or refresh) a held fault; ``since`` of the first one stays."""
 
         def change(d: dict[str, Any]) -> None:
-            held = d.get("held") if isinstance(d.get("held"), dict) else {}
-            old = held.get(code) if isinstance(held.get(code), dict) else {}
+            held: dict[str, Any] = d["held"] if isinstance(d.get("held"), dict) else {}
+            old: dict[str, Any] = held[code] if isinstance(held.get(code), dict) else {}
             held[code] = {**old, **record, "since": old.get("since", record.get("since"))}
             d["held"] = held
 
@@ -282,7 +284,7 @@ class StateStore:
         gone: list[str] = []
 
         def change(d: dict[str, Any]) -> None:
-            held = d.get("held") if isinstance(d.get("held"), dict) else {}
+            held: dict[str, Any] = d["held"] if isinstance(d.get("held"), dict) else {}
             for code in list(held):
                 if codes is None or code in set(codes):
                     gone.append(code)
@@ -358,8 +360,9 @@ class StateStore:
 
 def incident_pending(doc: dict[str, Any]) -> bool:
     """An incident with work left: jobs not settled, or an alert (queued in
-    the journal, ``act.alerts``) that some sink has not received yet."""
-    if not doc.get("jobs_done"):
+    the journal, ``act.alerts``) that some sink has not received yet, or
+    our drain deferred behind a foreign reason (``act.deferred``)."""
+    if not doc.get("jobs_done") or doc.get("drain_deferred"):
         return True
     return any(not a.get("done") for a in (doc.get("alerts") or {}).values())
 

@@ -8,6 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from slurm_hooks_lab.hooks import WebhookRecorder, install
+
+#: Grace of the trials' jobs (seconds).
+GRACE_S = 2.0
 
 #: (scenario, process, step, outcome) rows, printed as one table at the end.
 MATRIX: list[tuple[str, str, str, str]] = []
@@ -39,3 +43,25 @@ def faults_dir(lab, request: pytest.FixtureRequest) -> Path:  # type: ignore[no-
     path.mkdir(parents=True)
     os.chmod(path, 0o1777)
     return path
+
+
+@pytest.fixture(scope="module")
+def recorder():  # type: ignore[no-untyped-def]
+    with WebhookRecorder() as rec:
+        yield rec
+
+
+@pytest.fixture(scope="module")
+def hooks(lab, recorder):  # type: ignore[no-untyped-def]
+    """Each node's real config (file kernel log, fake NVML, the recorder as
+    the owner's webhook); slurm.conf untouched: the test runs the hooks."""
+    lab.reset()
+    h = install(
+        lab, gpus=2, grace_s=GRACE_S, webhook_url=recorder.url, reconfigure=False,
+        policy={"breaker_max_share": 1.0, "breaker_max_nodes": 10},
+    )  # fmt: skip
+    try:
+        yield h
+    finally:
+        h.close(reconfigure=False)
+        lab.reset()

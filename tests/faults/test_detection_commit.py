@@ -14,8 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from test_prolog import XID79, FakeEngine, config
-from test_prolog import node_files as _node_files  # noqa: F401 - the fixture
+from test_prolog import XID79, FakeEngine, config, node_files  # noqa: F401 - the fixture
 
 from slurm_hooks.agent.prolog import run_prolog
 from slurm_hooks.core.errors import SlurmUnavailable
@@ -27,7 +26,7 @@ class StalledEngine(FakeEngine):
         raise SlurmUnavailable("slurmctld not answering (test)")
 
 
-def test_prolog_keeps_the_xid_when_the_engine_cannot_act(node_files):
+def test_prolog_keeps_the_xid_when_the_engine_cannot_act(node_files):  # noqa: F811
     cfg = config(node_files)
     (node_files / "kern.log").write_text(XID79)
     stalled = StalledEngine()

@@ -34,7 +34,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from slurm_hooks_lab.hooks import WebhookRecorder, install
 from slurm_hooks_lab.lab import TEST_USER
 
 from faults.conftest import JOB, MATRIX
@@ -44,7 +43,6 @@ from slurm_hooks.store.state import StateStore, incident_pending
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 CHILD = str(Path(__file__).with_name("child.py"))
-GRACE_S = 2.0
 #: The steps of an incident in the process that detects and acts.
 ACT_STEPS = (
     "decide",
@@ -72,8 +70,12 @@ STEPS = [
 ]
 
 
-def entry(hooks, node: str, step: str, process: str, *args: str, extra_env=None) -> int:  # type: ignore[no-untyped-def]
-    """Run a real entry point for ``node`` with ``step`` armed; its exit status."""
+def entry(
+    hooks, node: str, step: str, process: str, *args: str, extra_env=None, strict=True
+) -> int:  # type: ignore[no-untyped-def]
+    """Run a real entry point for ``node`` with ``step`` armed; its exit
+    status.  ``strict``: a logged traceback fails the test (a grace worker
+    that meets a stalled slurmctld dies with one, by design)."""
     env = {**hooks.watcher_env(node), **(extra_env or {})}
     proc = subprocess.run(  # noqa: S603 - fixed argv
         [sys.executable, CHILD, "entry", step, process, *args],
@@ -87,7 +89,7 @@ def entry(hooks, node: str, step: str, process: str, *args: str, extra_env=None)
         raise AssertionError(
             f"{process} {step} rc={proc.returncode}: {proc.stderr.decode()[-3000:]}"
         )
-    if "Traceback" in proc.stderr.decode() and proc.returncode != -signal.SIGKILL:
+    if strict and "Traceback" in proc.stderr.decode() and proc.returncode != -signal.SIGKILL:
         raise AssertionError(f"{process} {step} crashed: {proc.stderr.decode()[-3000:]}")
     return proc.returncode
 
@@ -109,28 +111,6 @@ def start_job(lab, jobdir: Path, node: str) -> str:  # type: ignore[no-untyped-d
     lab.wait_job(job_id, lambda j: j.state == "RUNNING", timeout=30)
     lab.wait_for(lambda: (jobdir / f"starts.{job_id}").exists(), 15, what="job start")
     return job_id
-
-
-@pytest.fixture(scope="module")
-def recorder():  # type: ignore[no-untyped-def]
-    with WebhookRecorder() as rec:
-        yield rec
-
-
-@pytest.fixture(scope="module")
-def hooks(lab, recorder):  # type: ignore[no-untyped-def]
-    """Each node's real config (file kernel log, fake NVML, the recorder as
-    the owner's webhook); slurm.conf untouched: the test runs the hooks."""
-    lab.reset()
-    h = install(
-        lab, gpus=2, grace_s=GRACE_S, webhook_url=recorder.url, reconfigure=False,
-        policy={"breaker_max_share": 1.0, "breaker_max_nodes": 10},
-    )  # fmt: skip
-    try:
-        yield h
-    finally:
-        h.close(reconfigure=False)
-        lab.reset()
 
 
 @pytest.mark.parametrize(("process", "step"), STEPS, ids=[f"{p}-{s}" for p, s in STEPS])

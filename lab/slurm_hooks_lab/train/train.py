@@ -450,6 +450,118 @@ def _pace(until: float, flags: Flags) -> None:
 
 
 # --------------------------------------------------------------------------
+# The step's collective: every rank waits for every other before it applies
+# the update, as DDP's gradient all-reduce does.  A stopped rank therefore
+# blocks the others here - which is what slurm-hooks' hang detection sees
+# in the progress records.  While it waits, a rank still answers the
+# checkpoint signal (``on_checkpoint``: its state is the last completed step)
+# and leaves on SIGTERM.
+
+
+class NoCollective:
+    name = "none"
+
+    def wait(self, step: int, flags: Flags, on_checkpoint: Callable[[], None]) -> bool:
+        return True
+
+
+class FileCollective:
+    """A barrier through files in the shared checkpoint directory (no torch)."""
+
+    name = "file"
+
+    def __init__(self, directory: Path, ctx: Context, poll_s: float = 0.01) -> None:
+        self.dir = directory / f".barrier-r{ctx.restart}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ctx = ctx
+        self.poll_s = poll_s
+
+    def _arrive(self, step: int) -> None:
+        final = self.dir / f"rank{self.ctx.rank}"
+        tmp = self.dir / f".rank{self.ctx.rank}.tmp"
+        tmp.write_text(str(step))
+        os.replace(tmp, final)
+
+    def _all_at(self, step: int) -> bool:
+        for r in range(self.ctx.world):
+            try:
+                if int((self.dir / f"rank{r}").read_text() or 0) < step:
+                    return False
+            except (OSError, ValueError):
+                return False
+        return True
+
+    def wait(self, step: int, flags: Flags, on_checkpoint: Callable[[], None]) -> bool:
+        self._arrive(step)
+        while not self._all_at(step):
+            if flags.checkpoint:
+                on_checkpoint()
+            if flags.stop is not None:
+                return False
+            time.sleep(self.poll_s)
+        return True
+
+
+class GlooCollective:
+    """torch.distributed (gloo, CPU) all-reduce of the step number, polled so
+    that signals are still handled while a peer is missing."""
+
+    name = "gloo"
+
+    def __init__(self, ctx: Context, env: dict[str, str], timeout_s: float) -> None:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        addr = env.get("MASTER_ADDR") or env.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1"
+        port = int(env.get("MASTER_PORT") or 20000 + (int(ctx.job or 0) * 7 + ctx.restart) % 20000)
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{addr}:{port}",
+            rank=ctx.rank,
+            world_size=ctx.world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+
+    def wait(self, step: int, flags: Flags, on_checkpoint: Callable[[], None]) -> bool:
+        t = self.torch.tensor([step], dtype=self.torch.int64)
+        work = self.dist.all_reduce(t, async_op=True)
+        while not work.is_completed():
+            if flags.checkpoint:
+                on_checkpoint()
+            if flags.stop is not None:
+                return False
+            time.sleep(0.005)
+        work.wait()
+        return True
+
+
+def make_collective(args: argparse.Namespace, ctx: Context) -> Any:
+    # "auto" outside a Slurm job (no SLURM_JOB_ID: ranks started by hand, one
+    # after the other) runs the ranks independently, as before.
+    if ctx.world < 2 or args.collective == "none" or (args.collective == "auto" and not ctx.job):
+        return NoCollective()
+    if args.collective in ("auto", "gloo"):
+        try:
+            return GlooCollective(ctx, dict(os.environ), args.collective_timeout)
+        except ImportError:
+            if args.collective == "gloo":
+                raise
+    return FileCollective(args.ckpt_dir, ctx)
+
+
+def make_progress(ctx: Context) -> Any:
+    """slurm-hooks' progress records (docs/progress.md); a no-op without it."""
+    try:
+        from slurm_hooks.jobside.progress import Progress
+    except ImportError:
+        return None
+    return Progress.from_env()
+
+
+# --------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -487,11 +599,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--input-dim", type=int, default=8)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--dataset-size", type=int, default=4096)
+    ap.add_argument(
+        "--collective",
+        choices=("auto", "gloo", "file", "none"),
+        default="auto",
+        help="how ranks wait for each other each step: in a Slurm job, torch.distributed gloo "
+        "when torch is installed, else a file barrier in CKPT_DIR (auto); none: independent",
+    )
+    ap.add_argument("--collective-timeout", type=float, default=600.0,
+                    help="gloo's collective timeout, seconds (NCCL's default is 600)")  # fmt: skip
+    ap.add_argument(
+        "--slow-rank",
+        default=None,
+        help="fault injection: RANK:FACTOR makes that rank's steps FACTOR times longer",
+    )
     args = ap.parse_args(argv)
     if args.ckpt_every < 1 or args.keep < 1 or args.max_steps < 0:
         ap.error("--ckpt-every and --keep must be >= 1, --max-steps >= 0")
     if not 0.0 <= args.dropout < 1.0:
         ap.error("--dropout must be in [0, 1)")
+    if args.slow_rank is not None:
+        try:
+            rank_s, factor_s = args.slow_rank.split(":")
+            args.slow_rank = (int(rank_s), float(factor_s))
+        except ValueError:
+            ap.error("--slow-rank takes RANK:FACTOR, e.g. 1:1.3")
     name = args.ckpt_signal.upper()
     try:
         args.ckpt_signal = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
@@ -555,6 +687,25 @@ def main(argv: list[str] | None = None) -> int:
             seconds=round(time.monotonic() - t0, 6),
         )
 
+    def on_checkpoint() -> None:
+        flags.checkpoint = False
+        if saved_step != step:
+            checkpoint("signal")
+        elif ctx.rank == 0:  # nothing new since the last one: say so rather than rewrite it
+            metrics.write(
+                "checkpoint",
+                step=step,
+                reason="signal",
+                path=str(store.path(step)),
+                digest=trainer.digest(),
+                existing=True,
+            )
+
+    factor = args.slow_rank[1] if args.slow_rank and args.slow_rank[0] == ctx.rank else 1.0
+    collective = make_collective(args, ctx)
+    progress = make_progress(ctx)
+    metrics.write("collective", step=step, collective=collective.name)
+
     while True:
         # Step boundary: the only place where state is consistent and signals are acted on.
         if flags.received:
@@ -577,27 +728,24 @@ def main(argv: list[str] | None = None) -> int:
             metrics.close()
             return rc
         if flags.checkpoint:
-            flags.checkpoint = False
-            if saved_step != step:
-                checkpoint("signal")
-            elif ctx.rank == 0:  # nothing new since the last one: say so rather than rewrite it
-                metrics.write(
-                    "checkpoint",
-                    step=step,
-                    reason="signal",
-                    path=str(store.path(step)),
-                    digest=trainer.digest(),
-                    existing=True,
-                )
+            on_checkpoint()
         if step >= args.max_steps:
             break
+        # The collective, then the update, then the rest of the step's work
+        # (paced to --step-seconds): a rank stopped anywhere keeps the others
+        # at their last completed step, so a checkpoint written while they
+        # wait is exact.
+        if not collective.wait(step + 1, flags, on_checkpoint):
+            continue  # SIGTERM while waiting: the boundary saves and exits
         started = time.monotonic()
         loss = trainer.train_step(step + 1)
         step += 1
         metrics.write("step", step=step, loss=loss, digest=trainer.digest()[:16])
         if step % args.ckpt_every == 0:
             checkpoint("periodic")
-        _pace(started + args.step_seconds, flags)
+        _pace(started + args.step_seconds * factor, flags)
+        if progress is not None:  # busy: this rank's own work, before the next collective
+            progress.step(step, busy=time.monotonic() - started)
 
     if saved_step != step:
         checkpoint("final")

@@ -57,7 +57,7 @@ def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
         return []
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid not in (uid, 0)):
+        if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
             return []
         start = max(0, st.st_size - limit)
         os.lseek(fd, start, os.SEEK_SET)

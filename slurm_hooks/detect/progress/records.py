@@ -51,7 +51,11 @@ def parse_line(line: str) -> Record | None:
         return None
     if not all(0 <= v < 2**63 for v in ints.values()) or ints["pid"] < 1:
         return None
-    if not math.isfinite(t) or t <= 0 or (busy is not None and not (math.isfinite(busy) and busy >= 0)):
+    if (
+        not math.isfinite(t)
+        or t <= 0
+        or (busy is not None and not (math.isfinite(busy) and busy >= 0))
+    ):
         return None
     return Record(str(ints["job"]), ints["restart"], ints["rank"], node, ints["pid"],
                   ints["step"], t, busy)  # fmt: skip

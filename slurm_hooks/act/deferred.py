@@ -1,0 +1,157 @@
+"""A fault on a node someone else already drained: evacuate now, drain later.
+
+Most sites run LBNL NHC (or an admin drains by hand) beside slurm-hooks.
+Their reason is never written over (core/ownership.py), but a GPU that fell
+off the bus under a job is no less broken because NHC got there first:
+
+* the jobs are evacuated as for our own drain (signal, grace, requeue,
+  the owner told), in an incident journalled like any other;
+* the reason we *would* have written is kept in that journal with
+  ``drain_deferred``; the incident stays open (``incident_pending``), so
+  every run (the watcher's poll, each health check, each epilog) rolls it
+  forward, which costs one ``scontrol show node``: while the reason is still
+  foreign nothing happens; the moment it is lifted (NHC's own check passed,
+  an admin resumed the node) our drain goes on at once, through the breaker
+  claim like every drain, so a node with a lost GPU never returns to
+  service for a refeed interval.
+
+Measured before this (issue 17): the job on an NHC-drained node with XID 79
+was never signalled nor requeued, and when NHC resumed the node it ran jobs
+with the lost GPU for 243.6 s until the watcher's ``refeed_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.act import alerts
+from slurm_hooks.act.notify.base import Alert
+from slurm_hooks.core.errors import ForeignReasonError
+from slurm_hooks.core.incident import IncidentStatus
+from slurm_hooks.core.ownership import Ownership
+from slurm_hooks.core.reason import format_reason
+from slurm_hooks.store.state import incident_pending, iso
+
+if TYPE_CHECKING:
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.decide.decision import Decision
+
+log = logging.getLogger(__name__)
+
+#: Journal key: our drain waits for a foreign reason to be lifted.
+KEY = "drain_deferred"
+
+
+def wanted(d: Decision) -> bool:
+    """Whether ``d`` is a fault held by someone else's reason that we must
+    still act on (decide.py's FOREIGN_REASON with ``deferred_drain``)."""
+    return bool(d.facts.get("deferred_drain")) and d.reason is not None
+
+
+def evacuate(engine: Engine, d: Decision) -> None:
+    """Open an incident for ``d`` without writing a drain: evacuate the
+    node's jobs and keep our reason for later.  Nothing new when the node
+    already has an incident with work left (this fault's repeat, or one of
+    ours in progress)."""
+    assert d.reason is not None
+    node = d.node
+    open_inc = engine.state.open_incident(node)
+    if open_inc:
+        prior = engine.state.read_incident(open_inc)
+        if prior is not None and (prior.get(KEY) or incident_pending(prior)):
+            return
+    now = engine.clock()
+    text = format_reason(d.reason)
+    incident = str(d.incident)
+    foreign = d.facts.get("foreign_reason")
+    doc: dict[str, Any] = {
+        "incident": incident,
+        "node": node,
+        "kind": str(d.facts.get("would_be") or "drain"),
+        "code": d.code,
+        "component": d.component,
+        "reason": text,
+        "why": d.explanation,
+        "opened_at": iso(now),
+        "grace_s": engine.policy.grace_seconds,
+        "signal_batch": engine.policy.signal_batch,
+        "signal_steps": engine.policy.signal_steps,
+        "evacuate": d.evacuate,
+        "status": IncidentStatus.EVACUATING,
+        KEY: True,
+        "foreign_reason": foreign,
+        "jobs": None if d.evacuate else {},
+        "jobs_done": not d.evacuate,
+        "deadline": None,
+        "worker_env": engine.worker_env,
+        "audit_log": str(engine.audit.path),
+        "steps": [{"step": "drain_deferred", "at": iso(now)}],
+    }
+    alert = Alert(
+        "node_fault",
+        f"{node}: {d.code} needs the node out of service; it is already drained by someone "
+        f"else ({foreign!r}): its jobs are evacuated, our drain follows once that reason "
+        "is lifted",
+        node=node, incident=incident, code=d.code,
+        fields={"component": d.component, "foreign_reason": foreign, "reason": text},
+    )  # fmt: skip
+    alerts.queue(doc, "node_fault", alert, now)
+    engine.state.write_incident(doc)
+    engine.state.set_open_incident(node, incident)
+    engine.audit.record(
+        "evacuate", node=node, incident=incident, code=d.code, component=d.component,
+        foreign_reason=foreign, reason=text, why="node held by a foreign reason (left as it "
+        "is): jobs evacuated, our drain deferred until it is lifted", actor=engine.actor,
+    )  # fmt: skip
+    if d.evacuate:
+        engine._evacuate(incident)
+    engine.flush_alerts(incident)
+
+
+def roll_forward(engine: Engine, incident: str, doc: dict[str, Any]) -> None:
+    """One look at the node of a deferred drain: still foreign, nothing;
+    lifted, our drain at once (the breaker claim ranks it); ours already
+    (another path drained it), the deferral is over."""
+    node = str(doc["node"])
+    view = engine.door.look(node)
+    if view.ownership is Ownership.FOREIGN:
+        return
+    if view.ownership is Ownership.OURS:
+        _done(engine, incident, "drain_by_us", drained_by=view.node.reason)
+        return
+    try:
+        with engine.state.incident_lock(incident):
+            engine.door.drain(node, str(doc["reason"]))
+            _done(engine, incident, "claimed", locked=True, status=IncidentStatus.CLAIMED)
+    except ForeignReasonError:
+        return  # re-drained by its owner between our look and our write: still theirs
+    engine.state.set_open_incident(node, incident)
+    log.warning("node %s: foreign reason %r lifted; drained with ours at once (incident %s)",
+                node, doc.get("foreign_reason"), incident)  # fmt: skip
+    if not engine._confirm_claim(incident):
+        return
+    engine.audit.record(
+        "drain", node=node, incident=incident, code=doc.get("code"),
+        component=doc.get("component"), reason=doc["reason"],
+        why=f"the foreign reason {doc.get('foreign_reason')!r} was lifted; the fault of "
+        f"{doc.get('opened_at')} still needs the node out of service", actor=engine.actor,
+    )  # fmt: skip
+    engine._remember_drain(node, incident, str(doc.get("code")))
+    engine._incident_alert(
+        incident, "node_drained",
+        Alert("node_drained", f"{node} drained: {doc.get('why')}", node=node,
+              incident=incident, code=doc.get("code"),
+              fields={"component": doc.get("component"), "reason": doc["reason"]}),
+    )  # fmt: skip
+
+
+def _done(
+    engine: Engine, incident: str, step: str, *, locked: bool = False, **changes: Any
+) -> None:
+    """End the deferral in the journal (with the incident lock unless held)."""
+    if locked:
+        engine._step(incident, step, **{KEY: False}, **changes)
+        return
+    with engine.state.incident_lock(incident):
+        engine._step(incident, step, **{KEY: False}, **changes)

@@ -1,0 +1,423 @@
+"""The repair loop on plain Slurm: reset or reboot, re-check, resume or escalate.
+
+When an incident's jobs are settled (``jobs_done``), the node is empty and the
+ladder (``decide/repair.py``, pure) says what to try: a GPU reset, a reboot
+by Slurm, or a hardware ticket.  The work runs in the detached worker
+(``agent/worker.py``), never inside a hook: the engine only sees that work is
+due (``due``) and starts the worker; the worker calls ``advance``.
+
+The journal is the incident's own file (``repair`` in it), on the node's disk,
+so it survives the reboot; the reason in Slurm carries the rung too
+(``step=reboot``), so every node counts the reboots in flight from Slurm
+(the cap) and a lost state dir still shows what was going on.  Each step
+writes its intent before the call and its result after it; on a restart:
+
+* ``reset_intent`` found: the reset may have happened.  It is not repeated:
+  acceptance runs and decides (a reset that did not land fails it and the
+  ladder climbs);
+* ``reboot_intent`` found: Slurm is asked what it knows (REBOOT_* flags, its
+  ``reboot issued``/``reboot complete`` words, a new boot id); only when it
+  shows no reboot is the reboot asked for, so a node is rebooted once;
+* ``ticket_intent`` found: the ticket is sent again with the same ticket id
+  (the incident id): a receiver that keys on it files one ticket.
+
+After a reboot the node's own hook (``HealthCheckProgram`` runs when slurmd
+starts) or watcher finds the incident ``rebooting``, starts the worker, which
+sees the reboot done, runs acceptance here and resumes the node only on a
+pass; a failure climbs the ladder.  ``observe_only`` plans and audits, and
+touches nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.act.notify.base import Alert
+from slurm_hooks.core.errors import ForeignReasonError, SlurmError, SlurmHooksError, StateError
+from slurm_hooks.core.incident import IncidentStatus
+from slurm_hooks.core.reason import format_reason, try_parse_reason
+from slurm_hooks.decide.repair import (
+    REPLACE_CODE,
+    Attempt,
+    RepairConfig,
+    RepairStep,
+    escalate,
+    plan_repair,
+    reboot_allowed,
+)
+from slurm_hooks.store.state import iso, parse_time
+
+if TYPE_CHECKING:
+    from slurm_hooks.act.engine import Engine
+
+log = logging.getLogger(__name__)
+
+#: ``accept(node) -> (passed, detail)``: acceptance run here (agent/acceptance.py).
+Accept = Callable[[str], tuple[bool, str]]
+
+#: Node-local history of repairs (the ladder's memory), in the node file.
+HISTORY_KEY = "repairs"
+_GPU = re.compile(r"^gpu(\d{1,4})$")
+_REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+_DONE_STATES = ("resumed", "replace", "left_for_human", "observed", "gave_up")
+
+
+class Status:
+    """``repair.status`` values in the journal."""
+
+    PLANNED = "planned"
+    DEFERRED = "deferred"
+    RESET_INTENT = "reset_intent"
+    REBOOT_INTENT = "reboot_intent"
+    REBOOTING = "rebooting"
+    ACCEPTING = "accepting"
+    TICKET_INTENT = "ticket_intent"
+    REPLACE = "replace"
+    RESUMED = "resumed"
+    HUMAN = "left_for_human"
+    OBSERVED = "observed"
+
+
+def config_of(engine: Engine) -> RepairConfig:
+    cfg = getattr(engine, "repair", None)
+    return cfg if isinstance(cfg, RepairConfig) else RepairConfig()
+
+
+def due(doc: dict[str, Any] | None, cfg: RepairConfig) -> bool:
+    """Repair work is left for this incident (the worker should run)."""
+    if not cfg.enabled or not doc or not doc.get("jobs_done"):
+        return False
+    if IncidentStatus.parse(doc.get("status")) in (
+        IncidentStatus.CLOSED, IncidentStatus.ABANDONED, IncidentStatus.HELD,
+    ):  # fmt: skip
+        return False
+    rep = doc.get("repair") or {}
+    return rep.get("status") not in _DONE_STATES
+
+
+def gpu_index(component: str | None) -> int | None:
+    m = _GPU.match(component or "")
+    return int(m.group(1)) if m else None
+
+
+def attempts(engine: Engine, node: str) -> list[Attempt]:
+    """The ladder's memory for ``node`` (survives reboots: node-local disk)."""
+    try:
+        raw = engine.state.read_node(node).get(HISTORY_KEY) or []
+    except StateError:
+        return []
+    out = []
+    for r in raw if isinstance(raw, list) else []:
+        try:
+            out.append(Attempt(parse_time(r["at"]), RepairStep(r["step"]), str(r.get("code")),
+                               r.get("component"), r.get("serial"), str(r.get("outcome") or "")))  # fmt: skip
+        except (KeyError, ValueError, TypeError):
+            continue
+    return out
+
+
+def _remember(engine: Engine, node: str, rec: dict[str, Any]) -> None:
+    def change(d: dict[str, Any]) -> None:
+        hist = d.get(HISTORY_KEY) if isinstance(d.get(HISTORY_KEY), list) else []
+        hist = [h for h in hist if h.get("incident") != rec.get("incident")
+                or h.get("step") != rec.get("step")]  # fmt: skip
+        d[HISTORY_KEY] = (hist + [rec])[-50:]
+
+    try:
+        engine.state.update_node(node, change)
+    except StateError as exc:
+        log.error("repair history of %s not recorded: %s", node, exc)
+
+
+def _action_of(doc: dict[str, Any]) -> str | None:
+    if doc.get("action"):
+        return str(doc["action"])
+    m = re.match(r"^XID(\d+)$", str(doc.get("code") or ""))
+    if not m:
+        return None
+    from slurm_hooks.detect.xid.catalogue import load_catalogue
+
+    info = load_catalogue().get(int(m.group(1)))
+    return str(info.action) if info is not None else None
+
+
+def _save(engine: Engine, incident: str, rep: dict[str, Any], step: str) -> dict[str, Any]:
+    at = iso(engine.clock())
+
+    def change(doc: dict[str, Any]) -> None:
+        doc.setdefault("steps", []).append({"step": f"repair_{step}", "at": at})
+        doc["repair"] = rep
+
+    return engine.state.update_incident(incident, change)
+
+
+def _audit(engine: Engine, doc: dict[str, Any], outcome: str, **fields: Any) -> None:
+    engine.audit.record(
+        "repair", node=doc["node"], incident=doc["incident"], code=doc.get("code"),
+        outcome=outcome, actor=engine.actor, **fields,
+    )  # fmt: skip
+
+
+def advance(engine: Engine, incident: str, *, accept: Accept | None = None, nvml: Any = None,
+            boot_id: str | None = None) -> str | None:  # fmt: skip
+    """Move the incident's repair on as far as it goes now; returns the
+    repair status reached (None: nothing to do).  Safe to call any number of
+    times from any process (each step is journalled before its call)."""
+    cfg = config_of(engine)
+    for _ in range(6):  # a few rungs in one call (reset fails -> reboot ...)
+        with engine.state.incident_lock(incident):
+            doc = engine.state.read_incident(incident)
+            if not due(doc, cfg):
+                return (doc or {}).get("repair", {}).get("status") if doc else None
+            assert doc is not None
+            before = (doc.get("repair") or {}).get("status")
+            status = _step_once(engine, doc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
+        if status in (before, Status.REBOOTING, Status.DEFERRED) or status in _DONE_STATES:
+            if status == Status.RESUMED or status == Status.REPLACE:
+                engine.flush_alerts(incident)
+            return status
+    return status
+
+
+def _step_once(engine: Engine, doc: dict[str, Any], cfg: RepairConfig, *, accept: Accept | None,
+               nvml: Any, boot_id: str | None) -> str:  # fmt: skip
+    rep: dict[str, Any] = dict(doc.get("repair") or {})
+    node, incident = doc["node"], doc["incident"]
+    status = rep.get("status")
+    now = engine.clock()
+    if status is None:
+        serial = uuid = None
+        idx = gpu_index(doc.get("component"))
+        if idx is not None and nvml is not None:
+            from slurm_hooks.detect.probes.gpu_reset import identity
+
+            ident = identity(nvml, idx)
+            serial, uuid = ident.serial, ident.uuid
+        plan = plan_repair(_action_of(doc), str(doc.get("code")), doc.get("component"), serial,
+                           attempts(engine, node), cfg, now)  # fmt: skip
+        rep = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
+               "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": []}  # fmt: skip
+        if engine.observe_only:
+            rep["status"] = Status.OBSERVED
+            _save(engine, incident, rep, "observed")
+            _audit(engine, doc, "observe_only", step=str(plan.step), why=plan.why)
+            return Status.OBSERVED
+        _save(engine, incident, rep, "planned")
+        _audit(engine, doc, "planned", step=str(plan.step), why=plan.why)
+        return Status.PLANNED
+    step = RepairStep(rep.get("step", "none"))
+    if status in (Status.PLANNED, Status.DEFERRED):
+        if step is RepairStep.NONE:
+            rep["status"] = Status.HUMAN
+            _save(engine, incident, rep, "left_for_human")
+            return Status.HUMAN
+        if step is RepairStep.RESET:
+            return _reset(engine, doc, rep, cfg, nvml)
+        if step is RepairStep.REBOOT:
+            return _reboot(engine, doc, rep, cfg, boot_id, status)
+        return _replace(engine, doc, rep, cfg)
+    if status == Status.RESET_INTENT:
+        # A run died between the intent and the result: never reset twice;
+        # acceptance tells whether it worked.
+        rep["status"] = Status.ACCEPTING
+        rep["reset"] = "unknown: a run died while resetting"
+        _save(engine, incident, rep, "reset_done")
+        return Status.ACCEPTING
+    if status == Status.REBOOT_INTENT:
+        current = engine.slurm.get_node(node)
+        if _reboot_seen(current, rep, boot_id):
+            rep["status"] = Status.REBOOTING
+            _save(engine, incident, rep, "rebooting")
+            return Status.REBOOTING
+        return _reboot(engine, doc, rep, cfg, boot_id, status, cap=False)
+    if status == Status.REBOOTING:
+        current = engine.slurm.get_node(node)
+        if current.flags & _REBOOT_FLAGS and not (boot_id and boot_id != rep.get("boot_id")):
+            started = parse_time(rep.get("reboot_at") or iso(now))
+            if now - started < timedelta(seconds=cfg.reboot_timeout_s):
+                return Status.REBOOTING
+            return _climb(engine, doc, rep, step, f"node did not come back within "
+                          f"{cfg.reboot_timeout_s:g}s")  # fmt: skip
+        rep["status"] = Status.ACCEPTING
+        rep["back_at"] = iso(now)
+        _save(engine, incident, rep, "back")
+        _audit(engine, doc, "back", step=str(step), why="node registered after the reboot")
+        return Status.ACCEPTING
+    if status == Status.ACCEPTING:
+        if accept is None:
+            return Status.ACCEPTING  # only the worker on the node runs acceptance
+        passed, detail = accept(node)
+        rep.setdefault("history", []).append({"step": str(step), "passed": passed,
+                                              "detail": detail, "at": iso(engine.clock())})  # fmt: skip
+        _remember(engine, node, _attempt_rec(doc, rep, step, "passed" if passed else "failed"))
+        if not passed:
+            return _climb(engine, doc, rep, step, f"acceptance failed: {detail}")
+        engine.state.record_acceptance(node, engine.clock(), True, detail)
+        rep["status"] = Status.RESUMED
+        _save(engine, incident, rep, "accepted")
+        _audit(engine, doc, "accepted", step=str(step), why=detail)
+        d = engine.try_resume(node)
+        if str(d.kind) != "resume":
+            log.warning("repair of %s passed acceptance but not resumed: %s", node, d.explanation)
+        return Status.RESUMED
+    if status == Status.TICKET_INTENT:
+        return _send_ticket(engine, doc, rep, cfg)
+    return str(status)
+
+
+def _attempt_rec(doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, outcome: str) -> dict[str, Any]:  # fmt: skip
+    return {"at": rep.get("planned_at"), "step": str(step), "code": doc.get("code"),
+            "component": doc.get("component"), "serial": rep.get("serial"),
+            "incident": doc["incident"], "outcome": outcome}  # fmt: skip
+
+
+def _climb(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, why: str) -> str:  # fmt: skip
+    nxt = escalate(step)
+    rep["history"] = list(rep.get("history") or []) + [{"step": str(step), "failed": why}]
+    rep.update(step=str(nxt), status=Status.PLANNED, why=f"{step} did not hold ({why}): {nxt}")
+    _save(engine, doc["incident"], rep, "escalated")
+    _audit(engine, doc, "escalated", step=str(nxt), why=rep["why"])
+    return Status.PLANNED
+
+
+def _reset(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:  # fmt: skip
+    from slurm_hooks.detect.probes.gpu_reset import GpuBusy, ResetFailed, reset_gpu
+
+    idx = rep.get("gpu")
+    if idx is None:
+        return _climb(engine, doc, rep, RepairStep.RESET, "no GPU index to reset")
+    rep["status"] = Status.RESET_INTENT
+    rep["reset_at"] = iso(engine.clock())
+    _save(engine, doc["incident"], rep, "reset_intent")
+    _remember(engine, doc["node"], _attempt_rec(doc, rep, RepairStep.RESET, "tried"))
+    try:
+        how = reset_gpu(int(idx), nvml=nvml, timeout=cfg.reset_timeout_s)
+    except GpuBusy as exc:
+        rep["status"] = Status.DEFERRED
+        _save(engine, doc["incident"], rep, "reset_deferred")
+        _audit(engine, doc, "deferred", step="reset", why=str(exc))
+        return Status.DEFERRED
+    except ResetFailed as exc:
+        return _climb(engine, doc, rep, RepairStep.RESET, str(exc))
+    rep["status"] = Status.ACCEPTING
+    rep["reset"] = how
+    _save(engine, doc["incident"], rep, "reset_done")
+    _audit(engine, doc, "reset", step="reset", why=f"GPU {idx} reset ({how})")
+    return Status.ACCEPTING
+
+
+def _reboot_seen(current: Any, rep: dict[str, Any], boot_id: str | None) -> bool:
+    reason = current.reason or ""
+    return bool(
+        current.flags & _REBOOT_FLAGS
+        or "reboot issued" in reason
+        or "reboot complete" in reason
+        or (boot_id and rep.get("boot_id") and boot_id != rep.get("boot_id"))
+    )
+
+
+def _step_reason(doc: dict[str, Any], step: RepairStep, code: str | None = None) -> str:
+    ours = try_parse_reason(doc["reason"])
+    assert ours is not None, "the incident's reason is ours"
+    from slurm_hooks.core.reason import DrainReason
+
+    r = DrainReason(code or ours.code, ours.incident, ours.text, ours.component,
+                    {**ours.extra, "step": str(step)})  # fmt: skip
+    return format_reason(r)
+
+
+def _reboot(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig,
+            boot_id: str | None, status: str, *, cap: bool = True) -> str:  # fmt: skip
+    node, incident = doc["node"], doc["incident"]
+    if cap:
+        verdict = reboot_allowed(node, engine.slurm.list_nodes(), cfg)
+        if not verdict.allowed:
+            if status != Status.DEFERRED:
+                rep["status"] = Status.DEFERRED
+                _save(engine, incident, rep, "reboot_deferred")
+                _audit(engine, doc, "deferred", step="reboot", why=verdict.explain())
+            return Status.DEFERRED
+    reason = _step_reason(doc, RepairStep.REBOOT)
+    rep.update(status=Status.REBOOT_INTENT, reboot_at=iso(engine.clock()), boot_id=boot_id,
+               reason=reason)  # fmt: skip
+    _save(engine, incident, rep, "reboot_intent")
+    _remember(engine, node, _attempt_rec(doc, rep, RepairStep.REBOOT, "tried"))
+    try:
+        # The step goes into Slurm first: the cap counts it on every node.
+        engine.door.drain(node, reason)
+        done = engine.door.reboot(node, reason, incident=incident, nextstate=cfg.reboot_nextstate)
+    except ForeignReasonError as exc:
+        rep["status"] = Status.HUMAN
+        _save(engine, incident, rep, "reboot_refused")
+        _audit(engine, doc, "refused", step="reboot", why=str(exc))
+        return Status.HUMAN
+    if not done:
+        return _climb(engine, doc, rep, RepairStep.REBOOT, "this Slurm client cannot reboot nodes")
+    rep["status"] = Status.REBOOTING
+    _save(engine, incident, rep, "rebooting")
+    _audit(engine, doc, "reboot", step="reboot", why=rep.get("why"), reason=reason,
+           nextstate=cfg.reboot_nextstate)  # fmt: skip
+    return Status.REBOOTING
+
+
+def _replace(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:
+    node, incident = doc["node"], doc["incident"]
+    reason = _step_reason(doc, RepairStep.REPLACE, REPLACE_CODE)
+    try:
+        engine.door.drain(node, reason)  # stays out: REPLACE, until a human or the bridge acts
+    except (ForeignReasonError, SlurmError) as exc:
+        log.warning("REPLACE reason for %s not written: %s", node, exc)
+    rep.update(status=Status.TICKET_INTENT, reason=reason, ticket_at=iso(engine.clock()))
+    _save(engine, incident, rep, "ticket_intent")
+    _remember(engine, node, _attempt_rec(doc, rep, RepairStep.REPLACE, "ticket"))
+    return _send_ticket(engine, doc, rep, cfg)
+
+
+def ticket_alert(engine: Engine, doc: dict[str, Any], rep: dict[str, Any]) -> Alert:
+    """The hardware ticket: node, GPU slot and serial, XID history, acceptance results."""
+    node = doc["node"]
+    faults = [
+        {"at": iso(e.at), "code": e.code, "component": e.component}
+        for e in engine.state.history(node).faults_since(
+            engine.clock() - timedelta(seconds=config_of(engine).window_s)
+        )
+    ][-20:]
+    text = (f"hardware replacement needed on {node} ({doc.get('code')} "
+            f"{doc.get('component') or ''}, GPU serial {rep.get('serial') or 'unknown'}): "
+            f"{rep.get('why')}")  # fmt: skip
+    return Alert(
+        "hardware_ticket", text, node=node, incident=doc["incident"], code=doc.get("code"),
+        fields={"ticket_id": f"{node}-{doc['incident']}", "gpu_slot": doc.get("component"),
+                "gpu_index": rep.get("gpu"), "gpu_serial": rep.get("serial"),
+                "gpu_uuid": rep.get("uuid"), "faults": faults,
+                "repairs": rep.get("history") or [],
+                "ladder": [a.step.value for a in attempts(engine, node)]},
+    )  # fmt: skip
+
+
+def _send_ticket(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:  # fmt: skip
+    alert = ticket_alert(engine, doc, rep)
+    try:
+        if cfg.ticket_url:
+            from slurm_hooks.act.notify.webhook import WebhookSink
+
+            WebhookSink(cfg.ticket_url, deadline=cfg.ticket_deadline_s).send(alert)
+        else:
+            engine.notify(alert)
+    except SlurmHooksError as exc:  # NotifyError: kept as intent, sent on the next run
+        log.error("hardware ticket for %s not sent: %s", doc["node"], exc)
+        _audit(engine, doc, "ticket_failed", why=str(exc))
+        return Status.TICKET_INTENT
+    rep["status"] = Status.REPLACE
+    rep["ticket_sent_at"] = iso(engine.clock())
+    _save(engine, doc["incident"], rep, "ticket_sent")
+    _audit(engine, doc, "ticket", step="replace", why=rep.get("why"),
+           ticket=alert.fields.get("ticket_id"))  # fmt: skip
+    return Status.REPLACE
+
+
+__all__ = ["Accept", "Status", "advance", "attempts", "due", "gpu_index", "ticket_alert"]

@@ -1,0 +1,283 @@
+"""The watcher's progress pass: judge the jobs on this node that write progress
+records, and act on a hang or a straggler through the engine.
+
+Every ``[progress] interval_s`` the watcher calls :meth:`ProgressPass.run`.
+While every job progresses it reads only the record files (no Slurm call);
+a job without records is never looked at.  On suspicion (a stall, a
+straggler) it asks Slurm about the job and judges again with what Slurm
+says, because the records were written by the job's user:
+
+* the job must be RUNNING on this node with the restart count the records
+  carry, and only record files owned by the job's owner count;
+* a culprit is acted on only by the node that hosts it, and only when its
+  process (same uid, started before its first record) is gone, stopped or
+  in D state, or when it is visibly the rank the others wait for.
+
+Across nodes (docs/progress.md): each watcher judges the records it can
+see - its own ranks' on a node-local ``[progress] dir``, every rank's when
+the directory is shared - and drains only its own node.  A stall with no
+culprit here is reported (owner and admins, no drain) by the job's batch
+host, ``no_culprit_report_s`` after ``hang_s``, unless a node of the job
+already carries our HANG reason for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import pwd
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_hooks.core import hostlist
+from slurm_hooks.core.errors import JobGone, SlurmError
+from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Status
+from slurm_hooks.core.ownership import our_reason
+from slurm_hooks.core.reason import job_component
+from slurm_hooks.detect.progress.gather import job_dirs, proc_state, read_job
+from slurm_hooks.detect.progress.judge import (
+    HangVerdict,
+    ProcState,
+    Straggler,
+    Verdict,
+    judge_hang,
+    judge_stragglers,
+)
+from slurm_hooks.detect.progress.records import RankView, rank_views
+from slurm_hooks.detect.progress.settings import ProgressConfig
+
+log = logging.getLogger(__name__)
+
+CHECK = "progress"
+#: Job directories whose newest record is older than this are not read.
+FORGET_S = 86400.0
+
+
+@dataclass
+class JobReport:
+    """The last pass's view of one job (``/metrics``, logs)."""
+
+    job: str
+    verdict: str
+    ranks: int
+    #: max/median of the ranks' recent mean busy time (1.0: no skew).
+    skew: float | None = None
+    explanation: str = ""
+
+
+@dataclass
+class _Seen:
+    acted: set[tuple[str, int, str]] = field(default_factory=set)
+
+
+def _uid(user: str | None) -> int | None:
+    if not user:
+        return None
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def skew(views: Mapping[int, RankView], last: int = 20) -> float | None:
+    means = [statistics.fmean(b for _, b in v.busy[-last:]) for v in views.values() if v.busy]
+    if len(means) < 2:
+        return None
+    med = statistics.median(means)
+    return max(means) / med if med > 0 else None
+
+
+class ProgressPass:
+    def __init__(
+        self,
+        settings: ProgressConfig,
+        node: str,
+        engine: Any,
+        *,
+        gpu_view: Callable[[], list[dict[str, Any]]] | None = None,
+        clock: Callable[[], float] = time.time,
+        proc: str = "/proc",
+    ):
+        self.s = settings
+        self.node = node
+        self.engine = engine
+        self.gpu_view = gpu_view
+        self.clock = clock
+        self.proc = proc
+        self.seen = _Seen()
+        self.reports: dict[str, JobReport] = {}
+
+    @property
+    def slurm(self) -> Any:
+        return self.engine.slurm
+
+    # -- the pass -------------------------------------------------------------------
+
+    def run(self) -> list[Any]:
+        """One look at every job directory; returns the engine's decisions."""
+        now = self.clock()
+        out: list[Any] = []
+        reports: dict[str, JobReport] = {}
+        for job in job_dirs(self.s.dir):
+            views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes), job)
+            local = {r: v for r, v in views.items() if v.node == self.node}
+            if not local or now - max(v.last_time for v in views.values()) > FORGET_S:
+                continue
+            procs = self._procs(local, None)
+            verdict = judge_hang(job, views, procs, now, self.s.hang)
+            slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
+            reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
+                                     verdict.explanation)  # fmt: skip
+            if verdict.verdict in (Verdict.HANG, Verdict.STALLED) or slow:
+                out += self._suspect(job, now)
+        self.reports = reports
+        return out
+
+    def _procs(self, local: Mapping[int, RankView], uid: int | None) -> dict[int, ProcState]:
+        return {
+            r: proc_state(v.pid, uid=uid, started=v.started, proc=self.proc)
+            for r, v in local.items()
+        }
+
+    def _suspect(self, job: str, now: float) -> list[Any]:
+        """Ask Slurm, re-read trusting only the owner's files, judge again, act."""
+        try:
+            info = self.slurm.get_job(job)
+        except JobGone:
+            return []
+        except SlurmError as exc:
+            log.warning("progress: cannot read job %s: %s; judged again next pass", job, exc)
+            return []
+        base = (info.state or "").upper().split()[0] if info.state else ""
+        if base != "RUNNING" or not hostlist.contains(info.nodes or "", self.node):
+            return []
+        uid = _uid(info.user)
+        if uid is None:
+            return []
+        views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes, uid=uid), job)
+        if not views or next(iter(views.values())).restart != info.restart_count:
+            return []  # records of an earlier run (or none of the owner's)
+        local = {r: v for r, v in views.items() if v.node == self.node}
+        procs = self._procs(local, uid)
+        procs.update({r: ProcState.REMOTE for r in views if r not in local})
+        verdict = judge_hang(job, views, procs, now, self.s.hang)
+        out: list[Any] = []
+        if verdict.verdict is Verdict.HANG and verdict.rank in local:
+            out += self._hang(info, verdict)
+        elif verdict.verdict in (Verdict.HANG, Verdict.STALLED):
+            self._stalled(info, verdict, now)
+        if verdict.verdict not in (Verdict.HANG, Verdict.STALLED):
+            for st in judge_stragglers(job, views, self.s.slow):
+                if st.rank in local:
+                    out += self._slow(info, st)
+        return out
+
+    # -- acting -------------------------------------------------------------------------
+
+    def _once(self, info: JobInfo, key: str) -> bool:
+        k = (info.job_id, info.restart_count, key)
+        if k in self.seen.acted:
+            return False
+        self.seen.acted.add(k)
+        return True
+
+    def _hang(self, info: JobInfo, v: HangVerdict) -> list[Any]:
+        assert v.rank is not None
+        if not self._once(info, f"hang/{v.rank}"):
+            return []
+        drain = self.s.drain_hang
+        finding = Finding(
+            check=CHECK,
+            status=Status.FAIL if drain else Status.WARN,
+            code="HANG",
+            message=v.explanation,
+            component=Component("job", name=job_component(info.job_id, v.rank)[4:]),
+            action=Action.DRAIN if drain else Action.NONE,
+            values={
+                "job": info.job_id,
+                "rank": v.rank,
+                "cause": v.cause or "",
+                "stalled_s": round(v.stalled_s, 1),
+            },  # fmt: skip
+        )
+        log.warning("progress node=%s: HANG %s", self.node, v.explanation)
+        self._tell(info, "job_hang", f"job {info.job_id}: {v.explanation}"
+                   + ("; the node is drained and the job requeued" if drain else ""),
+                   "HANG", {"rank": v.rank, "cause": v.cause, "steps": v.evidence.get("steps")})  # fmt: skip
+        try:
+            return list(self.engine.handle(self.node, [finding]))
+        except SlurmError:
+            self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
+            raise
+
+    def _stalled(self, info: JobInfo, v: HangVerdict, now: float) -> None:
+        """No culprit here: the batch host tells the owner and the admins, late
+        enough for the culprit's own node to act first."""
+        if info.batch_host and info.batch_host != self.node:
+            return
+        if v.stalled_s < self.s.hang_s + self.s.no_culprit_report_s:
+            return
+        if self._named_elsewhere(info):
+            return
+        if not self._once(info, "stalled"):
+            return
+        log.warning("progress node=%s: %s", self.node, v.explanation)
+        self._tell(info, "job_stalled",
+                   f"job {info.job_id}: {v.explanation}; no node drained (no culprit found)",
+                   "HANG", {"steps": v.evidence.get("steps"), "procs": v.evidence.get("procs")})  # fmt: skip
+
+    def _named_elsewhere(self, info: JobInfo) -> bool:
+        prefix = f"job:{info.job_id}/"
+        for name in hostlist.expand(info.nodes or "")[:256]:
+            try:
+                ours = our_reason(self.slurm.get_node(name))
+            except SlurmError:
+                continue
+            if (
+                ours is not None
+                and ours.code == "HANG"
+                and (ours.component or "").startswith(prefix)
+            ):
+                return True
+        return False
+
+    def _slow(self, info: JobInfo, st: Straggler) -> list[Any]:
+        if not self._once(info, f"slow/{st.rank}"):
+            return []
+        from slurm_hooks.detect.probes.gpu_view import summary
+
+        view = self.gpu_view() if self.gpu_view else []
+        policy = self.s.slow_policy
+        text = st.explanation + (f"; GPUs: {summary(view)}" if view else "")
+        values: dict[str, Any] = {
+            "job": info.job_id, "rank": st.rank, "over_percent": round(st.over_percent, 1),
+            "busy_s": round(st.windows[-1][1], 4), "peers_median_s": round(st.windows[-1][2], 4),
+            "windows": len(st.windows), "policy": policy, "gpus": summary(view)[:200],
+        }  # fmt: skip
+        if policy == "drain_at_end":
+            values["evacuate"] = False
+        finding = Finding(
+            check=CHECK,
+            status=Status.WARN if policy == "report" else Status.FAIL,
+            code="SLOW",
+            message=text,
+            component=Component("job", name=job_component(info.job_id, st.rank)[4:]),
+            action=Action.NONE if policy == "report" else Action.DRAIN,
+            values=values,
+        )
+        log.warning("progress node=%s: SLOW %s", self.node, text)
+        self._tell(info, "job_straggler", f"job {info.job_id}: {text} (policy: {policy})", "SLOW",
+                   {"rank": st.rank, "windows": [list(w) for w in st.windows], "gpus": view})  # fmt: skip
+        return list(self.engine.handle(self.node, [finding]))
+
+    def _tell(self, info: JobInfo, kind: str, text: str, code: str, fields: dict[str, Any]) -> None:
+        from slurm_hooks.act.notify.base import Alert
+
+        self.engine.notify(Alert(kind, text, node=self.node, job_id=info.job_id, user=info.user,
+                                 code=code, fields=fields))  # fmt: skip
+        self.engine.audit.record(
+            kind, node=self.node, job=info.job_id, user=info.user, code=code, why=text,
+            actor=self.engine.actor, **{k: v for k, v in fields.items() if k in ("rank", "steps")},
+        )  # fmt: skip

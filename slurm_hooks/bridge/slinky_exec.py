@@ -1,0 +1,172 @@
+"""The executor of the Slinky planner's steps (``slinky_plan``).
+
+Every step writes its journal entry on the faulty machine F where a crash
+could otherwise repeat it: the uid before the delete, ``reasserted`` after
+the drain, ``accepted`` after acceptance, ``done`` after the resume.  Steps
+whose repeat is harmless (a merge patch of the same marks, the same drain
+reason, a resume of a node in service) need no intent record.  Slurm writes
+go through the door only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.bridge import slinky_plan as sp
+from slurm_hooks.bridge._exec import Obj
+from slurm_hooks.bridge.plan import annotate_patch
+from slurm_hooks.core.errors import ConflictError, KubernetesError
+from slurm_hooks.k8s.client import pods_path
+from slurm_hooks.slurm.door import SlurmDoor
+
+if TYPE_CHECKING:
+    from slurm_hooks.bridge.service import Bridge, StepResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    detail: str = ""
+
+
+#: Runs acceptance for a Slurm node on the machine its slurmd now runs on.
+#: Raises SlurmHooksError when it could not run (tried again next pass).
+AcceptanceRunner = Callable[[str, str], Verdict]
+
+
+def list_slurmd_pods(bridge: Bridge) -> dict[str, list[sp.SlurmdPod]]:
+    """The one pod LIST per pass (NodeSet label selector, one namespace)."""
+    cfg = bridge.cfg
+    path = pods_path(cfg.slinky_namespace or None)
+    items = bridge.kube.list(path, label_selector=cfg.slurmd_pod_selector or None).get("items")
+    return sp.slurmd_pods(items or [], cfg.slurmd_pod_selector)
+
+
+def _split(ref: str) -> tuple[str, str]:
+    ns, _, name = ref.partition("/")
+    return ns, name
+
+
+def execute(
+    bridge: Bridge, step: sp.SlinkyStep, current: dict[str, Obj], acceptor: AcceptanceRunner | None
+) -> StepResult:
+    from slurm_hooks.bridge.service import StepResult
+
+    cfg = bridge.cfg
+    keys = sp.SlinkyKeys(cfg.annotation_prefix)
+    now = bridge.clock()
+    if isinstance(step, sp.Hold):
+        bridge._rmw(step.cordon.node, current, lambda n: sp.hold_patch(n, step, cfg, now))
+        bridge.metrics.incidents.labels("cordon").inc()
+        log.warning(
+            "node=%s slurm_node=%s incident=%s held (cordon, taint, node-cordon-reason)",
+            step.cordon.node,
+            step.cordon.slurm_node,
+            step.cordon.incident,
+        )
+        return StepResult(step, "done")
+    if isinstance(step, sp.MarkPod):
+        ns, name = _split(step.pod)
+        marks = sp.pod_mark_patch(step.uid, step.incident, cfg, mark=step.mark)
+        try:
+            bridge.kube.patch(pods_path(ns, name), marks, "merge")
+        except ConflictError:
+            return StepResult(step, "skipped", "the pod was replaced meanwhile")
+        except KubernetesError as exc:
+            if exc.status != 404:
+                raise
+            return StepResult(step, "skipped", "the pod is gone")
+        log.info("pod=%s %s", step.pod, "cordoned (Slinky)" if step.mark else "marks removed")
+        return StepResult(step, "done")
+    if isinstance(step, sp.MovePod):
+        if sp.ann_of(current[step.node]).get(keys.moved_uid) != step.uid:
+            bridge._rmw(step.node, current, lambda n: annotate_patch(n, {keys.moved_uid: step.uid}))
+        ns, name = _split(step.pod)
+        options: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": step.uid},
+        }
+        try:
+            bridge.kube.request("DELETE", pods_path(ns, name), body=options)
+        except ConflictError:
+            return StepResult(step, "done", "already recreated")
+        except KubernetesError as exc:
+            if exc.status != 404:
+                raise
+            return StepResult(step, "done", "already gone")
+        bridge.metrics.incidents.labels("slurmd_pod_moved").inc()
+        log.warning(
+            "node=%s slurm_node=%s incident=%s slurmd pod %s deleted: the NodeSet "
+            "recreates it on a spare machine",
+            step.node,
+            step.slurm_node,
+            step.incident,
+            step.pod,
+        )
+        return StepResult(step, "done")
+    if isinstance(step, sp.Reassert):
+        # Only over a slurm-operator: reason (the one our move caused) or
+        # over nothing / our own; an admin's reason raises ForeignReasonError.
+        SlurmDoor(bridge.slurm).drain(
+            step.slurm_node, step.reason, foreign_prefixes=(sp.OPERATOR_PREFIX,)
+        )
+        bridge._rmw(
+            step.node, current, lambda n: annotate_patch(n, {keys.reasserted: step.incident})
+        )
+        log.warning("slurm_node=%s incident=%s our reason is back", step.slurm_node, step.incident)
+        return StepResult(step, "done")
+    if isinstance(step, sp.Accept):
+        if acceptor is None:
+            return StepResult(step, "skipped", "no acceptance runner")
+        verdict = acceptor(step.slurm_node, step.machine)
+        key = keys.accepted if verdict.passed else keys.accept_failed
+        bridge._rmw(step.node, current, lambda n: annotate_patch(n, {key: step.incident}))
+        log.warning(
+            "slurm_node=%s machine=%s incident=%s acceptance %s: %s",
+            step.slurm_node,
+            step.machine,
+            step.incident,
+            "passed" if verdict.passed else "FAILED",
+            verdict.detail,
+        )
+        return StepResult(step, "done" if verdict.passed else "failed", verdict.detail)
+    if isinstance(step, sp.Release):
+        if step.resume:
+            SlurmDoor(bridge.slurm).resume(
+                step.slurm_node, owned=lambda r: r.incident == step.incident
+            )
+        bridge._rmw(step.node, current, lambda n: annotate_patch(n, {keys.done: step.incident}))
+        bridge.metrics.incidents.labels("uncordon").inc()
+        log.warning(
+            "slurm_node=%s incident=%s back in service on its new machine; %s stays cordoned",
+            step.slurm_node,
+            step.incident,
+            step.node,
+        )
+        return StepResult(step, "done")
+    if isinstance(step, sp.Abandon):
+        # The machine first, then the pod: with neither cordoned, Slinky
+        # lifts any drain of its own it wrote meanwhile.
+        bridge._rmw(step.node, current, lambda n: sp.abandon_patch(n, cfg))
+        if step.pod is not None:
+            ns, name = _split(step.pod)
+            marks = {sp.POD_CORDON: None, keys.incident: None}
+            try:
+                bridge.kube.patch(pods_path(ns, name), {"metadata": {"annotations": marks}})
+            except KubernetesError as exc:
+                if exc.status != 404:
+                    raise
+        log.warning(
+            "node=%s slurm_node=%s incident=%s ended before the move: released",
+            step.node,
+            step.slurm_node,
+            step.incident,
+        )
+        return StepResult(step, "done")
+    return bridge._execute(step, current)

@@ -1,0 +1,248 @@
+"""The breaker's claim/settle/rank protocol (act/claim.py, decide.breaker.rank_claim)
+and held faults (act/held.py, core/held.py), without Slurm.
+
+The lab proves it under real concurrency (tests/test_breaker_mass_lab.py);
+here: the order, its edge cases, the crash windows and the held records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from test_actions import T0, Clock, FakeSlurm, Recorder, xid79
+
+from slurm_hooks.act import claim
+from slurm_hooks.act.engine import Engine
+from slurm_hooks.act.notify.base import Notifier
+from slurm_hooks.core.held import HeldMark, comment_is_ours, format_mark, parse_mark
+from slurm_hooks.core.incident import IncidentStatus
+from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.decide import DecisionKind, PolicyConfig
+from slurm_hooks.decide.breaker import rank_claim
+from slurm_hooks.store.audit import AuditLog
+from slurm_hooks.store.state import StateStore
+
+CFG = PolicyConfig(breaker_max_share=1.0, breaker_max_nodes=2)
+
+
+def ours(name, t, *, inc=None, extra="", parts=("gpu",)):
+    reason = f"slurm-hooks/1 XID79 gpu0 inc={inc or name + 'x'}{extra} :: GPU has fallen off the bus"
+    return NodeState(name, "idle", frozenset({"DRAIN"}), reason, "root", t, partitions=parts)
+
+
+def test_rank_orders_by_reason_time_then_name_and_confirms_within_the_cap():
+    t = T0
+    fleet = [ours("n9", t), ours("n1", t), ours("n5", t + timedelta(seconds=1)),
+             NodeState("n2", "idle", partitions=("gpu",))]  # fmt: skip
+    v = {n.name: rank_claim(n.name, n.reason, fleet, CFG, t + timedelta(seconds=5))
+         for n in fleet[:3]}  # fmt: skip
+    assert (v["n1"].rank, v["n9"].rank, v["n5"].rank) == (1, 2, 3)
+    assert v["n1"].confirmed and v["n9"].confirmed and not v["n5"].confirmed
+    assert v["n5"].ahead == ("n1", "n9")
+
+
+def test_a_rewritten_reason_of_an_earlier_drain_counts_ahead():
+    # Slurm re-stamps a reason rewrite (repl=requested): it must not free a slot.
+    t = T0
+    fleet = [ours("n1", t), ours("n2", t + timedelta(seconds=3), extra=" repl=requested"),
+             ours("n3", t + timedelta(seconds=1))]  # fmt: skip
+    v = rank_claim("n3", fleet[2].reason, fleet, CFG, t + timedelta(seconds=5))
+    assert v.rank == 3 and not v.confirmed
+
+
+def test_a_claim_no_longer_on_the_node_is_lost():
+    n = ours("n1", T0)
+    admin = dataclasses.replace(n, reason="admin: bad fan")
+    assert rank_claim("n1", n.reason, [admin], CFG, T0).lost
+    resumed = dataclasses.replace(n, flags=frozenset())
+    assert rank_claim("n1", n.reason, [resumed], CFG, T0).lost
+
+
+def test_every_partition_of_the_node_must_have_room():
+    t = T0
+    fleet = [ours("a1", t, parts=("a",)), ours("a2", t, parts=("a",)),
+             ours("x", t + timedelta(seconds=1), parts=("a", "b"))]  # fmt: skip
+    v = rank_claim("x", fleet[2].reason, fleet, CFG, t + timedelta(seconds=2))
+    assert not v.confirmed and v.partition == "a"
+
+
+def test_lent_and_spare_nodes_do_not_count():
+    lent = NodeState("n1", "idle", frozenset({"DRAIN"}), "slurm-hooks/1 LEND inc=l1 :: lent",
+                     "root", T0, partitions=("gpu",))  # fmt: skip
+    fleet = [lent, ours("n2", T0), ours("n3", T0)]
+    assert rank_claim("n3", fleet[2].reason, fleet, CFG, T0).confirmed
+
+
+class Ticking:
+    """A server clock that moves one second every ``every`` reads."""
+
+    def __init__(self, every=3):
+        self.reads, self.every = 0, every
+
+    def server_time(self):
+        self.reads += 1
+        return T0 + timedelta(seconds=self.reads // self.every)
+
+
+def test_settle_waits_for_slurmctlds_clock_to_pass_its_second():
+    clock = Ticking(every=3)
+    reads = claim.settle(clock, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert reads == 3 and clock.reads == 3
+
+
+def test_settle_gives_up_when_the_clock_does_not_move():
+    class Stuck:
+        def server_time(self):
+            return T0
+
+    ticks = iter(range(1000))
+    with pytest.raises(claim.SettleTimeout):
+        claim.settle(Stuck(), sleep=lambda s: None, monotonic=lambda: next(ticks), timeout_s=5)  # type: ignore[arg-type]
+
+
+def test_held_mark_round_trip_and_ownership():
+    m = HeldMark("XID79", "gpu0", "n1-abc", datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    text = format_mark(m)
+    assert text == "slurm-hooks/1 HELD XID79 gpu0 inc=n1-abc since=2026-01-02T03:04:05Z"
+    assert parse_mark(text) == m
+    assert parse_mark("HELD XID79 by admin") is None
+    assert comment_is_ours(None) and comment_is_ours(text)
+    assert not comment_is_ours("rack 4, PSU swapped")
+
+
+class CommentingSlurm(FakeSlurm):
+    """FakeSlurm plus node comments (the held marks)."""
+
+    def set_node_comment(self, name, comment):
+        self.nodes[name] = dataclasses.replace(self.nodes[name], comment=comment or None)
+        self._log("comment_node", name, comment)
+
+
+def engines(tmp_path, slurm, policy):
+    clock = Clock()
+
+    def make(node):
+        return Engine(
+            slurm, policy, StateStore(tmp_path / node / "state"),
+            AuditLog(tmp_path / node / "audit.jsonl"), Notifier([Recorder()]), clock=clock,
+            spawn=None,
+        )  # fmt: skip
+
+    return make, clock
+
+
+def test_a_claim_past_the_cap_is_taken_back_before_any_signal(tmp_path):
+    """Three claims land in the same second (the fake stamps every drain at
+    T0) before anyone ranks; cap 2: the third by name backs off, its job is
+    never signalled, its fault is held in Slurm's comment and locally."""
+    slurm = CommentingSlurm(10)
+    slurm.jobs["7"] = JobInfo("7", "alice", "RUNNING", "n3", "n3", True)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=2)
+    make, _ = engines(tmp_path, slurm, policy)
+    # Claim all three first (the window every concurrent node is in), then rank.
+    engs = {n: make(n) for n in ("n1", "n2", "n3")}
+    real_confirm = Engine._confirm_claim
+
+    def hold_back(self, incident, fleet=None):
+        return False  # the run "dies" after its claim, before ranking
+
+    # Each decided on the same snapshot (no drain yet): the window itself.
+    snapshot = list(slurm.nodes.values())
+    live = slurm.list_nodes
+    slurm.list_nodes = lambda names=None: list(snapshot)  # type: ignore[method-assign]
+    Engine._confirm_claim = hold_back  # type: ignore[method-assign]
+    try:
+        for n, e in engs.items():
+            e.handle(n, [xid79(0)])
+    finally:
+        Engine._confirm_claim = real_confirm  # type: ignore[method-assign]
+        slurm.list_nodes = live  # type: ignore[method-assign]
+    assert all(slurm.nodes[n].drained for n in engs)
+    assert slurm.count("signal") == 0
+    # The next run of each (roll-forward) ranks its claim.
+    for n, e in engs.items():
+        e.handle(n, [])
+    assert [n for n in engs if slurm.nodes[n].drained] == ["n1", "n2"]
+    assert all(c[1] != "7" for c in slurm.calls if c[0] == "signal")
+    mark = parse_mark(slurm.nodes["n3"].comment)
+    assert mark is not None and mark.code == "XID79"
+    held = engs["n3"].state.held("n3")
+    assert set(held) == {"XID79"} and held["XID79"]["marked"]
+    inc = engs["n3"].state.incidents("n3")[0]
+    assert inc["status"] == IncidentStatus.HELD and inc["jobs"] == {}
+    assert engs["n3"].latch.read()  # latched
+
+
+def test_held_fault_repeats_cost_no_slurm_call_and_alert_rate_limited(tmp_path):
+    slurm = CommentingSlurm(10)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
+    make, clock = engines(tmp_path, slurm, policy)
+    assert make("n1").handle("n1", [xid79(0)])[0].kind is DecisionKind.DRAIN
+    e2 = make("n2")
+    (d,) = e2.handle("n2", [xid79(0)])
+    assert d.kind is DecisionKind.BREAKER_TRIPPED and parse_mark(slurm.nodes["n2"].comment)
+    alerts = e2.notifier.sinks[0].alerts  # type: ignore[attr-defined]
+    assert [a.kind for a in alerts].count("fault_held") == 1
+    before = len(slurm.calls)
+    for _ in range(5):
+        clock.now += timedelta(seconds=10)
+        (d,) = e2.handle("n2", [xid79(0)])
+        assert d.kind is DecisionKind.BREAKER_TRIPPED and d.facts.get("held")
+    assert len(slurm.calls) == before  # zero Slurm calls while the latch holds
+    assert [a.kind for a in alerts].count("fault_held") == 1  # rate-limited
+    clock.now += timedelta(hours=2)  # past VERIFY_S and ALERT_EVERY_S: the full way
+    e2.handle("n2", [xid79(0)])
+    assert len(slurm.calls) > before
+    assert [a.kind for a in alerts].count("fault_held") == 2
+
+
+def test_reset_elsewhere_is_seen_through_the_cleared_mark_and_retried(tmp_path):
+    slurm = CommentingSlurm(10)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
+    make, clock = engines(tmp_path, slurm, policy)
+    make("n1").handle("n1", [xid79(0)])
+    e2 = make("n2")
+    e2.handle("n2", [xid79(0)])
+    slurm.resume("n1")  # repaired
+    # An admin host resets: it clears the mark and claims the held fault itself.
+    admin = make("admin")
+    admin.breaker_reset()
+    out = admin.retry_held()
+    assert out == {"n2": "drained"} and slurm.nodes["n2"].drained
+    assert slurm.nodes["n2"].comment is None
+    # The node's own hook, past VERIFY_S: sees our drain, forgets the held fault.
+    clock.now += timedelta(seconds=400)
+    (d,) = e2.handle("n2", [xid79(0)])
+    assert d.kind is DecisionKind.ALREADY_HANDLED
+    assert e2.state.held("n2") == {}
+
+
+def test_a_foreign_comment_is_never_overwritten(tmp_path):
+    slurm = CommentingSlurm(10)
+    slurm.nodes["n2"] = dataclasses.replace(slurm.nodes["n2"], comment="rack 4: PSU swapped")
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
+    make, _ = engines(tmp_path, slurm, policy)
+    make("n1").handle("n1", [xid79(0)])
+    e2 = make("n2")
+    (d,) = e2.handle("n2", [xid79(0)])
+    assert d.kind is DecisionKind.BREAKER_TRIPPED
+    assert slurm.nodes["n2"].comment == "rack 4: PSU swapped"
+    assert e2.state.held("n2")["XID79"]["marked"] is False  # held locally still
+
+
+def test_policy_explain_writes_nothing(tmp_path):
+    slurm = CommentingSlurm(10)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
+    make, _ = engines(tmp_path, slurm, policy)
+    make("n1").handle("n1", [xid79(0)])
+    e2 = make("n2")
+    e2.handle("n2", [xid79(0)])
+    node_file = e2.state.node_path("n2")
+    before = node_file.read_bytes()
+    slurm.set_node_comment("n2", "")  # a reset elsewhere: explain must not act on it
+    calls = len(slurm.calls)
+    e2.evaluate("n2", [xid79(0)])
+    assert node_file.read_bytes() == before
+    assert not [c for c in slurm.calls[calls:] if c[0] in ("drain", "resume", "comment_node")]

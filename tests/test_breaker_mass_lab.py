@@ -1,0 +1,159 @@
+"""A correlated failure on the real lab: the breaker holds exactly at its cap.
+
+32 nodes, 16 XID 79 at once, cap 4, no shared latch file (each node its own
+state dir and latch): the real healthcheck hook runs on the 16 nodes at the
+same moment (each in its slurmd's namespace, as slurmd runs it).  Every time:
+exactly 4 drained, 12 held (marked in Slurm, listed by ``status``, latched),
+the jobs of the held nodes never signalled.  Then the 4 are repaired and
+``breaker reset`` re-examines the 12 at once: 4 more drained, 8 held again.
+Run three times.  The 256-node, 64-fault version: bench/bench_mass_failure.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import REQUIRE_LAB, submit
+from slurm_hooks_lab.hooks import install
+from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
+
+from slurm_hooks.core.errors import LabError
+from slurm_hooks.core.held import parse_mark
+from slurm_hooks.core.ownership import our_reason
+from slurm_hooks.detect.probes.commands import run
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+NODES, FAULTS, CAP, ROUNDS = 32, 16, 4, 3
+
+JOB = """#!/bin/bash
+trap 'echo "USR1 $SLURMD_NODENAME" >> {dir}/ckpt.$SLURM_JOB_ID' USR1
+echo "start $SLURMD_NODENAME" >> {dir}/starts.$SLURM_JOB_ID
+for i in $(seq 1 1500); do sleep 0.2; done
+"""
+
+
+@pytest.fixture(scope="module")
+def big_lab():
+    problems = missing_prerequisites()
+    if problems:
+        if REQUIRE_LAB:
+            pytest.fail("; ".join(problems), False)
+        pytest.skip("; ".join(problems))
+    ensure_user(TEST_USER)
+    base = tempfile.mkdtemp(prefix="slurm-hooks-mass-")
+    lab = Lab(base, NODES, timeout=180)
+    try:
+        lab.up()
+    except LabError as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"the {NODES}-node lab did not come up: {exc}", False)
+    try:
+        yield lab
+    finally:
+        lab.down()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def cli(hooks, node: str, *args: str) -> tuple[int, str]:
+    env = {**os.environ, "SLURM_CONF": str(hooks.lab.slurm_conf),
+           "SLURM_HOOKS_CONFIG": str(hooks.node(node).config)}  # fmt: skip
+    res = run([".venv/bin/python", "-m", "slurm_hooks", *args], timeout=120, check=False,
+              env=env, cwd=str(Path(__file__).resolve().parents[1]))  # fmt: skip
+    return res.rc, res.stdout + res.stderr
+
+
+def start_jobs(lab, job_dir: Path, nodes: list[str]) -> dict[str, str]:
+    script = job_dir / "job.sh"
+    script.write_text(JOB.replace("{dir}", str(job_dir)))
+    jobs = {n: submit(lab, script, "-N1", "-w", n, "-o", "/dev/null") for n in nodes}
+    for n, j in jobs.items():
+        lab.wait_job(j, lambda x: x.state == "RUNNING", timeout=60)
+        lab.wait_for((job_dir / f"starts.{j}").exists, 30, what=f"job on {n}")
+    return jobs
+
+
+def faults_at_once(hooks, nodes: list[str]) -> dict[str, int]:
+    for n in nodes:
+        hooks.inject_xid(n, 79, gpu=0)
+    barrier = threading.Barrier(len(nodes))
+    rcs: dict[str, int] = {}
+
+    def go(n: str) -> None:
+        barrier.wait()
+        rcs[n] = hooks.lab.run_on_node(n, [str(hooks.shims["healthcheck"])], timeout=120).rc
+
+    threads = [threading.Thread(target=go, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return rcs
+
+
+def split(lab, nodes: list[str]) -> tuple[list[str], list[str]]:
+    table = {n.name: n for n in lab.client().list_nodes()}
+    drained = [n for n in nodes if table[n].drained and our_reason(table[n])]
+    held = [n for n in nodes if parse_mark(table[n].comment)]
+    return drained, held
+
+
+def test_simultaneous_faults_drain_exactly_the_cap_hold_the_rest_and_reset_drains_up_to_it(
+    big_lab,
+):
+    lab = big_lab
+    hooks = install(lab, grace_s=120, policy={
+        "breaker_max_share": 1.0, "breaker_max_nodes": CAP, "breaker_min_nodes": 1,
+        # No shared latch file: each node's own (state dir); Slurm is the only shared view.
+        "breaker_state_file": None,
+    })  # fmt: skip
+    faulty = lab.node_names[:FAULTS]
+    try:
+        for rnd in range(ROUNDS):
+            job_dir = lab.shared_dir / f"mass-{rnd}"
+            job_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(job_dir, 0o1777)
+            jobs = start_jobs(lab, job_dir, faulty)
+            faults_at_once(hooks, faulty)
+            drained, held = split(lab, faulty)
+            assert len(drained) == CAP, f"round {rnd}: drained {drained}"
+            assert len(held) == FAULTS - CAP and not set(drained) & set(held)
+            # The drained nodes' jobs were signalled; the held nodes' never.
+            for n in drained:
+                lab.wait_for((job_dir / f"ckpt.{jobs[n]}").exists, 15, what=f"USR1 on {n}")
+            for n in held:
+                assert not (job_dir / f"ckpt.{jobs[n]}").exists(), f"{n} backed off but signalled"
+                assert lab.client().get_job(jobs[n]).state == "RUNNING"
+                assert not any(e["action"] == "signal" for e in hooks.audit(n))
+                latch = json.loads((hooks.node(n).state_dir / "breaker.json").read_text())
+                assert latch["trips"], f"{n}: latch not tripped"
+            # status lists every held fault, fleet-wide from Slurm.
+            rc, out = cli(hooks, faulty[0], "status", "--json")
+            assert rc == 1
+            rows = json.loads(out[out.index("{"):])["held"]
+            assert sorted(r["node"] for r in rows) == sorted(held)
+            assert {(r["fault"], r["status"]) for r in rows} == {("XID79", "held by breaker")}
+            if rnd == 0:
+                # The 4 are repaired; a human resets: the held are re-examined at once.
+                for n in drained:
+                    lab.client().resume(n)
+                rc, out = cli(hooks, lab.node_names[-1], "breaker", "reset")
+                assert rc == 0, out
+                again, still = split(lab, faulty)
+                assert len(again) == CAP and len(still) == FAULTS - 2 * CAP, out
+                assert set(again) <= set(held)
+                for n in still:
+                    assert not (job_dir / f"ckpt.{jobs[n]}").exists()
+            for j in jobs.values():
+                lab.client().cancel(j)
+            lab.wait_for(lambda: not lab.client().list_jobs(), 60, what="queue empty")
+            lab.reset()
+            hooks.reset_state()
+    finally:
+        hooks.close(reconfigure=False)

@@ -1,0 +1,365 @@
+"""Job progress records: the job-side writer, the parser, the gatherer, the
+hang and straggler judges, and the watcher's pass (with a fake engine)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from slurm_hooks.agent.progress_pass import ProgressPass
+from slurm_hooks.core.errors import JobGone
+from slurm_hooks.core.model import JobInfo
+from slurm_hooks.core.reason import DrainReason, format_reason, parse_reason
+from slurm_hooks.detect.progress.gather import proc_state, read_job, read_tail
+from slurm_hooks.detect.progress.judge import (
+    HangSettings,
+    ProcState,
+    SlowSettings,
+    Verdict,
+    judge_hang,
+    judge_stragglers,
+)
+from slurm_hooks.detect.progress.records import parse_line, rank_views
+from slurm_hooks.detect.progress.settings import ProgressConfig
+from slurm_hooks.jobside.progress import Progress
+
+JOB = "4242"
+
+
+def _write(tmp_path, rank, steps, *, t0=1000.0, dt=1.0, busy=0.5, node=None, pid=None, **kw):
+    clock = iter([t0] + [t0 + dt * s for s in steps])
+    p = Progress(str(tmp_path), JOB, rank, node=node or f"n{rank}", clock=lambda: next(clock), **kw)
+    if pid is not None:
+        p._head = p._head.replace(f"pid={os.getpid()}", f"pid={pid}")
+    for s in steps:
+        b = busy(rank, s) if callable(busy) else busy
+        p.step(s, busy=b)
+    p.close()
+    return p
+
+
+def _views(tmp_path, uid=None):
+    return rank_views(read_job(str(tmp_path), JOB, uid=uid), JOB)
+
+
+# -- writer and parser ---------------------------------------------------------------------
+
+
+def test_writer_lines_parse_back(tmp_path):
+    _write(tmp_path, 3, [1, 2, 3], node="gpu-7")
+    lines = (tmp_path / JOB / "rank3.log").read_text().splitlines()
+    assert len(lines) == 4  # step 0 when the rank starts, then one per step
+    recs = [parse_line(x) for x in lines]
+    assert [r.step for r in recs] == [0, 1, 2, 3]
+    assert {(r.rank, r.node, r.job, r.pid) for r in recs} == {(3, "gpu-7", JOB, os.getpid())}
+    assert recs[1].busy == 0.5 and recs[0].busy is None
+
+
+def test_writer_is_a_noop_outside_slurm(tmp_path):
+    p = Progress.from_env({"SLURM_HOOKS_PROGRESS_DIR": str(tmp_path)})
+    p.step(1)
+    assert not p.enabled and list(tmp_path.iterdir()) == []
+
+
+def test_writer_module_imports_only_the_standard_library():
+    code = (
+        "import sys; import slurm_hooks.jobside.progress; "
+        "print(sorted(m for m in sys.modules if m.startswith('slurm_hooks')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (
+        out.stdout.strip()
+        == "['slurm_hooks', 'slurm_hooks.jobside', 'slurm_hooks.jobside.progress']"
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "P1 job=1 restart=0 rank=0 node=a pid=1 step=1",  # no time
+        "P1 job=1 restart=0 rank=0 node=a pid=1 step=1 time=nan",
+        "P1 job=1 restart=0 rank=0 node=a pid=1 step=-1 time=5",
+        "P1 job=1 restart=0 rank=0 node=a pid=0 step=1 time=5",
+        "P1 job=1 job=2 restart=0 rank=0 node=a pid=1 step=1 time=5",
+        "P1 job=1 restart=0 rank=0 node=a;rm pid=1 step=1 time=5",
+        "P2 job=1 restart=0 rank=0 node=a pid=1 step=1 time=5",
+        "P1 job=1 restart=0 rank=0 node=a pid=1 step=1 time=5 busy=-3",
+        "P1 job=1 restart=0 rank=0 node=a pid=1 step=99999999999999999999 time=5",
+    ],
+)
+def test_hostile_lines_are_skipped(line):
+    assert parse_line(line) is None
+
+
+def test_a_file_speaks_only_for_its_own_rank(tmp_path):
+    _write(tmp_path, 0, [1, 2])
+    forged = "P1 job=4242 restart=0 rank=1 node=n1 pid=1 step=1 time=1001.0\n"
+    with open(tmp_path / JOB / "rank0.log", "a") as f:
+        f.write(forged)
+    assert set(_views(tmp_path)) == {0}
+
+
+def test_symlinked_and_foreign_files_are_not_read(tmp_path):
+    _write(tmp_path, 0, [1])
+    os.symlink(tmp_path / JOB / "rank0.log", tmp_path / JOB / "rank1.log")
+    assert read_tail(str(tmp_path / JOB / "rank1.log"), 4096, None) == []
+    # Only the job owner's files count.
+    assert read_tail(str(tmp_path / JOB / "rank0.log"), 4096, os.getuid() + 12345) == []
+    assert len(read_tail(str(tmp_path / JOB / "rank0.log"), 4096, os.getuid())) == 2
+
+
+def test_only_the_latest_restart_counts(tmp_path):
+    _write(tmp_path, 0, [1, 2, 3], restart=0)
+    _write(tmp_path, 0, [4], t0=2000.0, restart=1)
+    v = _views(tmp_path)[0]
+    assert (v.restart, v.step, v.started) == (1, 4, 2000.0)
+
+
+# -- hang judge -----------------------------------------------------------------------------
+
+HS = HangSettings(hang_s=10.0, first_step_allowance_s=5.0)
+
+
+def test_no_records_and_no_first_step_are_never_a_hang(tmp_path):
+    assert judge_hang(JOB, {}, {}, 1e9, HS).verdict is Verdict.NO_RECORDS
+    _write(tmp_path, 0, [])
+    _write(tmp_path, 1, [])
+    views = _views(tmp_path)
+    # A first step that takes an hour is a slow start, not a hang.
+    assert judge_hang(JOB, views, {}, 1000.0 + 3600, HS).verdict is Verdict.STARTING
+
+
+def test_stopped_rank_is_the_culprit(tmp_path):
+    for r in range(4):
+        _write(tmp_path, r, range(1, 21 if r != 2 else 20))
+    views = _views(tmp_path)
+    now = 1000.0 + 20 + 11
+    procs = {
+        0: ProcState.SLEEPING,
+        1: ProcState.SLEEPING,
+        2: ProcState.STOPPED,
+        3: ProcState.SLEEPING,
+    }
+    v = judge_hang(JOB, views, procs, now, HS)
+    assert (v.verdict, v.rank, v.node, v.cause) == (
+        Verdict.HANG,
+        2,
+        "n2",
+        "process stopped (state T)",
+    )
+    # Not yet stalled long enough: healthy.
+    assert judge_hang(JOB, views, procs, 1000.0 + 20 + 9, HS).verdict is Verdict.HEALTHY
+
+
+def test_gone_beats_stopped_and_lowest_step_without_proc_evidence(tmp_path):
+    for r in range(3):
+        _write(tmp_path, r, range(1, 11 if r != 1 else 8))
+    views = _views(tmp_path)
+    now = 1000.0 + 30
+    v = judge_hang(JOB, views, {0: ProcState.STOPPED, 2: ProcState.GONE}, now, HS)
+    assert (v.rank, v.cause) == (2, "process gone")
+    v = judge_hang(JOB, views, {}, now, HS)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 1, "lowest step")
+
+
+def test_all_ranks_equal_and_healthy_processes_is_stalled_without_culprit(tmp_path):
+    for r in range(2):
+        _write(tmp_path, r, range(1, 6))
+    v = judge_hang(JOB, _views(tmp_path), {0: ProcState.SLEEPING}, 1000.0 + 60, HS)
+    assert v.verdict is Verdict.STALLED and v.rank is None
+
+
+def test_first_step_allowance_delays_the_verdict(tmp_path):
+    _write(tmp_path, 0, [1])
+    _write(tmp_path, 1, [])
+    views = _views(tmp_path)
+    slow_start = HangSettings(hang_s=10.0, first_step_allowance_s=100.0)
+    assert judge_hang(JOB, views, {}, 1000.0 + 50, slow_start).verdict is Verdict.HEALTHY
+
+
+# -- straggler judge ------------------------------------------------------------------------
+
+SS = SlowSettings(slow_percent=20.0, slow_windows=3, window_steps=10)
+
+
+def test_a_rank_30_percent_slower_is_a_straggler(tmp_path):
+    rng = random.Random(1)
+    for r in range(4):
+        _write(tmp_path, r, range(1, 41),
+               busy=lambda rank, s: (0.39 if rank == 1 else 0.3) * rng.uniform(0.95, 1.05))  # fmt: skip
+    found = judge_stragglers(JOB, _views(tmp_path), SS)
+    assert [s.rank for s in found] == [1]
+    assert 20 < found[0].over_percent < 45 and len(found[0].windows) == 3
+
+
+def test_two_ranks_suffice_and_jitter_is_no_straggler(tmp_path):
+    rng = random.Random(7)
+    for r in range(2):
+        _write(tmp_path, r, range(1, 201), busy=lambda rank, s: 0.3 * rng.uniform(0.8, 1.2))
+    assert judge_stragglers(JOB, _views(tmp_path), SS) == []
+
+
+def test_slow_in_fewer_windows_than_asked_is_not_a_straggler(tmp_path):
+    for r in range(3):
+        _write(tmp_path, r, range(1, 41),
+               busy=lambda rank, s: 0.5 if rank == 0 and s > 25 else 0.3)  # fmt: skip
+    assert judge_stragglers(JOB, _views(tmp_path), SS) == []
+
+
+# -- /proc ------------------------------------------------------------------------------------
+
+
+def test_proc_state_sees_stopped_and_gone_processes():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = time.time()
+        assert proc_state(child.pid, uid=os.getuid(), started=started) in (
+            ProcState.SLEEPING, ProcState.RUNNING)  # fmt: skip
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.time() + 5
+        while proc_state(child.pid, uid=None, started=started) is not ProcState.STOPPED:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        # Another uid's process is not the rank's (a record naming it lies).
+        assert proc_state(child.pid, uid=os.getuid() + 1, started=started) is ProcState.GONE
+        # Started long after the rank's first record: a recycled pid.
+        assert proc_state(child.pid, uid=None, started=started - 3600) is ProcState.GONE
+    finally:
+        child.kill()
+        child.wait()
+    assert proc_state(child.pid, uid=None, started=started) is ProcState.GONE
+
+
+# -- reason -------------------------------------------------------------------------------
+
+
+def test_hang_reason_names_job_and_rank():
+    r = DrainReason("HANG", "0a1b2c3d", "job 4242 made no progress", "job:4242/rank3")
+    back = parse_reason(format_reason(r))
+    assert (back.code, back.component) == ("HANG", "job:4242/rank3")
+
+
+def test_config_section_is_registered_and_validated():
+    from slurm_hooks.core import config
+
+    assert config.SECTIONS["progress"].endswith(":ProgressConfig")
+    with pytest.raises(ValueError):
+        ProgressConfig(slow_policy="panic").validate()
+
+
+# -- the watcher's pass -----------------------------------------------------------------------
+
+
+class FakeSlurm:
+    def __init__(self, job: JobInfo | None):
+        self.job = job
+        self.calls = 0
+
+    def get_job(self, job_id):
+        self.calls += 1
+        if self.job is None or self.job.job_id != job_id:
+            raise JobGone(job_id)
+        return self.job
+
+    def get_node(self, name):
+        return SimpleNamespace(name=name, state="allocated", flags=frozenset(), reason=None)
+
+
+class FakeEngine:
+    actor = "test"
+
+    def __init__(self, slurm):
+        self.slurm = slurm
+        self.handled = []
+        self.alerts = []
+        self.audit = SimpleNamespace(record=lambda *a, **k: None)
+
+    def handle(self, node, findings):
+        self.handled.append((node, list(findings)))
+        return ["decision"]
+
+    def notify(self, alert):
+        self.alerts.append(alert)
+
+
+def _job(user, nodes="n[0-1]", restart=0, batch="n0"):
+    return JobInfo(JOB, user, "RUNNING", nodes, batch_host=batch, restart_count=restart)
+
+
+def _me():
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _pass(tmp_path, node, slurm, now, **cfg):
+    s = ProgressConfig(dir=str(tmp_path), hang_s=10.0, first_step_allowance_s=0.0, **cfg)
+    engine = FakeEngine(slurm)
+    return ProgressPass(s, node, engine, clock=lambda: now), engine
+
+
+def test_pass_without_records_makes_no_slurm_call(tmp_path):
+    slurm = FakeSlurm(_job(_me()))
+    p, engine = _pass(tmp_path, "n0", slurm, 1e9)
+    (tmp_path / "999").mkdir()  # a directory, no records: never touched
+    assert p.run() == [] and slurm.calls == 0 and not engine.handled
+
+
+def test_pass_drains_the_stopped_ranks_node_only(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        t0 = time.time()  # records start after both processes did
+        _write(tmp_path, 0, range(1, 11), t0=t0, node="n0")
+        _write(tmp_path, 1, range(1, 10), t0=t0, node="n1", pid=child.pid)
+        slurm = FakeSlurm(_job(_me()))
+        # The healthy rank's node sees the culprit elsewhere: no drain there.
+        p0, e0 = _pass(tmp_path, "n0", slurm, t0 + 100)
+        p0.run()
+        assert not e0.handled
+        p1, e1 = _pass(tmp_path, "n1", slurm, t0 + 100)
+        p1.run()
+        [(node, [finding])] = e1.handled
+        assert (node, finding.code, finding.component.short()) == ("n1", "HANG", "job:4242/rank1")
+        assert finding.values["cause"] == "process stopped (state T)"
+        assert e1.alerts and e1.alerts[0].user == _me()
+        p1.run()  # acted once per job run
+        assert len(e1.handled) == 1
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_pass_never_acts_for_records_of_another_user_or_an_old_run(tmp_path):
+    t0 = time.time()
+    _write(tmp_path, 0, range(1, 11), t0=t0, node="n0")
+    _write(tmp_path, 1, range(1, 5), t0=t0, node="n0", pid=2**22 + 7)  # gone pid
+    for job in (_job("nobody"), _job(_me(), restart=3), _job(_me(), nodes="n[5-6]"), None):
+        p, engine = _pass(tmp_path, "n0", FakeSlurm(job), t0 + 100)
+        p.run()
+        assert not engine.handled, job
+    p, engine = _pass(tmp_path, "n0", FakeSlurm(_job(_me())), t0 + 100)
+    p.run()
+    assert [f.values["cause"] for _, [f] in engine.handled] == ["process gone"]
+
+
+def test_pass_reports_a_straggler_without_draining_by_default(tmp_path):
+    t0 = time.time()
+    for r in range(2):
+        _write(tmp_path, r, range(1, 41), t0=t0, dt=0.1, node=f"n{r}",
+               busy=lambda rank, s: 0.39 if rank == 1 else 0.3)  # fmt: skip
+    p, engine = _pass(tmp_path, "n1", FakeSlurm(_job(_me())), t0 + 4.1, window_steps=10)
+    p.run()
+    [(node, [f])] = engine.handled
+    assert (f.code, str(f.status), str(f.action)) == ("SLOW", "WARN", "none")
+    assert f.values["over_percent"] == pytest.approx(30.0, abs=0.5)
+    assert engine.alerts[0].kind == "job_straggler"
