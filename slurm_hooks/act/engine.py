@@ -40,6 +40,7 @@ from slurm_hooks.core.errors import (
     ReasonChanged,
     SlurmError,
     SlurmHooksError,
+    SlurmUnavailable,
     StateError,
 )
 from slurm_hooks.core.history import FaultEvent
@@ -194,7 +195,10 @@ class Engine:
 
             slurm = factory.client_from_config(config)
         state = StateStore(general.state_dir)
-        audit = AuditLog(policy.audit_log or Path(general.state_dir) / "audit.jsonl", actor=actor)
+        audit = AuditLog(
+            policy.audit_log or Path(general.state_dir) / "audit.jsonl",
+            actor=actor, shared_dir=general.audit_dir or None,
+        )  # fmt: skip
         worker_env = {}
         if config.path:
             worker_env["SLURM_HOOKS_CONFIG"] = str(config.path)
@@ -272,9 +276,10 @@ class Engine:
             self._record_faults(node, decisions)
         except StateError as exc:  # the history is lost for this run; acting is not
             self._state_failed("node", f"fault history of {node} not recorded: {exc}")
-        for d in decisions:
+        logged = self._log_repeats(node, decisions)
+        for i, d in enumerate(decisions):
             if d.kind is not DecisionKind.IGNORE:
-                absorbed, repeated = self._log_repeat(node, d)
+                absorbed, repeated = logged.get(i, (False, 0))
                 if absorbed:
                     continue
                 self.audit.record(
@@ -323,17 +328,28 @@ class Engine:
             facts={**d.facts, "held": True, "would_be": str(d.kind)},
         )  # fmt: skip
 
-    def _log_repeat(self, node: str, d: Decision) -> tuple[bool, int]:
-        """Log-only repeats (an XID 43 flood) cost no audit line each: one
-        line per ``repeats.LOG_PERIOD_S`` per code, with the count since."""
+    def _log_repeats(self, node: str, decisions: Sequence[Decision]) -> dict[int, tuple[bool, int]]:
+        """Log-only repeats (an XID 43 flood, a lost GPU's "could not run"
+        from every other check) cost no audit line each: one line per
+        ``repeats.LOG_PERIOD_S`` per code, with the count since.  Index of
+        each LOG decision -> (absorbed, repeats since the last line).
+
+        This runs before the drain it sits beside, so it is ONE state write
+        per run whose lock wait is short (``repeats.LOG_LOCK_WAIT_S``): one
+        wait per log-only decision, at the state store's full lock timeout
+        each, put a lost GPU's drain (1 FAIL + 9 UNKNOWN) behind 180 s of
+        waiting on a lock a stuck process held: past the 60 s slurmd gives a
+        health check, so no run ever drained.  Failing here audits every line."""
         from slurm_hooks.act import repeats
 
-        if d.kind is not DecisionKind.LOG:
-            return False, 0
+        idx = [i for i, d in enumerate(decisions) if d.kind is DecisionKind.LOG]
         try:
-            return repeats.absorb_log(self.state, node, d.code, self.clock())
-        except StateError:
-            return False, 0
+            got = repeats.absorb_logs(self.state, node, [decisions[i].code for i in idx],
+                                      self.clock(), timeout=repeats.LOG_LOCK_WAIT_S)  # fmt: skip
+        except StateError as exc:
+            log.warning("log-only repeats of %s not counted (every line audited): %s", node, exc)
+            return {}
+        return dict(zip(idx, got, strict=True))
 
     def _state_failed(self, what: str, message: str) -> None:
         """A local state write failed: say it loudly, count it, go on."""
@@ -629,11 +645,14 @@ class Engine:
             if doc.get("deadline") is None:
                 doc["deadline"] = iso(self.clock() + timedelta(seconds=doc["grace_s"]))
                 self.state.write_incident(doc)
-            if not doc["jobs"]:
+            empty = not doc["jobs"]
+            if empty:
                 doc["jobs_done"] = True
                 doc["status"] = IncidentStatus.JOBS_DONE
                 self.state.write_incident(doc)
-                return
+        if empty:  # an idle node: straight to the repair (outside the lock)
+            self._after_jobs(incident)
+            return
         if doc["grace_s"] <= 0 or self.spawn is None:
             if doc["grace_s"] <= 0:
                 self.finish_incident(incident)
@@ -675,6 +694,16 @@ class Engine:
             try:
                 self.door.signal(job_id, sig, target)
                 sent.append(f"{sig}->{target}")
+            except SlurmUnavailable:
+                if sent:  # part went out: keep the record, never send it twice
+                    break
+                # slurmctld did not answer: nothing went out.  Take the intent
+                # back so the next run (the XID is not committed either) sends
+                # the checkpoint signal instead of requeueing without one.
+                rec["signal_intent_at"] = None
+                rec["signal_retries"] = int(rec.get("signal_retries") or 0) + 1
+                self.state.write_incident(doc)
+                raise
             except SlurmError as exc:
                 # No steps, or the job just ended: the requeue step will tell.
                 log.info("signal %s to job %s (%s) failed: %s", sig, job_id, target, exc)
@@ -1136,6 +1165,9 @@ class Engine:
         except StateError as exc:
             self._state_failed("node", f"held fault of {d.node} not recorded: {exc}")
             rec = {}
+        from slurm_hooks.act import metrics
+
+        metrics.set_held({d.code} | set(self._held_codes(d.node)))
         if old is None:
             self.audit.record(
                 "held", node=d.node, incident=inc, code=d.code, component=d.component,
@@ -1172,10 +1204,13 @@ class Engine:
     def _held_tick(self, node: str) -> None:
         """A held fault is not forgotten when its event is not seen again
         (an XID is logged once): keep alerting, rate-limited, no Slurm call."""
+        from slurm_hooks.act import metrics
+
         try:
             recs = self.state.held(node)
         except StateError:
             return
+        metrics.set_held(recs)
         for rec in recs.values():
             self._held_alert(node, rec, str(rec.get("message") or "held by the circuit breaker"))
 
@@ -1200,6 +1235,9 @@ class Engine:
             return None
         if not self.latch.read():
             return None  # re-armed (a shared latch was reset): the full way
+        from slurm_hooks.act import metrics
+
+        metrics.set_held(recs)
         out = []
         for d in drains:
             rec = recs[d.code]
@@ -1239,11 +1277,20 @@ class Engine:
 
         self.state.update_held(node, change)
 
+    def _held_codes(self, node: str) -> list[str]:
+        try:
+            return list(self.state.held(node))
+        except StateError:
+            return []
+
     def _clear_held(self, node: str) -> None:
+        from slurm_hooks.act import metrics
+
         try:
             gone = self.state.clear_held(node)
         except StateError:
             return
+        metrics.set_held(())
         if gone:
             try:
                 self.door.clear_held(node)
