@@ -28,7 +28,9 @@ CFG = PolicyConfig(breaker_max_share=1.0, breaker_max_nodes=2)
 
 
 def ours(name, t, *, inc=None, extra="", parts=("gpu",)):
-    reason = f"slurm-hooks/1 XID79 gpu0 inc={inc or name + 'x'}{extra} :: GPU has fallen off the bus"
+    reason = (
+        f"slurm-hooks/1 XID79 gpu0 inc={inc or name + 'x'}{extra} :: GPU has fallen off the bus"
+    )
     return NodeState(name, "idle", frozenset({"DRAIN"}), reason, "root", t, partitions=parts)
 
 

@@ -136,7 +136,7 @@ def test_simultaneous_faults_drain_exactly_the_cap_hold_the_rest_and_reset_drain
             # status lists every held fault, fleet-wide from Slurm.
             rc, out = cli(hooks, faulty[0], "status", "--json")
             assert rc == 1
-            rows = json.loads(out[out.index("{"):])["held"]
+            rows = json.loads(out[out.index("{") :])["held"]
             assert sorted(r["node"] for r in rows) == sorted(held)
             assert {(r["fault"], r["status"]) for r in rows} == {("XID79", "held by breaker")}
             if rnd == 0:

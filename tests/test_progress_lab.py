@@ -109,15 +109,19 @@ def test_sigstopped_rank_blocks_the_job_and_its_node_is_drained_and_job_resumes(
     assert any(e.get("action") == "job_hang" and e.get("job") == job for e in hooks.audit(culprit))
 
 
-def test_slow_rank_is_reported_not_drained_and_opted_out_job_never_touched(rig, job_dir):
+def test_slow_rank_reported_not_drained_opted_out_and_slow_start_never_touched(rig, job_dir):
     lab, hooks, pdir = rig
-    slow = sbatch(lab, job_dir / "slow" if False else job_dir, pdir, "--max-steps", "45",
-                  "--step-seconds", "0.2", "--slow-rank", "1:1.3", "--ckpt-every", "1000")  # fmt: skip
-    quiet_dir = job_dir / "quiet"
-    quiet_dir.mkdir()
-    os.chmod(quiet_dir, 0o1777)
-    # Never reports progress, and stops for longer than hang_s: never judged.
-    quiet = sbatch(lab, quiet_dir, None, "--max-steps", "1000", "--step-seconds", "0.2")
+    slow = sbatch(lab, job_dir, pdir, "--max-steps", "45", "--step-seconds", "0.2",
+                  "--slow-rank", "1:1.3", "--ckpt-every", "1000")  # fmt: skip
+    quiet_dir, start_dir = job_dir / "quiet", job_dir / "start"
+    for d in (quiet_dir, start_dir):
+        d.mkdir()
+        os.chmod(d, 0o1777)
+    # Never reports progress: never judged.
+    quiet = sbatch(lab, quiet_dir, pdir, "--no-progress", "--max-steps", "1000", nodes=1)
+    # A first step three times hang_s: a slow start, no alarm.
+    start = sbatch(lab, start_dir, pdir, "--first-step-seconds", "12", "--max-steps", "30",
+                   "--step-seconds", "0.1", nodes=1)  # fmt: skip
     try:
         lab.wait_for(lambda: any(e.get("action") == "job_straggler" and e.get("job") == slow
                                  for n in lab.node_names for e in hooks.audit(n)), 60,
@@ -125,14 +129,15 @@ def test_slow_rank_is_reported_not_drained_and_opted_out_job_never_touched(rig, 
         node = last_record(rank_file(pdir, slow, 1))["node"]
         entry = next(e for e in hooks.audit(node) if e.get("action") == "job_straggler")
         assert entry["rank"] == 1 and "slower than the median" in entry["why"]
-        assert any(
-            e.get("code") == "SLOW" and e.get("decision") == "log" for e in hooks.audit(node)
-        )
+        lab.wait_for(lambda: any(e.get("code") == "SLOW" and e.get("decision") == "log"
+                                 for e in hooks.audit(node)), 10, what="SLOW decision")  # fmt: skip
+        lab.wait_for(lambda: lab.client().get_job(start).state not in ("RUNNING", "PENDING"), 60,
+                     what="slow-start job end")  # fmt: skip
         lab.wait_for(lambda: lab.client().get_job(slow).state != "RUNNING", 60, what="slow job end")
-        q = lab.client().get_job(quiet)
         for n in lab.node_names:
             assert lab.client().get_node(n).reason is None, n
-            assert not any(e.get("job") == quiet for e in hooks.audit(n))
-        assert q.state == "RUNNING" and not (pdir / quiet).exists()
+            assert not any(e.get("job") in (quiet, start) for e in hooks.audit(n))
+        assert lab.client().get_job(start).state == "COMPLETED"
+        assert lab.client().get_job(quiet).state == "RUNNING" and not (pdir / quiet).exists()
     finally:
-        run(["scancel", slow, quiet], timeout=30, env=lab.env(), check=False)
+        run(["scancel", slow, quiet, start], timeout=30, env=lab.env(), check=False)

@@ -161,6 +161,7 @@ def test_breaker_stops_drains_at_the_cap_and_says_so(rig):
     assert alert["counted"] == 2 and alert["limit"] == 2
     assert not lab.client().get_node("n3").drained
     assert audit_has(hooks, "n3", action="breaker_trip")
+    print("KINDS", [(a.get("kind"), a.get("node")) for a in webhook.alerts()])
     assert [a["node"] for a in webhook.alerts("node_drained")] == ["n1", "n2"]
 
 

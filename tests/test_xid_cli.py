@@ -42,12 +42,21 @@ def test_scan_file_since_cursor(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
     r = CliRunner().invoke(command, ["scan", str(log), "--since-cursor", state, "--json"])
     assert r.exit_code == 0 and len(r.stdout.splitlines()) == 1
+    # Read-only (issue 16): the scan never advances the cursor; the hooks do.
+    r = CliRunner().invoke(command, ["scan", str(log), "--since-cursor", state, "--json"])
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 1
+    from slurm_hooks.detect.xid.source import FileSource, scan_new
+
+    scan_new(FileSource(str(log)), state)  # what a hook run does
     r = CliRunner().invoke(command, ["scan", str(log), "--since-cursor", state, "--json"])
     assert r.exit_code == 0 and r.stdout == ""
     with log.open("a") as f:
         f.write(FATAL)
-    r = CliRunner().invoke(command, ["scan", str(log), "--since-cursor", state, "--json"])
-    assert r.exit_code == 1 and json.loads(r.stdout)["xid"] == 79
+    files = sorted(p.read_bytes() for p in Path(state).rglob("*") if p.is_file())
+    for _ in range(2):  # seen each time: nothing consumed
+        r = CliRunner().invoke(command, ["scan", str(log), "--since-cursor", state, "--json"])
+        assert r.exit_code == 1 and json.loads(r.stdout)["xid"] == 79
+    assert sorted(p.read_bytes() for p in Path(state).rglob("*") if p.is_file()) == files
 
 
 def test_scan_errors_exit_2(tmp_path: Path) -> None:

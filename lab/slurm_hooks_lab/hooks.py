@@ -412,6 +412,7 @@ def render_node_config(
     prolog: Mapping[str, Any] | None = None,
     slurm_timeout: float = 10.0,
     progress: Mapping[str, Any] | None = None,
+    repair: Mapping[str, Any] | None = None,
 ) -> str:
     """The node's config file (every section the hooks and the watcher read)."""
     pol: dict[str, Any] = {
@@ -446,6 +447,8 @@ def render_node_config(
         parts.append(_table("prolog", prolog))
     if progress:
         parts.append(_table("progress", progress))
+    if repair:
+        parts.append(_table("repair", repair))
     if watch:
         # Only when asked: until "watch" is in config.SECTIONS, the grace
         # worker (which validates the whole file) refuses an unknown section.
@@ -498,6 +501,7 @@ def install(
     reconfigure: bool = True,
     chain_healthcheck: str | None = None,
     progress: Mapping[str, Any] | None = None,
+    repair: Mapping[str, Any] | None = None,
 ) -> LabHooks:
     """Write every node's config, scenario and kernel log, the shims, and
     (``reconfigure``) put the hook lines into slurm.conf.
@@ -534,6 +538,7 @@ def install(
         text = render_node_config(
             nf, breaker_file=breaker_file, grace_s=grace_s, webhook_url=webhook_url,
             policy=policy, watch=watch, prolog=prolog_settings, progress=progress,
+            repair=repair,
         )  # fmt: skip
         write_atomic(nf.config, text)
     phases = ["healthcheck", "epilog"]

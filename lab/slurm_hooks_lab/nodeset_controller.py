@@ -62,6 +62,7 @@ def nodeset(name: str, namespace: str, replicas: int) -> Obj:
         "kind": "NodeSet",
         "metadata": {"name": name, "namespace": namespace, "annotations": {}},
         "spec": {
+            "controllerRef": {"name": "slurm"},
             "replicas": replicas,
             "scalingMode": "StatefulSet",
             "template": {"metadata": {"labels": {}}},

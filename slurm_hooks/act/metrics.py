@@ -59,6 +59,18 @@ class MetricsConfig:
 STATE_FAILURES: dict[str, int] = {}
 
 
+#: Faults the circuit breaker holds on this node, by code, as this process
+#: last saw them (``act/held.py``; the engine sets it on each run).
+HELD_FAULTS: dict[str, int] = {}
+
+
+def set_held(codes: Iterable[str]) -> None:
+    """The held faults of this node now (``slurm_hooks_held_faults``)."""
+    HELD_FAULTS.clear()
+    for code in codes:
+        HELD_FAULTS[code] = HELD_FAULTS.get(code, 0) + 1
+
+
 def count_state_failure(what: str) -> None:
     """Count one failed local state write (the caller logs it loudly)."""
     STATE_FAILURES[what] = STATE_FAILURES.get(what, 0) + 1
@@ -84,6 +96,8 @@ class PhaseRun:
     #: Repeats of a fault on a node we already drained for it, absorbed
     #: without a Slurm call, by fault code.
     repeats: Mapping[str, int] = field(default_factory=dict)
+    #: Faults held by the circuit breaker, by code (defaults to this process's view).
+    held: Mapping[str, int] = field(default_factory=lambda: dict(HELD_FAULTS))
 
 
 def textfile_name(phase: str) -> str:
@@ -166,6 +180,15 @@ def _families(run: PhaseRun) -> Iterator[Any]:
         for what, n in sorted(run.state_failures.items()):
             sf.add_metric([what], n)
         yield sf
+
+    held = GaugeMetricFamily(
+        f"{NAMESPACE}_held_faults",
+        "Faults the circuit breaker held (seen, not drained) on this node, by code.",
+        labels=["code"],
+    )
+    for code, n in sorted(run.held.items()):
+        held.add_metric([code], n)
+    yield held
 
     if run.repeats:
         rep = CounterMetricFamily(

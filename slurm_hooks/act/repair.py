@@ -122,7 +122,8 @@ def attempts(engine: Engine, node: str) -> list[Attempt]:
 
 def _remember(engine: Engine, node: str, rec: dict[str, Any]) -> None:
     def change(d: dict[str, Any]) -> None:
-        hist = d.get(HISTORY_KEY) if isinstance(d.get(HISTORY_KEY), list) else []
+        raw = d.get(HISTORY_KEY)
+        hist: list[dict[str, Any]] = raw if isinstance(raw, list) else []
         hist = [h for h in hist if h.get("incident") != rec.get("incident")
                 or h.get("step") != rec.get("step")]  # fmt: skip
         d[HISTORY_KEY] = (hist + [rec])[-50:]
@@ -141,8 +142,9 @@ def _action_of(doc: dict[str, Any]) -> str | None:
         return None
     from slurm_hooks.detect.xid.catalogue import load_catalogue
 
-    info = load_catalogue().get(int(m.group(1)))
-    return str(info.action) if info is not None else None
+    cat = load_catalogue()
+    info = cat.get(int(m.group(1)))
+    return str(cat.bucket(info.bucket).action) if info is not None else None
 
 
 def _save(engine: Engine, incident: str, rep: dict[str, Any], step: str) -> dict[str, Any]:
@@ -152,7 +154,8 @@ def _save(engine: Engine, incident: str, rep: dict[str, Any], step: str) -> dict
         doc.setdefault("steps", []).append({"step": f"repair_{step}", "at": at})
         doc["repair"] = rep
 
-    return engine.state.update_incident(incident, change)
+    with engine.state.incident_lock(incident):
+        return engine.state.update_incident(incident, change)
 
 
 def _audit(engine: Engine, doc: dict[str, Any], outcome: str, **fields: Any) -> None:
@@ -167,19 +170,28 @@ def advance(engine: Engine, incident: str, *, accept: Accept | None = None, nvml
     """Move the incident's repair on as far as it goes now; returns the
     repair status reached (None: nothing to do).  Safe to call any number of
     times from any process (each step is journalled before its call)."""
+    from slurm_hooks.store.state import LockTimeout
+
     cfg = config_of(engine)
-    for _ in range(6):  # a few rungs in one call (reset fails -> reboot ...)
-        with engine.state.incident_lock(incident):
-            doc = engine.state.read_incident(incident)
-            if not due(doc, cfg):
-                return (doc or {}).get("repair", {}).get("status") if doc else None
-            assert doc is not None
-            before = (doc.get("repair") or {}).get("status")
-            status = _step_once(engine, doc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
-        if status in (before, Status.REBOOTING, Status.DEFERRED) or status in _DONE_STATES:
-            if status == Status.RESUMED or status == Status.REPLACE:
-                engine.flush_alerts(incident)
-            return status
+    status: str | None = None
+    try:
+        # One repair worker at a time per incident (acceptance can take long:
+        # the incident's own lock is taken only around each journal write).
+        with engine.state.lock(f"repair-{incident}", timeout=2.0):
+            for _ in range(8):  # a few rungs in one call (reset fails -> reboot ...)
+                doc = engine.state.read_incident(incident)
+                if not due(doc, cfg):
+                    return (doc or {}).get("repair", {}).get("status") if doc else None
+                assert doc is not None
+                before = (doc.get("repair") or {}).get("status")
+                status = _step_once(engine, doc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
+                if status in (before, Status.REBOOTING, Status.DEFERRED, Status.TICKET_INTENT) or (
+                    status in _DONE_STATES
+                ):
+                    break
+    except LockTimeout:
+        log.info("repair of incident %s: another worker is on it", incident)
+        return None
     return status
 
 
@@ -200,7 +212,8 @@ def _step_once(engine: Engine, doc: dict[str, Any], cfg: RepairConfig, *, accept
         plan = plan_repair(_action_of(doc), str(doc.get("code")), doc.get("component"), serial,
                            attempts(engine, node), cfg, now)  # fmt: skip
         rep = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
-               "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": []}  # fmt: skip
+               "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": [],
+               "worker_pid": (doc.get("repair") or {}).get("worker_pid")}  # fmt: skip
         if engine.observe_only:
             rep["status"] = Status.OBSERVED
             _save(engine, incident, rep, "observed")
@@ -255,8 +268,13 @@ def _step_once(engine: Engine, doc: dict[str, Any], cfg: RepairConfig, *, accept
                                               "detail": detail, "at": iso(engine.clock())})  # fmt: skip
         _remember(engine, node, _attempt_rec(doc, rep, step, "passed" if passed else "failed"))
         if not passed:
+            engine.state.record_acceptance(node, engine.clock(), False, detail)
+            engine.audit.record("acceptance", node=node, incident=incident, outcome="failed",
+                                why=detail, actor=engine.actor)  # fmt: skip
             return _climb(engine, doc, rep, step, f"acceptance failed: {detail}")
         engine.state.record_acceptance(node, engine.clock(), True, detail)
+        engine.audit.record("acceptance", node=node, incident=incident, outcome="passed",
+                            why=detail, actor=engine.actor)  # fmt: skip
         rep["status"] = Status.RESUMED
         _save(engine, incident, rep, "accepted")
         _audit(engine, doc, "accepted", step=str(step), why=detail)
@@ -406,8 +424,10 @@ def _send_ticket(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: 
             from slurm_hooks.act.notify.webhook import WebhookSink
 
             WebhookSink(cfg.ticket_url, deadline=cfg.ticket_deadline_s).send(alert)
-        else:
-            engine.notify(alert)
+        else:  # the [notify] sinks: sent when at least one took it
+            failed = [d for d in engine.notifier.send(alert) if not d.ok]
+            if failed and len(failed) == len(engine.notifier.sinks):
+                raise SlurmHooksError("; ".join(str(d.error) for d in failed))
     except SlurmHooksError as exc:  # NotifyError: kept as intent, sent on the next run
         log.error("hardware ticket for %s not sent: %s", doc["node"], exc)
         _audit(engine, doc, "ticket_failed", why=str(exc))

@@ -14,6 +14,7 @@ line summarises what was absorbed since.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -90,36 +91,61 @@ LOG_PERIOD_S = 60.0
 LOG_KEY = "logged"
 
 
+#: Seconds the log-only bookkeeping waits for the node's state lock.  It
+#: runs before the engine acts, once per run: a lock held by a stuck process
+#: must cost the drain that follows at most this, however many log-only
+#: findings (a lost GPU's "could not run" from every other check) there are.
+LOG_LOCK_WAIT_S = 1.0
+
+
 def absorb_log(state: StateStore, node: str, code: str, now: datetime) -> tuple[bool, int]:
     """A log-only decision (XID 43: the application's fault, no action) for
     ``code`` on ``node``.  (True, 0): audited less than LOG_PERIOD_S ago,
     counted instead (one local write, no audit line).  (False, n): write
     the audit line now, summarising the ``n`` repeats absorbed since the
     last one.  A state dir that cannot be written audits every time."""
-    out: list[int] = [0, 0]
+    return absorb_logs(state, node, [code], now, timeout=None)[0]
+
+
+def absorb_logs(
+    state: StateStore,
+    node: str,
+    codes: Sequence[str],
+    now: datetime,
+    *,
+    timeout: float | None,
+) -> list[tuple[bool, int]]:
+    """:func:`absorb_log` for every log-only decision of one run, in order
+    (a code seen twice in the run: the second is absorbed), in ONE locked
+    write that waits at most ``timeout`` for the lock (None: the store's
+    lock timeout; the engine passes LOG_LOCK_WAIT_S).  Raises StateError
+    (LockTimeout included): the caller then audits every decision."""
+    out: list[tuple[bool, int]] = []
 
     def change(d: dict[str, Any]) -> None:
+        out.clear()
         raw = d.get(LOG_KEY)
         memo: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        rec_raw = memo.get(code)
-        rec: dict[str, Any] | None = rec_raw if isinstance(rec_raw, dict) else None
-        last = None
-        if rec is not None:
-            try:
-                last = parse_time(rec["at"])
-            except (KeyError, TypeError, ValueError):
-                last = None
-        if (
-            rec is not None
-            and last is not None
-            and 0 <= (now - last).total_seconds() < LOG_PERIOD_S
-        ):
-            rec["repeats"] = int(rec.get("repeats") or 0) + 1
-            out[0] = 1
-        else:
-            out[1] = int(rec.get("repeats") or 0) if rec is not None else 0
-            memo[code] = {"at": iso(now), "repeats": 0}
+        out.extend(_absorb_one(memo, code, now) for code in codes)
         d[LOG_KEY] = memo
 
-    state.update_node(node, change)
-    return bool(out[0]), int(out[1])
+    if codes:
+        state.update_node(node, change, timeout=timeout)
+    return list(out)
+
+
+def _absorb_one(memo: dict[str, Any], code: str, now: datetime) -> tuple[bool, int]:
+    rec_raw = memo.get(code)
+    rec: dict[str, Any] | None = rec_raw if isinstance(rec_raw, dict) else None
+    last = None
+    if rec is not None:
+        try:
+            last = parse_time(rec["at"])
+        except (KeyError, TypeError, ValueError):
+            last = None
+    if rec is not None and last is not None and 0 <= (now - last).total_seconds() < LOG_PERIOD_S:
+        rec["repeats"] = int(rec.get("repeats") or 0) + 1
+        return True, 0
+    repeats = int(rec.get("repeats") or 0) if rec is not None else 0
+    memo[code] = {"at": iso(now), "repeats": 0}
+    return False, repeats

@@ -45,9 +45,56 @@ def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def
         opts["slurm_conf"] = os.environ["SLURM_CONF"]
     slurm = factory.client_from_config(cfg, **opts)
     state = StateStore(incident_file.parent.parent)
-    audit = AuditLog(doc.get("audit_log") or state.root / "audit.jsonl", actor="slurm-hooks/worker")
+    audit = AuditLog(
+        doc.get("audit_log") or state.root / "audit.jsonl",
+        actor="slurm-hooks/worker", shared_dir=general.audit_dir or None,
+    )  # fmt: skip
     notifier = build_notifier(cfg.section("notify", NotifyConfig), slurm)
-    return Engine(slurm, policy, state, audit, notifier, spawn=None, actor="slurm-hooks/worker")
+    from slurm_hooks.decide.repair import RepairConfig
+
+    return Engine(
+        slurm, policy, state, audit, notifier, spawn=None, actor="slurm-hooks/worker",
+        observe_only=general.observe_only, repair=cfg.section("repair", RepairConfig),
+    )  # fmt: skip
+
+
+def acceptance_here(node: str) -> tuple[bool, str]:
+    """Acceptance on this node for the repair loop (burn-in, NCCL, the
+    health checks, dcgmi where present), judged like ``slurm-hooks
+    acceptance --run-local``; the repair records the verdict."""
+    from slurm_hooks.agent.acceptance import AcceptanceConfig, judge_acceptance
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.detect import runner
+
+    cfg = config_mod.load(validate=False)
+    ac = cfg.section("acceptance", AcceptanceConfig)
+    result = runner.run_phase("acceptance", cfg=cfg, node=node, budget_s=ac.budget_s)
+    return judge_acceptance(tuple(result.findings), ac.require, allow_warn=ac.allow_warn)
+
+
+def repair(engine, incident: str) -> str | None:  # type: ignore[no-untyped-def]
+    """Carry the incident's repair on (act/repair.py) with this node's NVML
+    (for the GPU's serial and the reset) and boot id."""
+    from slurm_hooks.act import repair as repair_mod
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.detect.xid.source import read_boot_id
+
+    if not repair_mod.due(engine.state.read_incident(incident), engine.repair):
+        return None
+    nvml = None
+    try:
+        from slurm_hooks.detect.checks.settings import ChecksConfig
+        from slurm_hooks.detect.probes.nvml import load_nvml
+
+        checks = config_mod.load(validate=False).section("checks", ChecksConfig)
+        nvml = load_nvml(checks.nvml, checks.nvml_scenario or None)
+        nvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - no NVML: nvidia-smi resets, serial unknown
+        log.warning("NVML not available for the repair: %s", exc)
+        nvml = None
+    return repair_mod.advance(
+        engine, incident, accept=acceptance_here, nvml=nvml, boot_id=read_boot_id()
+    )
 
 
 #: Seconds between looks at the incident's jobs during the grace.
@@ -77,6 +124,9 @@ def run(incident_file: Path) -> int:
     outcomes += engine.finish_incident(doc["incident"])
     for o in outcomes:
         log.info("incident %s job %s: %s (%s)", doc["incident"], o.job_id, o.outcome, o.detail)
+    reached = repair(engine, doc["incident"])
+    if reached:
+        log.info("incident %s: repair %s", doc["incident"], reached)
     return 0
 
 

@@ -167,7 +167,8 @@ class BridgeConfig:
     #: Namespace of the Lease and of NodeReplacement objects.
     namespace: str = "slurm-hooks"
     #: "same": the names match; "label": the Kubernetes node carrying
-    #: ``node_label=<slurm name>``; "template": ``node_template.format(name=...)``.
+    #: ``node_label=<slurm name>``; "template": ``node_template.format(name=...)``;
+    #: "slinky": live, through the Slinky NodeSet pod of each Slurm node (docs/slinky.md).
     node_mapping: str = "same"
     #: With ``node_mapping = "label"``: the Node label whose value is the
     #: Slurm node name (nodes without it are not mapped).

@@ -430,36 +430,43 @@ def plan(
         )
         reason = ann.get(keys.reason, "")
         ours_now = _ours_for(state, inc)
-        if not _registered(new, state):
-            if not marked and not ours_now:
-                steps.append(MarkPod(fname, s, inc, new.ref, new.uid))
-            deferred.append(Deferred(fname, s, f"waiting for slurmd on {new.node} to register"))
-            continue
         accepted = ann.get(keys.accepted) == inc
-        reasserted = ann.get(keys.reasserted) == inc
-        held = ours_now and _out_of_service(state)
-        if not ours_now and state.reason and not state.reason.startswith(OPERATOR_PREFIX):
-            # An admin (or another tool) holds it now: theirs to lift.
-            deferred.append(Deferred(fname, s, f"foreign reason {state.reason!r} holds it"))
-            continue
-        if not reasserted and not accepted:
-            # Over the preStop's DOWN, the operator's drain of our mark or
-            # the migration IDLE (all caused by our move), or our reason
-            # already there (the door then writes nothing): journalled.
+        reasserted = ann.get(keys.reasserted) == inc or accepted
+        registered = _registered(new, state)
+        if not reasserted:
+            if not ours_now and state.reason and not state.reason.startswith(OPERATOR_PREFIX):
+                # An admin (or another tool) holds it now: theirs to lift.
+                deferred.append(Deferred(fname, s, f"foreign reason {state.reason!r} holds it"))
+                continue
+            if not registered:
+                # Marked before its slurmd registers: the operator then holds
+                # the node drained after its migration IDLE, until we are back.
+                if not marked and not ours_now:
+                    steps.append(MarkPod(fname, s, inc, new.ref, new.uid))
+                deferred.append(Deferred(fname, s, f"waiting for slurmd on {new.node} to register"))
+                continue
+            # Over the preStop's DOWN, the operator's drain of our mark or the
+            # migration IDLE (all caused by our move), or our reason already
+            # there (the door then writes nothing): journalled.
             steps.append(Reassert(fname, s, inc, reason))
-            held = True
+            ours_now = True
+        held = ours_now and (_out_of_service(state) or not reasserted)
         if marked:
+            # Our reason holds the node now (the operator skips foreign
+            # reasons): the mark goes before any resume, never after.
             steps.append(MarkPod(fname, s, inc, new.ref, new.uid, mark=False))
         if held:
             if ann.get(keys.accept_failed) == inc:
                 deferred.append(Deferred(fname, s, "acceptance failed: held for a human"))
-            elif accepting and not accepted:
-                steps.append(Accept(fname, s, inc, new.node))
-                steps.append(Release(fname, s, inc, resume=True))
             elif accepted:
                 steps.append(Release(fname, s, inc, resume=True))
-            else:
+            elif not accepting:
                 deferred.append(Deferred(fname, s, "waiting for acceptance on the new machine"))
+            elif not registered:
+                deferred.append(Deferred(fname, s, f"waiting for slurmd on {new.node} to answer"))
+            else:
+                steps.append(Accept(fname, s, inc, new.node))
+                steps.append(Release(fname, s, inc, resume=True))
         else:
             # In service (the engine's acceptance resumed it, or our resume
             # ran before a crash), or a drain we did not cause: done.

@@ -94,7 +94,10 @@ def run_cmd(
 
         from slurm_hooks.store.audit import AuditLog
 
-        audit = AuditLog(Path(general.state_dir) / "audit.jsonl", actor="slurm-hooks/bridge")
+        audit = AuditLog(
+            Path(general.state_dir) / "audit.jsonl",
+            actor="slurm-hooks/bridge", shared_dir=general.audit_dir or None,
+        )  # fmt: skip
     bridge = Bridge(slurm, kube, cfg, metrics=metrics, audit=audit)
     if once:
         result = bridge.reconcile_once()

@@ -14,8 +14,9 @@ can say ``drain`` or ``drained``.  A malformed line is skipped and counted,
 never fatal: an operator reading history during an outage must get what can
 be read.
 
-Pure apart from ``read_records`` (which reads files); ``build_incidents``
-takes records and a clock.
+Pure apart from ``read_records``/``read_fleet`` (which read files);
+``build_incidents`` takes records and a clock, ``slurm_events`` the node
+table someone else read (docs/history.md: the fleet's three sources).
 """
 
 from __future__ import annotations
@@ -168,10 +169,16 @@ class Incident:
                 out["accepted" if stage == ACCEPTANCE else stage] = (t - self.start).total_seconds()
         return out
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Where its events come from: ``audit`` (a log), ``slurm`` (a reason)."""
+        return tuple(sorted({str(e.extra.get("source", "audit")) for e in self.events}))
+
     def to_dict(self, now: datetime) -> dict[str, Any]:
         return {
             "incident": self.incident,
             "nodes": list(self.nodes),
+            "sources": list(self.sources),
             "code": self.code,
             "start": self.start.isoformat(),
             "end": self.resolved.isoformat() if self.resolved else None,
@@ -330,6 +337,101 @@ def read_records(path: str | Path) -> tuple[list[Event], int]:
     return events, skipped
 
 
+def shared_bases(directory: str | Path) -> list[Path]:
+    """Every per-node log of a shared audit dir (``n4.jsonl``; also one
+    only its rotated copies ``n4.jsonl.1`` are left of), sorted by name."""
+    d = Path(directory)
+    try:
+        names = [q.name for q in d.iterdir() if q.is_file()]
+    except OSError as exc:
+        raise HistoryError(f"cannot read shared audit dir {d}: {exc}") from exc
+    bases = set()
+    for name in names:
+        base, dot, suffix = name.rpartition(".")
+        if name.endswith(".jsonl"):
+            bases.add(name)
+        elif dot and suffix.isdigit() and base.endswith(".jsonl"):
+            bases.add(base)
+    return [d / b for b in sorted(bases)]
+
+
+def read_fleet(logs: Iterable[str | Path]) -> tuple[list[Event], int, list[Path]]:
+    """Events of every log (each with its rotated copies), merged by time.
+
+    A record is in the local log and in the shared dir's copy alike: the
+    same line read twice is kept once.  Logs that do not exist are passed
+    over; returns the files read too (empty: nothing to read)."""
+    seen: set[str] = set()
+    events: list[Event] = []
+    skipped = 0
+    read: list[Path] = []
+    for base in logs:
+        for f in audit_files(base):
+            try:
+                with f.open(encoding="utf-8", errors="replace") as fh:
+                    fresh = [ln for ln in fh if ln.strip() and ln.strip() not in seen]
+            except OSError as exc:
+                raise HistoryError(f"cannot read audit log {f}: {exc}") from exc
+            seen.update(ln.strip() for ln in fresh)
+            ev, sk = parse_lines(fresh)
+            events.extend(ev)
+            skipped += sk
+            read.append(f)
+    events.sort(key=lambda e: e.ts)
+    return events, skipped, read
+
+
+# -- Slurm's own record -----------------------------------------------------------
+
+#: ``Event.extra["source"]`` of an event rebuilt from a node's reason in Slurm.
+SLURM_SOURCE = "slurm"
+
+
+def slurm_events(nodes: Iterable[Any], now: datetime) -> list[Event]:
+    """One ``drained`` event per node whose reason in Slurm is a fault of
+    ours: the reason names the code, the component and the incident, and
+    Slurm keeps its time and who set it.  This is the fleet record every host
+    can read (one node-table read), audit files or not.  ``LEND``/``SPARE``
+    are not incidents; foreign and malformed reasons are not ours to show."""
+    from slurm_hooks.core.held import parse_mark
+    from slurm_hooks.core.history import aware
+    from slurm_hooks.core.reason import try_parse_reason
+
+    out = []
+    for n in nodes:
+        mark = parse_mark(getattr(n, "comment", None))
+        if mark is not None:  # a fault the breaker held (our mark in the node's Comment)
+            held_why = " ".join(p for p in (mark.code, mark.component) if p)
+            out.append(
+                Event(mark.since, "held", "held", n.name, mark.incident, None, "slurm (comment)",
+                      f"{held_why}: held by breaker (not drained) since {mark.since.isoformat()}",
+                      mark.code, None, {"source": SLURM_SOURCE, "comment": n.comment})
+            )  # fmt: skip
+        r = try_parse_reason(n.reason)
+        if r is None or not r.is_fault:
+            continue
+        at = aware(n.reason_time) if n.reason_time else now
+        extra: dict[str, Any] = {"source": SLURM_SOURCE, "reason": n.reason, "state": n.state}
+        if r.component:
+            extra["component"] = r.component
+        if r.extra:
+            extra["fields"] = dict(r.extra)
+        who = f"slurm ({n.reason_user})" if n.reason_user else "slurm"
+        why = f"{r.component} {r.text}" if r.component else r.text
+        out.append(
+            Event(at, "drain", "drained", n.name, r.incident, None, who, why, r.code, None, extra)
+        )
+    return out
+
+
+def merge_slurm(events: list[Event], from_slurm: Iterable[Event]) -> list[Event]:
+    """``events`` plus each Slurm event whose incident the audit logs do not
+    have on that node (the audit's own timeline is richer when there is one)."""
+    known = {(e.incident, e.node) for e in events if e.incident}
+    extra = [e for e in from_slurm if (e.incident, e.node) not in known]
+    return sorted([*events, *extra], key=lambda e: e.ts)
+
+
 # -- building -------------------------------------------------------------------
 
 
@@ -458,6 +560,8 @@ def _event_line(e: Event, offset: str, wide: bool, fill: Any, *, node: bool = Fa
         parts.append(e.outcome)
     elif e.outcome and not e.done:
         parts.append(f"[{e.outcome}]")
+    if e.extra.get("source") == SLURM_SOURCE:
+        parts.append("[Slurm reason]")
     if e.why:
         parts.append(e.why)
     return fill(" ".join(parts), wide=wide, subsequent=" " * 6)

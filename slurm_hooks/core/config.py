@@ -102,6 +102,12 @@ class GeneralConfig:
 
     #: Where the per-node state store, audit log and cursors live.
     state_dir: str = "/var/lib/slurm-hooks"
+    #: Shared directory (NFS, Lustre, ...) every host appends a copy of its
+    #: audit records to, one ``<node>.jsonl`` per node: ``slurm-hooks history``
+    #: on any host then shows the fleet, and an admin's ``resume`` lands in the
+    #: node's file.  Absolute path; it must exist (it is never created).
+    #: Empty: each host keeps its own log only (docs/history.md).
+    audit_dir: str = ""
     #: Log level of the hooks and the watcher: a logging level name (DEBUG,
     #: INFO, WARNING, ERROR, CRITICAL; any case).  ``SLURM_HOOKS_LOG_LEVEL``
     #: wins, and the watcher's ``--log-level`` or ``-v``.  The admin CLI does
@@ -164,6 +170,8 @@ class GeneralConfig:
                 "slurm_rest_url",
                 f"must be an http:// or https:// URL, got {self.slurm_rest_url!r}",
             )
+        if self.audit_dir and not self.audit_dir.startswith("/"):
+            raise InvalidKey("audit_dir", f"must be an absolute path, got {self.audit_dir!r}")
         if self.slurm_rest_socket and not self.slurm_rest_socket.startswith("/"):
             raise InvalidKey(
                 "slurm_rest_socket",

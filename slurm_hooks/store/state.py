@@ -158,9 +158,17 @@ class StateStore:
         data = read_json(self.node_path(node))
         return data if isinstance(data, dict) else {"node": node}
 
-    def update_node(self, node: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Locked read-modify-write of the node's file."""
-        with self.lock(f"node-{node}"):
+    def update_node(
+        self,
+        node: str,
+        change: Callable[[dict[str, Any]], None],
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Locked read-modify-write of the node's file.  ``timeout``: wait
+        for the lock at most that long (default ``lock_timeout``), for
+        bookkeeping that must never hold up acting."""
+        with self.lock(f"node-{node}", timeout):
             data = self.read_node(node)
             change(data)
             for key in ("faults", "resumes", "acceptance"):

@@ -608,6 +608,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--collective-timeout", type=float, default=600.0,
                     help="gloo's collective timeout, seconds (NCCL's default is 600)")  # fmt: skip
+    ap.add_argument("--no-progress", action="store_true",
+                    help="write no slurm-hooks progress records (the job opts out)")  # fmt: skip
+    ap.add_argument("--first-step-seconds", type=float, default=0.0,
+                    help="fault injection: the first step takes this long (compilation, loading)")  # fmt: skip
     ap.add_argument(
         "--slow-rank",
         default=None,
@@ -703,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
 
     factor = args.slow_rank[1] if args.slow_rank and args.slow_rank[0] == ctx.rank else 1.0
     collective = make_collective(args, ctx)
-    progress = make_progress(ctx)
+    progress = None if args.no_progress else make_progress(ctx)
     metrics.write("collective", step=step, collective=collective.name)
 
     while True:
@@ -743,7 +747,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics.write("step", step=step, loss=loss, digest=trainer.digest()[:16])
         if step % args.ckpt_every == 0:
             checkpoint("periodic")
-        _pace(started + args.step_seconds * factor, flags)
+        first = args.first_step_seconds if step == 1 else 0.0
+        _pace(started + max(args.step_seconds * factor, first), flags)
         if progress is not None:  # busy: this rank's own work, before the next collective
             progress.step(step, busy=time.monotonic() - started)
 
