@@ -248,3 +248,30 @@ def test_policy_explain_writes_nothing(tmp_path):
     e2.evaluate("n2", [xid79(0)])
     assert node_file.read_bytes() == before
     assert not [c for c in slurm.calls[calls:] if c[0] in ("drain", "resume", "comment_node")]
+
+
+def test_a_held_xid_logged_once_keeps_alerting_and_notices_a_reset(tmp_path):
+    """An XID is logged once: later runs have no finding, the held fault
+    still alerts (rate-limited, no Slurm call) and every VERIFY_S one look
+    at Slurm notices that a reset elsewhere drained the node."""
+    slurm = CommentingSlurm(10)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
+    make, clock = engines(tmp_path, slurm, policy)
+    make("n1").handle("n1", [xid79(0)])
+    e2 = make("n2")
+    e2.handle("n2", [xid79(0)])
+    alerts = e2.notifier.sinks[0].alerts  # type: ignore[attr-defined]
+    calls = len(slurm.calls)
+    clock.now += timedelta(seconds=30)
+    assert e2.handle("n2", []) == [] and len(slurm.calls) == calls
+    clock.now += timedelta(hours=1)
+    e2.handle("n2", [])  # past ALERT_EVERY_S and VERIFY_S: alerted again, one read
+    assert [a.kind for a in alerts].count("fault_held") == 2
+    assert [c[0] for c in slurm.calls[calls:]] == ["get_node"]
+    slurm.resume("n1")
+    admin = make("admin")
+    admin.breaker_reset()
+    assert admin.retry_held() == {"n2": "drained"}
+    clock.now += timedelta(seconds=400)
+    e2.handle("n2", [])
+    assert e2.state.held("n2") == {}

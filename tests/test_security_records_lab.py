@@ -21,7 +21,17 @@ HOSTILE = "x Restarts=5 JobState=COMPLETED UserId=root(0) Requeue=0 NodeList=n9 
 def _truth(lab, job_id: str) -> dict:
     out = run(["squeue", "--json"], timeout=30, env=lab.env()).stdout
     (job,) = [j for j in json.loads(out)["jobs"] if str(j["job_id"]) == job_id]
-    return job
+    return {k: _plain(v) for k, v in job.items()}
+
+
+def _plain(value):  # type: ignore[no-untyped-def]
+    """squeue --json from 23.02 on: ``["RUNNING"]`` for a state and
+    ``{"set": true, "number": 1}`` for a number (22.05: plain values)."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        return value[0]
+    if isinstance(value, dict) and "number" in value and "set" in value:
+        return value["number"] if value["set"] else None
+    return value
 
 
 def test_hostile_job_fields_do_not_shadow_real_ones(lab, job_dir, sbatch):

@@ -61,6 +61,10 @@ from slurm_hooks.store.state import BreakerLatch, StateStore, iso, parse_time
 
 log = logging.getLogger(__name__)
 
+#: Seconds the fault path waits for a node-state lock before it drains
+#: without that bookkeeping (a stuck holder must not cost the drain).
+BOOKKEEPING_WAIT_S = 2.0
+
 Clock = Callable[[], datetime]
 #: Starts the grace worker for an incident file; returns its pid (or None).
 Spawner = Callable[[Path], int | None]
@@ -451,7 +455,9 @@ class Engine:
                 if comp is None and f.component.kind != "node":
                     comp = f.component.short()
                 events.append(FaultEvent(now, f.code, comp, severity, d.incident))
-        self.state.record_faults(node, events)
+        # Bookkeeping on the way to a drain: a lock held by a stuck process
+        # must not hold up the drain (StateError is caught by the caller).
+        self.state.record_faults(node, events, timeout=BOOKKEEPING_WAIT_S)
 
     def _act(self, d: Decision) -> None:
         if d.kind.drains:
@@ -532,7 +538,7 @@ class Engine:
             # Open before the drain: a drain that lands although its call failed
             # (timeout) or the process died must still be rolled forward by the
             # next run, which looks for an open incident (hooks' fast path).
-            self.state.set_open_incident(d.node, d.incident)
+            self.state.set_open_incident(d.node, d.incident, timeout=BOOKKEEPING_WAIT_S)
             lock = self.state.incident_lock(str(d.incident))
             lock.__enter__()
         except StateError as exc:
@@ -1204,12 +1210,26 @@ class Engine:
     def _held_tick(self, node: str) -> None:
         """A held fault is not forgotten when its event is not seen again
         (an XID is logged once): keep alerting, rate-limited, no Slurm call."""
-        from slurm_hooks.act import metrics
+        from slurm_hooks.act import held, metrics
 
         try:
             recs = self.state.held(node)
         except StateError:
             return
+        if recs and not held.absorbable(recs, set(recs), self.clock()):
+            # Every VERIFY_S, one look at Slurm: drained by us since (a reset
+            # elsewhere re-examined it), or the mark gone (reset): retry.
+            try:
+                current = self.slurm.get_node(node)
+            except SlurmError as exc:
+                log.info("held faults of %s not verified: %s", node, exc)
+            else:
+                cur = our_reason(current)
+                if cur is not None and cur.is_fault:
+                    self.state.clear_held(node)
+                else:
+                    self._held_reset_seen(node, current)
+                recs = self.state.held(node)
         metrics.set_held(recs)
         for rec in recs.values():
             self._held_alert(node, rec, str(rec.get("message") or "held by the circuit breaker"))

@@ -204,7 +204,9 @@ class StateStore:
         """Cheap check the engine makes on every run (no Slurm call)."""
         return self.read_node(node).get("open_incident")
 
-    def record_faults(self, node: str, events: list[FaultEvent]) -> None:
+    def record_faults(
+        self, node: str, events: list[FaultEvent], *, timeout: float | None = None
+    ) -> None:
         if not events:
             return
 
@@ -220,13 +222,15 @@ class StateStore:
                 for e in events
             )
 
-        self.update_node(node, change)
+        self.update_node(node, change, timeout=timeout)
 
-    def set_open_incident(self, node: str, incident: str | None) -> None:
+    def set_open_incident(
+        self, node: str, incident: str | None, *, timeout: float | None = None
+    ) -> None:
         def change(d: dict[str, Any]) -> None:
             d["open_incident"] = incident
 
-        self.update_node(node, change)
+        self.update_node(node, change, timeout=timeout)
 
     def clear_open_incident(self, node: str, incident: str) -> None:
         """Close ``incident`` if it is the node's open one (and only then)."""

@@ -122,3 +122,17 @@ def test_log_only_lines_of_one_run_are_one_write_and_still_summarised(tmp_path):
     got = repeats.absorb_logs(eng.state, "n1", ["CHECK_UNKNOWN", "X", "X"], eng.clock(),
                               timeout=None)  # fmt: skip
     assert got == [(True, 0), (False, 0), (True, 0)]
+
+
+def test_a_stuck_node_lock_costs_the_drain_only_short_waits(tmp_path, stuck_node_lock):
+    """The fault history and the open-incident mark are bookkeeping: with a
+    stuck holder of the node's lock they wait BOOKKEEPING_WAIT_S each, not the
+    store's 20 s lock timeout, and the drain still goes out."""
+    from slurm_hooks.act import engine as engine_mod
+
+    slurm = FakeSlurm()
+    _engine(tmp_path, slurm).handle("n1", [LOST])
+    assert slurm.count("drain") == 1
+    assert stuck_node_lock, "the node lock was never asked for"
+    assert max(stuck_node_lock) <= engine_mod.BOOKKEEPING_WAIT_S, stuck_node_lock
+    assert sum(stuck_node_lock) <= 3 * engine_mod.BOOKKEEPING_WAIT_S, stuck_node_lock

@@ -1,0 +1,285 @@
+"""NCCL RAS status output and PyTorch flight-recorder dumps: who the others wait for.  Pure.
+
+Two outside views of a hung collective, each naming the rank that holds the
+others up, parsed into :class:`Suspect` values the hang judge weighs after
+its own /proc evidence (``judge.judge_hang(..., hints=...)``):
+
+* **NCCL RAS** (NCCL 2.24+): the text status an ``ncclras`` client receives
+  from the RAS socket (``localhost:28028``).  The lines we read, written by
+  ``src/ras/client_support.cc``'s ``rasOutAppend`` formats (tests/data/nccl_ras/
+  README.md): the ``DEAD`` and ``INCOMPLETE`` sections' ``Process <pid> on node
+  <host> managing GPU<s> <list>`` lines; a communicator's ``#G-C (hash)
+  INCOMPLETE`` block's ``Rank <r> -- GPU <g> managed by process <pid> on node
+  <host>`` lines (ranks that did not answer); and a ``MISMATCH`` block's
+  ``Rank <r> has launched up to operation <n> -- ...`` /
+  ``Rank <r> has not launched any operations -- ...`` outliers beside
+  ``<k> ranks have launched up to operation <m>``: the rank behind the others.
+* **Flight recorder** (``TORCH_NCCL_TRACE_BUFFER_SIZE``): one dump per rank
+  (``TORCH_FR_DUMP_TEMP_FILE`` / ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` prefix +
+  global rank), a dict with ``version``, ``pg_config``, ``pg_status``
+  (``last_enqueued_collective``, ``last_started_collective``,
+  ``last_completed_collective`` per process group) and ``entries``
+  (``collective_seq_id``, ``profiling_name``, ``state`` = scheduled | started
+  | completed, ...).  The rank whose last *enqueued* collective on the default
+  group is lowest, alone, is the one the others wait for: they entered the
+  next collective, it never did.
+
+Every byte was written by the job's user (or by a process of theirs), so
+nothing here raises on hostile input, sizes are capped, and pickles are
+loaded by :func:`safe_unpickle`, which refuses every global: no class is
+ever constructed, no code runs - only dicts, lists, tuples, strings,
+numbers, booleans and None come out (what the recorder writes).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Bytes of one RAS output or flight-recorder dump parsed at most.
+MAX_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One outside source naming a process the others wait for."""
+
+    #: NCCL RAS: "ras"; flight recorder: "flight_recorder".
+    source: str
+    #: Why: "dead", "no response", "behind" (a lower operation count / seq id).
+    why: str
+    rank: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    detail: str = ""
+
+
+# -- NCCL RAS ------------------------------------------------------------------------------
+
+_PROCESS = re.compile(r"^  Process (\d{1,10}) on node (\S{1,255}) managing GPUs? (.{0,256})$")
+_RANK_GPU = re.compile(
+    r"^  Rank (\d{1,9}) (?:(has launched up to operation (\d{1,20})|has not launched any operations)"
+    r" )?-- (?:GPU (.{0,256}) managed by process (\d{1,10}) on node (\S{1,255})"
+    r"|\[process information not found\])$"
+)
+_MAJORITY = re.compile(
+    r"^  (\d{1,9}) ranks have (?:launched up to operation (\d{1,20})|not launched any operations)$"
+)
+_COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-f]{1,16})\) (INCOMPLETE|ERROR|MISMATCH)$")
+_SECTIONS = ("DEAD", "INCOMPLETE", "TIMEOUT")
+
+
+@dataclass(frozen=True)
+class RasReport:
+    """What one RAS status output says about missing, dead and lagging processes."""
+
+    suspects: tuple[Suspect, ...] = ()
+    #: The version line (``NCCL version 2.24.3+cuda12.6``), when present.
+    version: str | None = None
+    #: Communicators flagged, as ``#G-C (hash) KIND``.
+    flagged: tuple[str, ...] = ()
+
+
+def parse_ras(text: str) -> RasReport:
+    """The suspects in an ``ncclras`` text status (anything else is ignored)."""
+    suspects: list[Suspect] = []
+    flagged: list[str] = []
+    version = None
+    section: str | None = None  # DEAD / INCOMPLETE at top level, or a comm block's kind
+    majority: int | None = None  # the op count most ranks of a MISMATCH block reached
+    group: int | None = None  # the op count of the group the next rank lines belong to
+    counted: list[tuple[int, Suspect]] = []  # this MISMATCH block's ranks and op counts
+
+    def close_block() -> None:
+        # One rank behind the rest names it; several behind name nobody.
+        if counted:
+            ops = [n for n, _ in counted]
+            floor = majority if majority is not None else max(ops)
+            low = [s for n, s in counted if n < floor and n == min(ops)]
+            if len(low) == 1 and sum(1 for n in ops if n == min(ops)) == 1:
+                suspects.append(low[0])
+        counted.clear()
+
+    for raw in text[:MAX_BYTES].splitlines():
+        line = raw.rstrip("\r")
+        if line.startswith("NCCL version ") and version is None:
+            version = line[len("NCCL version ") :].strip()[:64]
+            continue
+        m = _COMM.match(line)
+        if line in _SECTIONS or m:
+            close_block()
+            section, majority, group = (m.group(4) if m else line), None, None
+            if m:
+                flagged.append(line)
+            continue
+        if not line.startswith("  "):
+            if line.strip():
+                close_block()
+                section, majority, group = None, None, None
+            continue
+        if section in ("DEAD", "INCOMPLETE"):
+            pm = _PROCESS.match(line)
+            if pm:
+                why = "dead" if section == "DEAD" else "no response"
+                suspects.append(Suspect("ras", why, None, int(pm.group(1)), pm.group(2),
+                                        line.strip()[:200]))  # fmt: skip
+                continue
+        maj = _MAJORITY.match(line)
+        if maj and section == "MISMATCH":
+            group = int(maj.group(2) or 0)
+            majority = group if majority is None else majority
+            continue
+        rm = _RANK_GPU.match(line)
+        if rm is None:
+            continue
+        rank = int(rm.group(1))
+        pid = int(rm.group(5)) if rm.group(5) else None
+        host = rm.group(6)
+        if section == "INCOMPLETE":  # a communicator's ranks that did not answer
+            suspects.append(Suspect("ras", "no response", rank, pid, host, line.strip()[:200]))
+        elif section == "MISMATCH":
+            if rm.group(2) is not None:  # an outlier alone at its count
+                ops = int(rm.group(3)) if rm.group(3) else 0
+            elif group is not None:
+                ops = group
+            else:
+                continue
+            counted.append((ops, Suspect("ras", "behind", rank, pid, host, line.strip()[:200])))
+    close_block()
+    return RasReport(tuple(suspects), version, tuple(flagged))
+
+
+# -- flight recorder -------------------------------------------------------------------------
+
+
+class _NoGlobals(pickle.Unpickler):
+    """An unpickler that constructs nothing: any GLOBAL / STACK_GLOBAL fails."""
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: ARG002 - refusing all
+        raise pickle.UnpicklingError(f"global {module}.{name} refused")
+
+
+def safe_unpickle(data: bytes) -> Any:
+    """Load a pickle of plain containers only; raises ``ValueError`` for
+    anything else (a class, a reduce call, a persistent id, garbage)."""
+    if len(data) > MAX_BYTES:
+        raise ValueError("pickle too large")
+    try:
+        return _NoGlobals(io.BytesIO(data)).load()
+    except Exception as exc:  # noqa: BLE001 - hostile bytes can raise anything
+        raise ValueError(f"not a plain pickle: {type(exc).__name__}: {exc}"[:200]) from exc
+
+
+@dataclass(frozen=True)
+class FrDump:
+    """One rank's flight-recorder dump, as far as the hang judge needs it."""
+
+    version: str
+    #: Per process group id: (last enqueued, last started, last completed) seq ids.
+    pg_status: Mapping[str, tuple[int, int, int]]
+    #: The newest entry's (collective_seq_id, profiling_name, state) per pg id.
+    last_entry: Mapping[str, tuple[int, str, str]]
+
+
+def _int(v: Any, default: int = -1) -> int:
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and re.fullmatch(r"-?\d{1,20}", v.strip()):
+        return int(v)
+    return default
+
+
+def parse_flight_recorder(data: bytes) -> FrDump | None:
+    """A dump in the JSON form (``_dump_nccl_trace_json``) or the pickle form
+    (the file the recorder writes); None for anything that is not one."""
+    doc: Any
+    head = data[:1]
+    try:
+        if head in (b"{", b" ", b"\n"):
+            doc = json.loads(data[:MAX_BYTES].decode("utf-8", errors="replace"))
+        else:
+            doc = safe_unpickle(data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or "version" not in doc:
+        return None
+    status: dict[str, tuple[int, int, int]] = {}
+    raw_status = doc.get("pg_status")
+    if isinstance(raw_status, dict):
+        for pg, s in list(raw_status.items())[:4096]:
+            if isinstance(s, dict):
+                status[str(pg)[:32]] = (
+                    _int(s.get("last_enqueued_collective")),
+                    _int(s.get("last_started_collective")),
+                    _int(s.get("last_completed_collective")),
+                )
+    last: dict[str, tuple[int, str, str]] = {}
+    entries = doc.get("entries")
+    if isinstance(entries, list):
+        for e in entries[-100000:]:
+            if not isinstance(e, dict) or e.get("is_p2p") is True:
+                continue
+            pg = str(e.get("pg_id", ""))[:32]
+            seq = _int(e.get("collective_seq_id"))
+            if seq >= 0 and seq >= last.get(pg, (-1, "", ""))[0]:
+                last[pg] = (seq, str(e.get("profiling_name", ""))[:64],
+                            str(e.get("state", ""))[:16])  # fmt: skip
+    for pg, (seq, _, _) in last.items():  # an older dump without pg_status
+        if pg not in status:
+            status[pg] = (seq, -1, -1)
+    return FrDump(str(doc.get("version"))[:16], status, last)
+
+
+def fr_waited_for(dumps: Mapping[int, FrDump], pg: str | None = None) -> Suspect | None:
+    """The rank the others wait for, from every rank's dump (global rank ->
+    dump): on the default group (``pg``, else the lowest pg id all dumps
+    share), the one rank whose last enqueued collective is lower than every
+    other rank's.  None when dumps are fewer than two, or no rank is alone
+    behind."""
+    if len(dumps) < 2:
+        return None
+    shared = set.intersection(*(set(d.pg_status) for d in dumps.values()))
+    if pg is None:
+        if not shared:
+            return None
+        pg = min(shared, key=lambda p: (_int(p, 1 << 62), p))
+    elif pg not in shared:
+        return None
+    enq = {r: d.pg_status[pg][0] for r, d in dumps.items()}
+    low = min(enq.values())
+    behind = [r for r, v in enq.items() if v == low]
+    if len(behind) != 1 or max(enq.values()) <= low:
+        return None
+    rank = behind[0]
+    entry = dumps[rank].last_entry.get(pg)
+    others = max(v for r, v in enq.items() if r != rank)
+    what = f" (last: {entry[1]} #{entry[0]} {entry[2]})" if entry else ""
+    return Suspect("flight_recorder", "behind", rank, None, None,
+                   f"rank {rank} enqueued collective #{low} on process group {pg}, "
+                   f"the others #{others}{what}")  # fmt: skip
+
+
+def resolve(
+    hints: Sequence[Suspect], ranks: Mapping[int, Any]
+) -> tuple[int, Suspect] | None:
+    """The first hint that names one rank of ``ranks`` (views with ``pid`` and
+    ``rank``): by pid when exactly one rank has it, else by rank number."""
+    for h in hints:
+        if h.pid is not None:
+            hit = [r for r, v in ranks.items() if v.pid == h.pid]
+            if len(hit) == 1:
+                return hit[0], h
+            if hit:
+                continue  # the same pid on two nodes: ambiguous
+        # A rank number alone only from the recorder (its file names the global
+        # rank); RAS ranks are communicator ranks, not necessarily global ones.
+        if h.pid is None and h.rank in ranks and h.source == "flight_recorder":
+            return h.rank, h
+    return None
