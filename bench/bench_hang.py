@@ -7,19 +7,30 @@
   (simulated clock, jittery step times, occasional slow steps, several ranks);
 * detection latency versus the collective timeout it replaces: the hang is
   judged ``hang_s`` after the last step (plus up to one watcher interval), so
-  against NCCL's 600 s default the ratio is (hang_s + interval_s) / 600.  The
-  end-to-end figure on real Slurm (stop -> drained -> requeued -> running
-  again) is measured by tests/test_progress_lab.py's SIGSTOP scenario.
+  against NCCL's 600 s default the ratio is (hang_s + interval_s) / 600;
+* end to end on a lab it starts itself (real slurmctld/slurmd, our watchers
+  on every node, ``train.sbatch`` with its file barrier, lab thresholds
+  ``hang_s`` 4 s): a rank SIGSTOPped mid-run -> its node drained with HANG ->
+  the job RUNNING again elsewhere -> its first step after the restart, each
+  from the stop, against the collective timeout the job would otherwise
+  wait for (print the ratio; ``--no-lab`` skips it).
 
-    python bench/bench_hang.py [--steps 20000] [--ranks 8] [--dir /dev/shm]
+    python bench/bench_hang.py [--steps 20000] [--ranks 8] [--dir /dev/shm] [--trials 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
+import signal
+import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 from slurm_hooks.detect.progress.judge import Verdict, judge_hang, judge_stragglers
 from slurm_hooks.detect.progress.records import RankView
@@ -73,12 +84,104 @@ def false_positives(steps: int, ranks: int, seed: int, cfg: ProgressConfig) -> t
     return hangs, slows, calls
 
 
+LAB_PROGRESS = {"hang_s": 4.0, "first_step_allowance_s": 2.0, "interval_s": 0.5,
+                "no_culprit_report_s": 2.0}  # fmt: skip
+
+
+def _last(path: Path) -> dict[str, str]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    return dict(t.split("=", 1) for t in lines[-1].split()[1:]) if lines else {}
+
+
+def e2e_trial(lab: Any, hooks: Any, base: Path, n: int, nodes: int) -> dict[str, float]:
+    """One SIGSTOP: seconds from the stop to drained, RUNNING again, first step."""
+    from slurm_hooks_lab.hooks import wait_drained
+
+    from slurm_hooks.detect.probes.commands import run
+
+    d = base / f"trial{n}"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    train = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train/train.py"
+    env = {**lab.env(), "PYTHON": sys.executable, "TRAIN_PY": str(train),
+           "CKPT_DIR": str(d / "ckpt"), "SLURM_HOOKS_PROGRESS_DIR": str(base / "progress")}  # fmt: skip
+    job = run(["sbatch", "--parsable", f"-N{nodes}", f"--output={d}/train.out", f"--chdir={d}",
+               str(train.with_name("train.sbatch")), "--backend", "numpy", "--collective", "file",
+               "--max-steps", "60", "--step-seconds", "0.2", "--ckpt-every", "1000"],
+              timeout=30, env=env).stdout.strip()  # fmt: skip
+    victim = nodes - 1
+    rank_log = base / "progress" / job / f"rank{victim}.log"
+    try:
+        lab.wait_for(lambda: int(_last(rank_log).get("step", 0)) >= 5, 90, what="progress")
+        rec = _last(rank_log)
+        t0 = time.monotonic()
+        os.kill(int(rec["pid"]), signal.SIGSTOP)
+        wait_drained(lab, rec["node"], timeout=60)
+        drained = time.monotonic() - t0
+        client = lab.client()
+        lab.wait_for(lambda: client.get_job(job).restart_count >= 1
+                     and client.get_job(job).state == "RUNNING", 300, what="requeued job running")  # fmt: skip
+        running = time.monotonic() - t0
+        lab.wait_for(lambda: int(_last(rank_log).get("restart", 0)) >= 1
+                     and int(_last(rank_log).get("step", 0)) > int(rec["step"]), 120,
+                     what="a step after the restart")  # fmt: skip
+        stepped = time.monotonic() - t0
+    finally:
+        run(["scancel", job], timeout=30, env=lab.env(), check=False)
+    return {"drained": drained, "running": running, "stepped": stepped}
+
+
+def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
+    from slurm_hooks_lab.hooks import install
+    from slurm_hooks_lab.lab import Lab, missing_prerequisites
+
+    problems = missing_prerequisites()
+    if problems:
+        print("end to end: no lab here: " + "; ".join(problems))
+        return None
+    base = Path(tempfile.mkdtemp(prefix="slurm-hooks-bench-hang-"))
+    lab = Lab(str(base / "lab"), nodes)
+    out = []
+    try:
+        print(f"lab up in {lab.up():.1f}s ({nodes} nodes)")
+        for n in range(trials):
+            pdir = base / "progress"
+            shutil.rmtree(pdir, ignore_errors=True)
+            pdir.mkdir(mode=0o1777)
+            os.chmod(pdir, 0o1777)
+            hooks = install(lab, grace_s=3.0, progress={**LAB_PROGRESS, "dir": str(pdir)})
+            try:
+                for node in lab.node_names:
+                    hooks.start_watcher(node)
+                work = lab.shared_dir / f"bench-hang-{n}"
+                shutil.rmtree(work, ignore_errors=True)
+                work.mkdir(parents=True)
+                os.chmod(work, 0o1777)
+                out.append(e2e_trial(lab, hooks, work, n, nodes))
+                print("  trial %d: drained %.1fs, running again %.1fs, first step %.1fs" % (
+                    n, out[-1]["drained"], out[-1]["running"], out[-1]["stepped"]))  # fmt: skip
+            finally:
+                hooks.close(reconfigure=False)
+                lab.reset()
+                hooks.reset_state()
+    finally:
+        lab.down()
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--trials", type=int, default=2, help="end-to-end SIGSTOP trials")
+    ap.add_argument("--nodes", type=int, default=2, help="lab nodes (the job uses all)")
+    ap.add_argument("--no-lab", action="store_true", help="skip the end-to-end figure")
     args = ap.parse_args()
     cfg = ProgressConfig()
     for d in dict.fromkeys([args.dir, tempfile.gettempdir()]):
@@ -90,6 +193,22 @@ def main() -> None:
     print(f"detection after a rank stops: <= {worst:g}s (hang_s {cfg.hang_s:g} + interval "
           f"{cfg.interval_s:g}) vs NCCL's {NCCL_TIMEOUT_S:g}s collective timeout: "
           f"ratio {worst / NCCL_TIMEOUT_S:.2f}")  # fmt: skip
+    if args.no_lab:
+        return
+    trials = end_to_end(args.trials, args.nodes)
+    if not trials:
+        return
+    med = {k: statistics.median(t[k] for t in trials) for k in trials[0]}
+    lab_hang = LAB_PROGRESS["hang_s"]
+    print(f"end to end ({len(trials)} trials, {args.nodes} nodes, lab hang_s {lab_hang:g}s), "
+          f"median from SIGSTOP: drained {med['drained']:.1f}s, job RUNNING again "
+          f"{med['running']:.1f}s, first step {med['stepped']:.1f}s")  # fmt: skip
+    for label, timeout in (("NCCL default", NCCL_TIMEOUT_S), ("a common 30 min", 1800.0)):
+        print(f"  vs {label} collective timeout {timeout:g}s (the job only dies there, then "
+              f"waits for a human): ratio {med['running'] / timeout:.3f}")  # fmt: skip
+    at_default = med["running"] - lab_hang + cfg.hang_s
+    print(f"  at the default hang_s {cfg.hang_s:g}s: ~{at_default:.0f}s to running again, "
+          f"ratio {at_default / NCCL_TIMEOUT_S:.2f} of NCCL's {NCCL_TIMEOUT_S:g}s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -228,3 +228,20 @@ def test_node_config_alone_feeds_the_fake_engines(node_cfg, monkeypatch):
     res = run_acceptance("n1", auto, engine=FakeEngine(), resume=False)
     burn = [f for f in res.findings if f.check == "burnin"]
     assert not any(f.status is Status.FAIL and f.component.index == 2 for f in burn), burn
+
+
+def test_recent_slow_reports_are_reported_not_failed(node_cfg):
+    from datetime import UTC, datetime
+
+    from slurm_hooks.core.history import FaultEvent
+    from slurm_hooks.store.state import StateStore
+
+    cfg = parse((node_cfg / "cfg.toml").read_text(), path=str(node_cfg / "cfg.toml"))
+    assert run_acceptance("n1", cfg, engine=FakeEngine()).slow_history is None
+    StateStore(node_cfg / "state").record_faults(
+        "n1", [FaultEvent(datetime.now(UTC), "SLOW", "job:12/rank1", "log", None)]
+    )
+    res = run_acceptance("n1", cfg, engine=FakeEngine())
+    assert res.passed and res.resumed  # reported beside the verdict, which it does not change
+    assert res.slow_history == "reported SLOW 1 time(s) recently, last for job:12/rank1"
+    assert res.to_dict()["slow_history"] == res.slow_history

@@ -363,3 +363,27 @@ def test_pass_reports_a_straggler_without_draining_by_default(tmp_path):
     assert (f.code, str(f.status), str(f.action)) == ("SLOW", "WARN", "none")
     assert f.values["over_percent"] == pytest.approx(30.0, abs=0.5)
     assert engine.alerts[0].kind == "job_straggler"
+
+
+def test_step_skew_metrics_per_job_on_the_watchers_metrics(tmp_path):
+    """The last pass's per-job skew, stall and verdict are served beside the
+    watcher's own families (``/metrics``)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from slurm_hooks.act.metrics import PhaseRun
+    from slurm_hooks.agent.watch import _WatchCollector
+
+    now = 1000.0 + 40
+    for r, b in ((0, 0.5), (1, 0.55), (2, 0.5)):  # 10 %: below slow_percent
+        _write(tmp_path, r, range(1, 31), busy=b, node="n1", pid=os.getpid())
+    pp = ProgressPass(ProgressConfig(dir=str(tmp_path)), "n1", SimpleNamespace(),
+                      clock=lambda: now)  # fmt: skip
+    assert pp.run() == []
+    watcher = SimpleNamespace(progress=pp, phase_run=lambda: PhaseRun("watch", (), 0.0, 0.0))
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_WatchCollector(watcher))
+    text = generate_latest(reg).decode()
+    assert f'slurm_hooks_job_step_skew{{job="{JOB}"}} 1.1' in text
+    assert f'slurm_hooks_job_stalled_seconds{{job="{JOB}"}} 10.0' in text
+    assert f'slurm_hooks_job_progress_verdict{{job="{JOB}",verdict="healthy"}} 1.0' in text
+    assert "slurm_hooks_findings" in text or "slurm_hooks_phase_duration_seconds" in text

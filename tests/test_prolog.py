@@ -599,3 +599,27 @@ def test_hook_main_applies_the_config_log_level(monkeypatch, tmp_path):
         assert seen[0].path == str(conf)  # the config read once, handed on
     finally:
         root.setLevel(old)
+
+
+def test_slow_report_since_the_pass_voids_the_cache_once(node_files):
+    """A straggler the default policy only reported (SLOW, severity log): the
+    next prolog runs the full check, not the cached pass; then caches again."""
+    from datetime import UTC, datetime, timedelta
+
+    from slurm_hooks.core.history import FaultEvent
+    from slurm_hooks.store.state import StateStore
+
+    cfg = config(node_files)
+    eng = FakeEngine()
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "passed"
+    store = StateStore(node_files / "state")
+    old = datetime.now(UTC) - timedelta(days=30)  # outside [progress] slow_history_s
+    store.record_faults("n1", [FaultEvent(old, "SLOW", "job:7/rank1", "log", None)])
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "cached"
+    store.record_faults("n1", [FaultEvent(datetime.now(UTC), "SLOW", "job:8/rank1", "log", None)])
+    out = run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng)
+    assert out.verdict == "passed"
+    assert run_prolog({}, cfg, node="n1", engine_factory=lambda c: eng).verdict == "cached"
+    f = facts(last_slow_at=10_050.0)
+    ok, why = cache_verdict(PASS, f, None, 1800.0)
+    assert not ok and why == "the node was reported SLOW since the pass"

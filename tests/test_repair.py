@@ -113,7 +113,9 @@ def test_topology_conf_leaves_and_spare_choice():
 
 
 def test_topology_block_forms():
-    topo = parse_topology_conf("BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\nBlockSizes=2\n")
+    topo = parse_topology_conf(
+        "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\nBlockSizes=2\n"
+    )
     assert topo.kind == "block" and topo.group_of("n4") == "b2"
     data = [
         {"topology": "t0", "tree": {"switches": [{"switch": "s", "nodes": "n[1-4]"}]}},
@@ -382,3 +384,21 @@ def test_spare_from_the_jobs_block_is_resumed(rig, tmp_path, monkeypatch):
     assert state.read_incident(inc)["spares"] == {"7": "n3"}
     eng.resume_pending("n1")
     assert slurm.count("resume") == 1
+
+
+# -- xid explain tells what the config will do ----------------------------------------
+
+
+def test_xid_explain_follows_the_repair_config():
+    from slurm_hooks.cli.xid_explain import we_do
+    from slurm_hooks.detect.xid.catalogue import load_catalogue
+
+    cat = load_catalogue()
+    b79, b48 = cat.bucket_for(79), cat.bucket_for(48)
+    assert "never reboots" in we_do(b79, "XID79")
+    on = RepairConfig(enabled=True)
+    assert "scontrol reboot ASAP nextstate=DOWN" in we_do(b79, "XID79", on)
+    assert "resumes the node only if it passes" in we_do(b79, "XID79", on)
+    assert "nvidia-smi -r" in we_do(b48, "XID48", on)
+    observed = we_do(b79, "XID79", on, observe_only=True)
+    assert "observe-only" in observed and "reboot ASAP" not in observed

@@ -57,7 +57,18 @@ def test_xid79_reboot_acceptance_resume_then_replace(rig, job_dir):
         n = lab.client().get_node("n1")
         return n.reason is None and not n.drained and not n.down
 
-    lab.wait_for(back, 90, what="n1 resumed after acceptance")
+    try:
+        lab.wait_for(back, 90, what="n1 resumed after acceptance")
+    except Exception:
+        nf = hooks.node("n1")
+        log = nf.state_dir / "worker.log"
+        print(
+            "AUDIT", [(e.get("action"), e.get("outcome"), e.get("why")) for e in hooks.audit("n1")]
+        )
+        print("NODE", lab.client().get_node("n1"))
+        print("WORKER", log.read_text()[-4000:] if log.exists() else None)
+        print("INCIDENTS", [i.get("repair") for i in hooks.incidents("n1")])
+        raise
     assert lab_reboot.reboots(lab.base_dir, "n1") == 1
     actions = [(e.get("action"), e.get("outcome")) for e in hooks.audit("n1")]
     assert ("repair", "reboot") in actions and ("repair", "accepted") in actions

@@ -223,7 +223,8 @@ def test_healthcheck_program_run_by_slurmd_drains(fresh_lab, job_dir):
         hooks.inject_xid(node, 79, gpu=1)
         ours = parse_reason(wait_drained(lab, node, timeout=30))
         assert (ours.code, ours.component) == ("XID79", "gpu1")
-        assert audit_has(hooks, node, action="drain", actor="slurm-hooks/healthcheck")
+        # the audit record follows the breaker's claim, confirmed after the drain shows
+        wait_audit(lab, hooks, node, action="drain", actor="slurm-hooks/healthcheck")
     finally:
         hooks.close()
         lab.reset()

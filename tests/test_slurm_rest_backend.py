@@ -79,9 +79,15 @@ def rest(fresh_lab) -> RestClient:  # type: ignore[no-untyped-def]
     c = fresh_lab.rest_client(timeout=10, retries=2, backoff=0.1)
     version = parse_version(fresh_lab.status().slurm_version or "")
     assert ("X-SLURM-USER-TOKEN" in c.session.headers) == (lab_rest_auth(version) == "jwt")
-    # negotiated with the lab's slurmrestd: the newest version it serves
-    assert c.api == rest_api(version)
+    # negotiated with the lab's slurmrestd: the newest version both know
+    # (measured: 22.05 serves v0.0.38; 24.11 v0.0.40-42; 26.05 v0.0.42-45)
+    assert c.api == NEGOTIATED.get(tuple(version[:2]), rest_api(version))
     return c
+
+
+#: What the client settles on with each Debian release's slurmrestd: 26.05's
+#: newest, v0.0.45, is past the client's KNOWN_APIS (up to v0.0.44).
+NEGOTIATED = {(22, 5): "v0.0.38", (24, 11): "v0.0.42", (26, 5): "v0.0.44"}
 
 
 @pytest.mark.slurm

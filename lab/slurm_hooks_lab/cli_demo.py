@@ -3,8 +3,10 @@
 Brings up a real Slurm lab with the hooks, a watcher per node, fake GPUs, a
 spare node and the bridge against a loopback Kubernetes API; runs a 2-node
 training job; injects XID 79 under it; prints each step as it is observed,
-then the durations and a pass/fail verdict.  Needs root (the lab starts
-slurmd and munged).
+then the durations and a pass/fail verdict.  ``--slinky``: the platform's
+scenario, Slurm on Kubernetes under Slinky (the slurmd pod moved to a spare
+machine, the same Slurm node back; lab/slurm_hooks_lab/demo_slinky.py).
+Needs root (the lab starts slurmd and munged).
 """
 
 from __future__ import annotations
@@ -42,10 +44,22 @@ from slurm_hooks.cli._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY
 @click.option("--keep", is_flag=True, help="Leave the lab running afterwards, to explore.")
 @click.option(
     "--nodes",
-    type=click.IntRange(4, 64),
-    default=5,
+    type=click.IntRange(2, 64),
+    default=None,
+    help="Lab nodes, the last one being the spare (default 5, at least 4); with "
+    "--slinky the Slurm nodes in NodeSet pods (default 2: the job's).",
+)
+@click.option(
+    "--slinky",
+    is_flag=True,
+    help="Slurm under Slinky: replace the node by moving its slurmd pod to a spare machine.",
+)
+@click.option(
+    "--spare-machines",
+    type=click.IntRange(1, 8),
+    default=1,
     show_default=True,
-    help="Lab nodes, the last one being the spare.",
+    help="With --slinky: Kubernetes machines without a slurmd pod.",
 )
 @click.option(
     "--dir",
@@ -75,7 +89,9 @@ def command(
     plot_path: Path | None,
     no_plot: bool,
     keep: bool,
-    nodes: int,
+    nodes: int | None,
+    slinky: bool,
+    spare_machines: int,
     directory: Path,
     cred_expire: int,
     step_seconds: float,
@@ -86,8 +102,16 @@ def command(
     Example:
       slurm-hooks demo --json /tmp/demo-report.json --plot /tmp/demo-timeline.png
       slurm-hooks demo --grace 10 --keep
+      slurm-hooks demo --slinky --grace 10 --json /tmp/slinky-report.json
     """
     from slurm_hooks_lab.demo import Demo, DemoOptions, summary_table
+
+    if nodes is None:
+        nodes = 2 if slinky else 5
+    if not slinky and nodes < 4:
+        raise click.BadParameter(
+            "at least 4 (2 for the job, 1 to fail over, 1 spare)", param_hint="--nodes"
+        )
 
     def on_term(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -95,7 +119,8 @@ def command(
     signal.signal(signal.SIGTERM, on_term)
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # The live lines say what the bridge did; its own warnings would repeat them.
-        logging.getLogger("slurm_hooks.bridge.service").setLevel(logging.ERROR)
+        for name in ("slurm_hooks.bridge.service", "slurm_hooks.bridge.slinky_exec"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     options = DemoOptions(
         grace=grace,
         nodes=nodes,
@@ -106,6 +131,8 @@ def command(
         plot=not no_plot,
         cred_expire=cred_expire,
         step_seconds=step_seconds,
+        slinky=slinky,
+        spare_machines=spare_machines,
     )
     demo = Demo(options, echo=lambda line: click.echo(line))
     try:

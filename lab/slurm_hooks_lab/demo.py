@@ -166,10 +166,12 @@ DURATIONS: tuple[DurationSpec, ...] = (
 )
 
 
-def compute_durations(times: Mapping[str, float]) -> dict[str, float | None]:
+def compute_durations(
+    times: Mapping[str, float], durations: Sequence[DurationSpec] = DURATIONS
+) -> dict[str, float | None]:
     """Seconds between the named time points; None when either is missing."""
     out: dict[str, float | None] = {}
-    for d in DURATIONS:
+    for d in durations:
         a, b = times.get(d.start), times.get(d.end)
         out[d.key] = None if a is None or b is None else round(b - a, 3)
     return out
@@ -329,6 +331,17 @@ RUNNING_AGAIN_SLACK = 15.0
 DOWNTIME_SLACK = 60.0
 
 
+def all_steps_goal(missing: Sequence[str], step_by_key: Mapping[str, StepSpec]) -> Goal:
+    """Every required step of the scenario observed."""
+    required_missing = [k for k in missing if step_by_key.get(k) and step_by_key[k].required]
+    return Goal(
+        "all_steps",
+        "every step observed",
+        not required_missing,
+        detail=("missing: " + ", ".join(required_missing)) if required_missing else "",
+    )
+
+
 def judge(
     times: Mapping[str, float],
     training: TrainingCheck,
@@ -345,14 +358,8 @@ def judge(
         ok = value < limit if strict else value <= limit
         return Goal(key, text, ok, value, limit)
 
-    required_missing = [k for k in missing if STEP_BY_KEY.get(k) and STEP_BY_KEY[k].required]
     goals = [
-        Goal(
-            "all_steps",
-            "every step observed",
-            not required_missing,
-            detail=("missing: " + ", ".join(required_missing)) if required_missing else "",
-        ),
+        all_steps_goal(missing, STEP_BY_KEY),
         under(
             "detect_to_drain",
             f"detection -> drain < {DETECT_TO_DRAIN_LIMIT:g} s",
@@ -385,6 +392,50 @@ def judge(
 
 
 @dataclass(frozen=True)
+class Scenario:
+    """One kind of demo: what it must observe, what it measures, how it is
+    judged.  ``classic`` (this module) replaces the node through a
+    provisioner; ``slinky`` (demo_slinky) moves its slurmd pod to a spare
+    machine.  ``judge(times, training, grace, missing, leftovers)``."""
+
+    name: str
+    steps: tuple[StepSpec, ...]
+    durations: tuple[DurationSpec, ...]
+    judge: Callable[..., tuple[Goal, ...]]
+    #: Summary / picture heading: what ``spare`` names.
+    spare_label: str = "spare"
+
+    @property
+    def step_by_key(self) -> dict[str, StepSpec]:
+        return {s.key: s for s in self.steps}
+
+
+def _judge_classic(
+    times: Mapping[str, float],
+    training: TrainingCheck,
+    grace: float,
+    *,
+    missing: Sequence[str] = (),
+    leftovers: Sequence[str] = (),
+) -> tuple[Goal, ...]:
+    return judge(times, training, grace, missing=missing)
+
+
+CLASSIC = Scenario("classic", STEPS, DURATIONS, _judge_classic)
+
+
+def scenario_for(name: str) -> Scenario:
+    """``classic`` or ``slinky``."""
+    if name == "slinky":
+        from slurm_hooks_lab.demo_slinky import SLINKY
+
+        return SLINKY
+    if name != "classic":
+        raise ValueError(f"unknown demo scenario {name!r}")
+    return CLASSIC
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything the demo measured.  ``to_dict`` is the ``--json`` file."""
 
@@ -401,6 +452,8 @@ class Report:
     error: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
+    #: ``classic`` or ``slinky`` (``scenario_for``).
+    scenario: str = "classic"
 
     @property
     def passed(self) -> bool:
@@ -429,15 +482,18 @@ class Report:
                     "source": s.source,
                 }
             )
+        sc = scenario_for(self.scenario)
+        by_key = sc.step_by_key
         for key in self.missing:
-            spec = STEP_BY_KEY.get(key)
+            spec = by_key.get(key)
             steps.append(
                 {"key": key, "title": spec.title if spec else key, "observed": False,
                  "required": bool(spec and spec.required)}
             )  # fmt: skip
-        titles = {d.key: d.title for d in DURATIONS}
+        titles = {d.key: d.title for d in sc.durations}
         return {
             "verdict": self.verdict,
+            "scenario": self.scenario,
             "error": self.error,
             "grace_s": self.grace_s,
             "node": self.node,
@@ -473,7 +529,12 @@ def build_report(
     error: str | None = None,
     settings: Mapping[str, Any] | None = None,
     files: Mapping[str, str] | None = None,
+    scenario: str = "classic",
+    leftovers: Sequence[str] = (),
 ) -> Report:
+    """``leftovers``: what the run left behind that it should not have
+    (the slinky scenario's end-state check; each entry fails its goal)."""
+    sc = scenario_for(scenario)
     times: dict[str, float] = {"fault": fault_t}
     if training.last_step_before_fault_t is not None:
         times["last_step_before_fault"] = training.last_step_before_fault_t
@@ -486,13 +547,14 @@ def build_report(
         spare=spare,
         steps=tuple(sorted(steps, key=lambda s: s.t)),
         times=times,
-        durations=compute_durations(times),
-        goals=judge(times, training, grace, missing=missing),
+        durations=compute_durations(times, sc.durations),
+        goals=sc.judge(times, training, grace, missing=missing, leftovers=leftovers),
         training=training,
         missing=tuple(missing),
         error=error,
         settings=dict(settings or {}),
         files=dict(files or {}),
+        scenario=sc.name,
     )
 
 
@@ -506,14 +568,15 @@ def _fmt_s(v: float | None) -> str:
 
 def summary_table(report: Report) -> str:
     """The table printed at the end: durations, goals, verdict."""
+    sc = scenario_for(report.scenario)
     lines = [
         f"Summary: XID {XID} on {report.node} under job {report.job} "
-        f"(grace {report.grace_s:g} s, spare {report.spare})",
+        f"(grace {report.grace_s:g} s, {sc.spare_label} {report.spare})",
         "",
         f"  {'duration':<64} {'seconds':>10}",
         f"  {'-' * 64} {'-' * 10}",
     ]
-    for d in DURATIONS:
+    for d in sc.durations:
         lines.append(f"  {d.title:<64} {_fmt_s(report.durations.get(d.key)):>10}")
     lines += ["", f"  {'goal':<64} {'measured':>10}  result", f"  {'-' * 64} {'-' * 10}  ------"]
     for g in report.goals:
@@ -576,8 +639,9 @@ def build_timeline(
     from slurm_hooks_lab.demo_plot import Event, Timeline, loss_from_metrics
 
     evs = [Event(t - t0, label[:40], kind) for t, label, kind in events]
+    by_key = scenario_for(report.scenario).step_by_key
     for s in report.steps:
-        spec = STEP_BY_KEY.get(s.key)
+        spec = by_key.get(s.key)
         label = s.title
         if s.key == "resumed" and report.training.resumed_from is not None:
             label = f"resumed from step {report.training.resumed_from}"
@@ -591,7 +655,8 @@ def build_timeline(
         jobs=tuple(jobs.spans(t0, end)),
         loss=tuple(loss),
         marks=tuple(marks),
-        title=f"slurm-hooks demo: XID {XID} on {report.node}, job {report.job} "
+        title=f"slurm-hooks demo{' --slinky' if report.scenario == 'slinky' else ''}: "
+        f"XID {XID} on {report.node}, job {report.job} "
         f"(grace {report.grace_s:g} s) - verdict {report.verdict.upper()}",
         t0=t0,
         end=max(end - t0, 1.0),
@@ -632,6 +697,10 @@ class DemoOptions:
     user: str = "sltest"
     #: Seconds allowed for the job to start and write its first checkpoints.
     start_timeout: float = 120.0
+    #: The Slinky scenario (demo_slinky): ``nodes`` Slurm nodes in NodeSet
+    #: pods on as many machines, plus ``spare_machines`` empty ones.
+    slinky: bool = False
+    spare_machines: int = 1
 
 
 class JsonlTail:
@@ -784,6 +853,9 @@ class Demo:
         self._lock = threading.Lock()
         self.ckpt_dir: Path | None = None
         self.provision_error: str | None = None
+        self.scenario = scenario_for("slinky" if options.slinky else "classic")
+        #: demo_slinky's state (the NodeSet controller, the machines) in that scenario.
+        self.slinky: Any = None
 
     # -- output ------------------------------------------------------------------
 
@@ -818,13 +890,11 @@ class Demo:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.exception("demo failed")
-            report = self._report([s.key for s in STEPS if s.key not in self.records], error)
+            report = self._report(self._unseen(), error)
         finally:
             if report is None:
                 with contextlib.suppress(Exception):
-                    report = self._report(
-                        [s.key for s in STEPS if s.key not in self.records], error or "interrupted"
-                    )
+                    report = self._report(self._unseen(), error or "interrupted")
             if report is not None:
                 with contextlib.suppress(Exception):
                     report = self._write_outputs(report)
@@ -832,23 +902,37 @@ class Demo:
         assert report is not None
         return report
 
+    def _unseen(self) -> list[str]:
+        return [s.key for s in self.scenario.steps if s.key not in self.records]
+
     # -- bringing up ------------------------------------------------------------------
 
     def _bring_up(self) -> None:
-        from slurm_hooks.bridge.service import Bridge
-        from slurm_hooks.bridge.settings import BridgeConfig
-        from slurm_hooks.k8s.client import KubeClient
-        from slurm_hooks_lab.hooks import install
-        from slurm_hooks_lab.k8s_standin import StandinServer
-        from slurm_hooks_lab.lab import Lab, ensure_user
-
         o = self.o
-        if o.nodes < 4:
+        if o.slinky and (o.nodes < 2 or o.spare_machines < 1):
+            from slurm_hooks.core.errors import LabError
+
+            raise LabError("the Slinky demo needs at least 2 nodes (the job's) and 1 spare machine")
+        if not o.slinky and o.nodes < 4:
             from slurm_hooks.core.errors import LabError
 
             raise LabError(
                 "the demo needs at least 4 nodes (2 for the job, 1 to fail over, 1 spare)"
             )
+        self._bring_up_lab()
+        if o.slinky:
+            from slurm_hooks_lab import demo_slinky
+
+            demo_slinky.bring_up(self)
+        else:
+            self._bring_up_kubernetes()
+
+    def _bring_up_lab(self) -> None:
+        """The Slurm lab, our hooks and a watcher on every node."""
+        from slurm_hooks_lab.hooks import install
+        from slurm_hooks_lab.lab import Lab, ensure_user
+
+        o = self.o
         ensure_user(o.user)
         self.base.mkdir(parents=True, exist_ok=True)
         self.lab = Lab(
@@ -856,7 +940,6 @@ class Demo:
         )
         seconds = self.lab.up()
         names = self.lab.node_names
-        self.spare = names[-1]
         self.setup_line(
             f"lab up: {len(names)} Slurm nodes idle after {seconds:.2f} s in {self.base}"
         )
@@ -876,6 +959,17 @@ class Demo:
             self.hooks.start_watcher(n)
         self.setup_line(f"watchers running on {', '.join(names)}")
         self._audit_tails = [JsonlTail(self.hooks.node(n).audit_log) for n in names]
+
+    def _bring_up_kubernetes(self) -> None:
+        """The spare Slurm node, the stand-in with a Node per Slurm node, the bridge."""
+        from slurm_hooks.bridge.service import Bridge
+        from slurm_hooks.bridge.settings import BridgeConfig
+        from slurm_hooks.k8s.client import KubeClient
+        from slurm_hooks_lab.k8s_standin import StandinServer
+
+        o = self.o
+        names = self.lab.node_names
+        self.spare = names[-1]
         # The spare: standby capacity, drained with our SPARE code.
         from slurm_hooks.core.reason import DrainReason, format_reason, new_incident_id
 
@@ -950,6 +1044,10 @@ class Demo:
             now = time.time()
             for n in lab.nodes_state():
                 self.node_states.note(n.name, now, _node_label(n))
+            if self.slinky is not None:
+                from slurm_hooks_lab.demo_slinky import note_machines
+
+                note_machines(self, now)
             ck = [r for r in self.metrics[0] if r.get("event") == "checkpoint"]
             return len(ck) >= o.checkpoints_before_fault
 
@@ -991,12 +1089,14 @@ class Demo:
         self.job_states.note(f"job {self.job_id}", now, state)
 
     def _record(self, key: str, t: float, detail: str, source: str, now: float) -> None:
-        spec = STEP_BY_KEY[key]
+        spec = self.scenario.step_by_key[key]
         rec = StepRecord(key, spec.title, t, detail, source, now)
         self.records[key] = rec
         assert self.fault_t is not None
         self.say(step_line(t - self.fault_t, spec.title, detail))
-        if key == "replacement_requested" and self.provisioner is None:
+        # Under Slinky the NodeSet controller and the bridge replace the
+        # node; the request only asks for the faulty machine's repair.
+        if key == "replacement_requested" and self.provisioner is None and not self.o.slinky:
             self.provisioner = threading.Thread(
                 target=self._provision, name="demo-provisioner", daemon=True
             )
@@ -1017,6 +1117,8 @@ class Demo:
         assert self.fault_t is not None
         client = self.lab.client(retries=1, timeout=5)
         o = self.o
+        steps = self.scenario.steps
+        by_key = self.scenario.step_by_key
         while True:
             now = time.time()
             self._poll_once(client, now)
@@ -1026,7 +1128,7 @@ class Demo:
             }
             overdue = [
                 s.key
-                for s in STEPS
+                for s in steps
                 if s.required
                 and s.key not in self.records
                 and (dl := s.deadline(seen_times, o.grace)) is not None
@@ -1034,11 +1136,11 @@ class Demo:
             ]
             if overdue:
                 for key in overdue:
-                    spec = STEP_BY_KEY[key]
+                    spec = by_key[key]
                     self.say(
                         step_line(now - self.fault_t, spec.title, "NOT SEEN before its deadline")
                     )
-                return [s.key for s in STEPS if s.key not in self.records]
+                return self._unseen()
             if "accepted" not in self.records and self._audit_find(
                 lambda e: (
                     e.get("action") == "acceptance"
@@ -1049,18 +1151,17 @@ class Demo:
                 self.provision_error = self.provision_error or "acceptance failed on the node"
             if self.provision_error and "accepted" not in self.records:
                 self.say(step_line(now - self.fault_t, "provisioner", self.provision_error))
-                return [s.key for s in STEPS if s.key not in self.records]
-            done = all(s.key in self.records for s in STEPS if s.required)
+                return self._unseen()
+            done = all(s.key in self.records for s in steps if s.required)
             after = [
                 r for r in self.metrics[0]
                 if r.get("event") == "step" and int(r.get("restart", 0)) >= 1
             ]  # fmt: skip
             if done and len(after) >= o.steps_after_resume:
-                return [s.key for s in STEPS if s.key not in self.records]
+                return self._unseen()
             time.sleep(o.poll_interval)
 
     def _poll_once(self, client: Any, now: float) -> None:
-        from slurm_hooks.core import hostlist
         from slurm_hooks.core.errors import SlurmError
         from slurm_hooks.core.reason import try_parse_reason
 
@@ -1136,6 +1237,16 @@ class Demo:
             self._record("requeued", (audit_time(e) if e else None) or now,
                          f"job {self.job_id}: restart count {job.restart_count}, "
                          f"{job.state.split()[0]}{waited}", "scontrol + audit log", now)  # fmt: skip
+        if self.o.slinky:
+            from slurm_hooks_lab import demo_slinky
+
+            demo_slinky.poll(self, client, now, nodes, job)
+        else:
+            self._poll_classic(now, nodes, job, node)
+
+    def _poll_classic(self, now: float, nodes: Mapping[str, Any], job: Any, node: Any) -> None:
+        """The classic scenario's Kubernetes and replacement steps."""
+        have = self.records
         k8s_node = self.api.get("nodes", self.node) or {}
         taints = [t for t in (k8s_node.get("spec") or {}).get("taints") or []
                   if t.get("key") == "slurm-hooks.io/fault"]  # fmt: skip
@@ -1156,32 +1267,7 @@ class Demo:
         if "spare_resumed" not in have and "drained" in have and spare and not spare.drained:
             self._record("spare_resumed", now, f"{self.spare}: {_node_label(spare)} (was SPARE)",
                          "scontrol", now)  # fmt: skip
-        job_nodes = hostlist.expand(job.nodes) if job.nodes and job.nodes != "(null)" else []
-        # Healthy nodes: any but the faulty one, which counts again only as
-        # its replacement (accepted and resumed before the job landed there).
-        healthy = self.node not in job_nodes or "node_resumed" in have
-        if ("running_again" not in have and "requeued" in have and job.state == "RUNNING"
-                and job.restart_count >= 1 and healthy):  # fmt: skip
-            where = f" (incl. the replacement {self.node})" if self.node in job_nodes else ""
-            self._record("running_again", now, f"job {self.job_id} RUNNING on {job.nodes}{where}",
-                         "squeue/scontrol", now)  # fmt: skip
-        if "resumed" not in have and "running_again" in have:
-            r = next(
-                (r for r in m0 if r.get("event") == "resume" and int(r.get("restart", 0)) >= 1),
-                None,
-            )
-            if r:
-                self._record("resumed", float(r["time"]),
-                             f"from step {r['step']} ({Path(str(r.get('path', ''))).name}) on {r.get('node')}",
-                             "job metrics", now)  # fmt: skip
-        if "training_continues" not in have and "resumed" in have:
-            r = next(
-                (r for r in m0 if r.get("event") == "step" and int(r.get("restart", 0)) >= 1), None
-            )
-            if r:
-                self._record("training_continues", float(r["time"]),
-                             f"step {r['step']} (loss {float(r['loss']):.4f}) on {r.get('node')}",
-                             "job metrics", now)  # fmt: skip
+        self._poll_training(now, job, "node_resumed", "the replacement")
         if "replacement_requested" not in have and "drained" in have:
             for obj in self.api.items("nodereplacements"):
                 if (obj.get("spec") or {}).get("slurmNode") == self.node:
@@ -1210,6 +1296,40 @@ class Demo:
         if "uncordoned" not in have and "node_resumed" in have and not unsched and not taints:
             self._record("uncordoned", now, f"Node {self.node}: schedulable, our taint removed",
                          "stand-in Node", now)  # fmt: skip
+
+    def _poll_training(self, now: float, job: Any, back: str, what: str) -> None:
+        """Running again, resumed, training continues (both scenarios);
+        ``back``: the step after which the faulty node counts as healthy."""
+        from slurm_hooks.core import hostlist
+
+        have = self.records
+        m0 = self.metrics[0]
+        job_nodes = hostlist.expand(job.nodes) if job.nodes and job.nodes != "(null)" else []
+        # Healthy nodes: any but the faulty one, which counts again only as
+        # its replacement (accepted and resumed before the job landed there).
+        healthy = self.node not in job_nodes or back in have
+        if ("running_again" not in have and "requeued" in have and job.state == "RUNNING"
+                and job.restart_count >= 1 and healthy):  # fmt: skip
+            where = f" (incl. {what} {self.node})" if self.node in job_nodes else ""
+            self._record("running_again", now, f"job {self.job_id} RUNNING on {job.nodes}{where}",
+                         "squeue/scontrol", now)  # fmt: skip
+        if "resumed" not in have and "running_again" in have:
+            r = next(
+                (r for r in m0 if r.get("event") == "resume" and int(r.get("restart", 0)) >= 1),
+                None,
+            )
+            if r:
+                self._record("resumed", float(r["time"]),
+                             f"from step {r['step']} ({Path(str(r.get('path', ''))).name}) on {r.get('node')}",
+                             "job metrics", now)  # fmt: skip
+        if "training_continues" not in have and "resumed" in have:
+            r = next(
+                (r for r in m0 if r.get("event") == "step" and int(r.get("restart", 0)) >= 1), None
+            )
+            if r:
+                self._record("training_continues", float(r["time"]),
+                             f"step {r['step']} (loss {float(r['loss']):.4f}) on {r.get('node')}",
+                             "job metrics", now)  # fmt: skip
 
     def _sinfo_line(self, client: Any) -> str:
         try:
@@ -1277,7 +1397,10 @@ class Demo:
             "ckpt_every": self.o.ckpt_every,
             "healthcheck_interval": self.o.healthcheck_interval,
             "bridge_interval": self.o.bridge_interval,
+            "scenario": self.scenario.name,
         }
+        if self.o.slinky:
+            s["spare_machines"] = self.o.spare_machines
         if self.lab is not None:
             s["base_dir"] = str(self.base)
             s["slurm_conf"] = str(self.lab.slurm_conf)
@@ -1288,6 +1411,14 @@ class Demo:
         return s
 
     def _report(self, missing: Sequence[str], error: str | None) -> Report:
+        leftovers: list[str] = []
+        if self.slinky is not None and self.fault_t is not None:
+            from slurm_hooks_lab import demo_slinky
+
+            try:
+                leftovers = demo_slinky.leftovers(self)
+            except Exception as exc:  # noqa: BLE001 - a check that cannot run fails its goal
+                leftovers = [f"end state not readable: {type(exc).__name__}: {exc}"]
         return build_report(
             grace=self.o.grace,
             node=self.node,
@@ -1299,6 +1430,8 @@ class Demo:
             training=self._training(),
             error=error,
             settings=self._settings(),
+            scenario=self.scenario.name,
+            leftovers=leftovers,
         )
 
     def _write_outputs(self, report: Report) -> Report:
@@ -1343,6 +1476,9 @@ class Demo:
             self.bridge_thread.join(10)
         if self.provisioner is not None:
             self.provisioner.join(30)
+        if self.slinky is not None:
+            with contextlib.suppress(Exception):
+                self.slinky.controller.stop()
         if self.hooks is not None:
             with contextlib.suppress(Exception):
                 self.hooks.stop_watchers()
@@ -1418,22 +1554,26 @@ def run_demo(options: DemoOptions, echo: Callable[[str], None] | None = None) ->
 
 
 def acceptance_main(argv: Sequence[str]) -> int:
-    """``python -m slurm_hooks_lab.demo acceptance NODE``: the provisioner's
-    acceptance run, on the node, with the node's config from
-    ``$SLURM_HOOKS_CONFIG``; prints the result as one JSON line."""
+    """``python -m slurm_hooks_lab.demo acceptance NODE [--no-resume]``: the
+    provisioner's acceptance run, on the node, with the node's config from
+    ``$SLURM_HOOKS_CONFIG``; prints the result as one JSON line.
+    ``--no-resume`` (the Slinky scenario): the verdict is recorded and the
+    bridge, which asked for it, resumes the node."""
     from slurm_hooks.agent.acceptance import run_acceptance
     from slurm_hooks.core import config as config_mod
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     cfg = config_mod.load(validate=False)
-    result = run_acceptance(argv[0], cfg)
+    result = run_acceptance(argv[0], cfg, resume="--no-resume" not in argv[1:])
     print(json.dumps(result.to_dict()))
     return result.exit_code
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if len(args) != 2 or args[0] != "acceptance":
-        print("usage: python -m slurm_hooks_lab.demo acceptance NODE", file=sys.stderr)
+    if len(args) not in (2, 3) or args[0] != "acceptance" or args[2:] not in ([], ["--no-resume"]):
+        print(
+            "usage: python -m slurm_hooks_lab.demo acceptance NODE [--no-resume]", file=sys.stderr
+        )
         sys.exit(2)
     sys.exit(acceptance_main(args[1:]))

@@ -49,7 +49,7 @@ from slurm_hooks.decide.repair import (
     plan_repair,
     reboot_allowed,
 )
-from slurm_hooks.store.state import iso, parse_time
+from slurm_hooks.store.state import REPAIR_SETTLED, iso, parse_time
 
 if TYPE_CHECKING:
     from slurm_hooks.act.engine import Engine
@@ -63,7 +63,7 @@ Accept = Callable[[str], tuple[bool, str]]
 HISTORY_KEY = "repairs"
 _GPU = re.compile(r"^gpu(\d{1,4})$")
 _REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
-_DONE_STATES = ("resumed", "replace", "left_for_human", "observed", "gave_up")
+_DONE_STATES = REPAIR_SETTLED
 
 
 class Status:

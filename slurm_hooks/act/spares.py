@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 
 def conf_dir(config: dict[str, str] | None = None) -> Path:
     """Where slurm.conf (and so topology.conf) lives."""
-    conf = os.environ.get("SLURM_CONF") or (config or {}).get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    conf = (
+        os.environ.get("SLURM_CONF") or (config or {}).get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    )
     return Path(conf).parent
 
 
@@ -50,9 +52,13 @@ def load_topology(engine: Engine) -> Topology:
     d = conf_dir(config)
     try:
         if (d / "topology.yaml").exists():
-            return parse_topology_yaml((d / "topology.yaml").read_text(), source=str(d / "topology.yaml"))
+            return parse_topology_yaml(
+                (d / "topology.yaml").read_text(), source=str(d / "topology.yaml")
+            )
         if (d / "topology.conf").exists() and plugin not in ("topology/flat", "topology/none"):
-            return parse_topology_conf((d / "topology.conf").read_text(), source=str(d / "topology.conf"))
+            return parse_topology_conf(
+                (d / "topology.conf").read_text(), source=str(d / "topology.conf")
+            )
     except (OSError, ConfigError) as exc:
         log.warning("topology not read (%s): any spare will do", exc)
     return FLAT
@@ -96,7 +102,9 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
 
             def change(d: dict[str, Any], job_id: str = job_id, spare: str = spare) -> None:
                 d.setdefault("spares", {})[job_id] = spare
-                d.setdefault("steps", []).append({"step": "spare_intent", "at": iso(engine.clock())})
+                d.setdefault("steps", []).append(
+                    {"step": "spare_intent", "at": iso(engine.clock())}
+                )
 
             with engine.state.incident_lock(incident):
                 engine.state.update_incident(incident, change)

@@ -72,6 +72,9 @@ class AcceptanceResult:
     decision: str | None = None
     decision_why: str | None = None
     durations: Mapping[str, float] = field(default_factory=dict)
+    #: Recent SLOW reports of the node (a straggler: agent/slow_history.py);
+    #: reported beside the verdict, which they do not change.
+    slow_history: str | None = None
 
     @property
     def resumed(self) -> bool:
@@ -91,6 +94,7 @@ class AcceptanceResult:
             "decision": self.decision,
             "decision_why": self.decision_why,
             "durations": {k: round(v, 3) for k, v in self.durations.items()},
+            "slow_history": self.slow_history,
             "findings": [f.to_dict() for f in self.findings if f.status is not Status.OK],
         }
 
@@ -155,6 +159,7 @@ def run_acceptance(
     passed, detail = judge_acceptance(findings, ac.require, allow_warn=ac.allow_warn)
     seconds = clock() - t0
     log.info("acceptance node=%s passed=%s seconds=%.1f detail=%s", node, passed, seconds, detail)
+    slow = _slow_history(cfg, node)
     eng = engine if engine is not None else engine_factory(cfg)
     # --no-resume: the verdict is recorded, no path may resume the node.
     decision = eng.record_acceptance(node, passed, detail=detail, resume=resume)
@@ -171,7 +176,21 @@ def run_acceptance(
         decision=str(decision.kind) if decision is not None else None,
         decision_why=decision.explanation if decision is not None else None,
         durations=dict(result.durations),
+        slow_history=slow,
     )
+
+
+def _slow_history(cfg: Config, node: str) -> str | None:
+    from slurm_hooks.agent import slow_history
+
+    reports = slow_history.recent_slow(
+        cfg.general.state_dir, node, now=time.time(), window_s=slow_history.window_s(cfg)
+    )
+    if not reports:
+        return None
+    note = slow_history.describe(reports)
+    log.warning("acceptance node=%s: %s", node, note)
+    return note
 
 
 # -- the job form (a node still in service) ------------------------------------------------

@@ -36,7 +36,7 @@ from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Status
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
-from slurm_hooks.detect.progress.gather import job_dirs, proc_state, read_job
+from slurm_hooks.detect.progress.gather import job_dirs, proc_state, read_hints, read_job
 from slurm_hooks.detect.progress.judge import (
     HangVerdict,
     ProcState,
@@ -65,6 +65,8 @@ class JobReport:
     #: max/median of the ranks' recent mean busy time (1.0: no skew).
     skew: float | None = None
     explanation: str = ""
+    #: Seconds since any rank of the job recorded a step.
+    stalled_s: float = 0.0
 
 
 @dataclass
@@ -129,7 +131,7 @@ class ProgressPass:
             verdict = judge_hang(job, views, procs, now, self.s.hang)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
-                                     verdict.explanation)  # fmt: skip
+                                     verdict.explanation, verdict.stalled_s)  # fmt: skip
             if verdict.verdict in (Verdict.HANG, Verdict.STALLED) or slow:
                 out += self._suspect(job, now)
         self.reports = reports
@@ -162,7 +164,8 @@ class ProgressPass:
         local = {r: v for r, v in views.items() if v.node == self.node}
         procs = self._procs(local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
-        verdict = judge_hang(job, views, procs, now, self.s.hang)
+        hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
+        verdict = judge_hang(job, views, procs, now, self.s.hang, hints)
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             out += self._hang(info, verdict)
@@ -173,6 +176,34 @@ class ProgressPass:
                 if st.rank in local:
                     out += self._slow(info, st)
         return out
+
+    # -- metrics ------------------------------------------------------------------------
+
+    def metric_families(self) -> list[Any]:
+        """``/metrics`` of the last pass: step-time skew and stall per job."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        sk = GaugeMetricFamily(
+            "slurm_hooks_job_step_skew",
+            "Slowest rank's recent mean busy time over the median rank's (1: no skew), per job.",
+            labels=["job"],
+        )
+        st = GaugeMetricFamily(
+            "slurm_hooks_job_stalled_seconds",
+            "Seconds since any rank of the job recorded a step.",
+            labels=["job"],
+        )
+        verdict = GaugeMetricFamily(
+            "slurm_hooks_job_progress_verdict",
+            "The hang judge's verdict of each job this node runs (1 for the current one).",
+            labels=["job", "verdict"],
+        )
+        for job, r in sorted(self.reports.items()):
+            if r.skew is not None:
+                sk.add_metric([job], r.skew)
+            st.add_metric([job], r.stalled_s)
+            verdict.add_metric([job, r.verdict], 1)
+        return [sk, st, verdict]
 
     # -- acting -------------------------------------------------------------------------
 

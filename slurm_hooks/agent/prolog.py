@@ -227,6 +227,9 @@ class NodeFacts:
     xid_mark: str | None
     #: Wall time of the latest fault the state store recorded (not "log" ones).
     last_fault_at: float | None = None
+    #: Wall time of the latest SLOW report within ``[progress] slow_history_s``
+    #: (a straggler the default policy only reported: agent/slow_history.py).
+    last_slow_at: float | None = None
 
 
 def cache_verdict(
@@ -251,6 +254,8 @@ def cache_verdict(
         return False, "new XID events since the pass"
     if facts.last_fault_at is not None and facts.last_fault_at >= entry.passed_at:
         return False, "a fault was recorded since the pass"
+    if facts.last_slow_at is not None and facts.last_slow_at >= entry.passed_at:
+        return False, "the node was reported SLOW since the pass"
     if entry.devices is not None and (devices is None or not set(devices) <= set(entry.devices)):
         return False, "the pass did not test all of this job's GPUs"
     return True, f"passed {age:.0f}s ago"
@@ -331,6 +336,16 @@ def last_fault_at(state_dir: str, node: str) -> float | None:
             continue
         latest = t if latest is None else max(latest, t)
     return latest
+
+
+def last_slow_at(cfg: Config, state_dir: str, node: str, now: float) -> float | None:
+    """The newest recent SLOW report of ``node`` (one small file read)."""
+    from slurm_hooks.agent import slow_history
+
+    reports = slow_history.recent_slow(
+        state_dir, node, now=now, window_s=slow_history.window_s(cfg)
+    )
+    return reports[-1].at if reports else None
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -498,6 +513,7 @@ def run_prolog(
         boot_id=boot_id(),
         xid_mark=xid_mark(state_dir),
         last_fault_at=last_fault_at(state_dir, node),
+        last_slow_at=last_slow_at(cfg, state_dir, node, wall()),
     )
     entry = cache.read()
     fresh, why = cache_verdict(entry, facts, gpu.devices, pc.validity_s)

@@ -581,7 +581,10 @@ class _WatchCollector:
     def collect(self) -> Any:
         from slurm_hooks.act.metrics import build_registry
 
-        return list(build_registry(self.watcher.phase_run()).collect())
+        families = list(build_registry(self.watcher.phase_run()).collect())
+        if self.watcher.progress is not None:  # step-time skew per job (docs/progress.md)
+            families += self.watcher.progress.metric_families()
+        return families
 
 
 def serve_metrics(watcher: Watcher, port: int, addr: str = "0.0.0.0") -> Any:

@@ -23,6 +23,7 @@ from slurm_hooks.core.errors import SlurmHooksError
 COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "Nodes out of service, grouped by owner and fault."),
     "history": ("history", "Incident timelines from the audit log."),
+    "job": ("job", "A training job's progress per rank; whether it hangs or straggles."),
     "install": ("install", "Install the hook shims; print the slurm.conf lines."),
     "uninstall": ("uninstall", "Remove the hook shims; print the slurm.conf lines to take out."),
     "config": ("config_cmd", "Validate or show the configuration."),

@@ -85,6 +85,8 @@ def _run_local(node: str, cfg: object, *, resume: bool, as_json: bool) -> None:
     else:
         verdict = "PASSED" if result.passed else "FAILED"
         click.echo(f"{node}: acceptance {verdict} in {result.seconds:.1f}s: {result.detail}")
+        if result.slow_history:
+            click.echo(f"{node}: note: {result.slow_history} (see 'slurm-hooks history {node}')")
         if result.decision:
             click.echo(f"{node}: resume: {result.decision} ({result.decision_why})")
         elif result.passed and not resume:

@@ -170,8 +170,10 @@ def explain_cmd(number: int, sxid: bool, wide: bool) -> None:
       slurm-hooks xid explain 13
       slurm-hooks xid explain --sxid 12028
     """
-    from slurm_hooks.cli.xid_explain import field, human_does, we_do
+    from slurm_hooks.cli.xid_explain import field, human_does, repair_settings, we_do
     from slurm_hooks.detect.xid.catalogue import load_catalogue
+
+    repair, observe = repair_settings()
 
     def out(label: str, text: str) -> None:
         click.echo(field(label, text, wide=wide))
@@ -192,7 +194,10 @@ def explain_cmd(number: int, sxid: bool, wide: bool) -> None:
     bucket = cat.bucket_for(number)
     if info is None:
         click.echo(f"XID {number}: not in the catalogue.")
-        out("slurm-hooks does", f"{bucket.status}: " + we_do(bucket, f"XID{number}"))
+        out(
+            "slurm-hooks does",
+            f"{bucket.status}: " + we_do(bucket, f"XID{number}", repair, observe_only=observe),
+        )
         out("a human must", human_does(bucket))
         return
     click.echo(f"XID {info.xid}: {info.name} ({info.mnemonic})")
@@ -205,7 +210,10 @@ def explain_cmd(number: int, sxid: bool, wide: bool) -> None:
     out("source", f"{info.source} (confidence: {info.confidence})")
     if info.note:
         out("note", info.note)
-    out("slurm-hooks does", f"{bucket.status}: " + we_do(bucket, f"XID{number}"))
+    out(
+        "slurm-hooks does",
+        f"{bucket.status}: " + we_do(bucket, f"XID{number}", repair, observe_only=observe),
+    )
     out("a human must", human_does(bucket))
     notes = _RULE_NOTES.get(number) or _RULE_NOTES.get(bucket.rule or "")
     if notes:

@@ -182,7 +182,11 @@ class RebootVerdict:
 
 
 def reboot_allowed(
-    node: str, fleet: Sequence[NodeState], cfg: RepairConfig, *, rank: Mapping[str, int] | None = None
+    node: str,
+    fleet: Sequence[NodeState],
+    cfg: RepairConfig,
+    *,
+    rank: Mapping[str, int] | None = None,
 ) -> RebootVerdict:
     """May ``node`` be rebooted now?  Counts the other nodes of each of its
     partitions that carry our ``step=reboot`` reason; the tightest partition

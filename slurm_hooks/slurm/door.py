@@ -190,7 +190,9 @@ class SlurmDoor:
         one of another incident.  ``reason`` (ours) is written with it.
         False when the client cannot reboot nodes (REST, a test fake)."""
         if try_parse_reason(reason) is None:
-            raise SlurmError(f"refusing to reboot {name} with a reason that is not ours: {reason!r}")
+            raise SlurmError(
+                f"refusing to reboot {name} with a reason that is not ours: {reason!r}"
+            )
         view = self.look(name)
         ours = view.ours
         if ours is None or ours.incident != incident:

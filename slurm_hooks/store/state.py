@@ -370,12 +370,21 @@ class StateStore:
         return out
 
 
+#: ``repair.status`` values with nothing left to do (act/repair.py).
+REPAIR_SETTLED = frozenset({"resumed", "replace", "left_for_human", "observed", "gave_up"})
+
+
 def incident_pending(doc: dict[str, Any]) -> bool:
     """An incident with work left: jobs not settled, or an alert (queued in
     the journal, ``act.alerts``) that some sink has not received yet, or
     our drain deferred behind a foreign reason (``act.deferred``)."""
     if not doc.get("jobs_done") or doc.get("drain_deferred"):
         return True
+    rep = doc.get("repair")
+    if isinstance(rep, dict) and rep.get("status") not in REPAIR_SETTLED:
+        # A reset/reboot/ticket in flight (act/repair.py): after a reboot the
+        # node's own hook must find it and start the worker.
+        return doc.get("status") not in ("closed", "abandoned", "held")
     return any(not a.get("done") for a in (doc.get("alerts") or {}).values())
 
 

@@ -45,6 +45,14 @@ from typing import Any
 MAX_BYTES = 16 << 20
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:#()/\-]")
+
+
+def clean(text: str, limit: int = 200) -> str:
+    """Text from a user's file made safe to log and show: plain characters only."""
+    return _UNSAFE.sub("_", text)[:limit]
+
+
 @dataclass(frozen=True)
 class Suspect:
     """One outside source naming a process the others wait for."""
@@ -57,6 +65,13 @@ class Suspect:
     pid: int | None = None
     host: str | None = None
     detail: str = ""
+    #: Ranks in the communicator that ``rank`` is a rank of (RAS), when known.
+    comm_size: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", clean(self.detail))
+        if self.host is not None:
+            object.__setattr__(self, "host", clean(self.host, 255))
 
 
 # -- NCCL RAS ------------------------------------------------------------------------------
@@ -70,6 +85,8 @@ _RANK_GPU = re.compile(
 _MAJORITY = re.compile(
     r"^  (\d{1,9}) ranks have (?:launched up to operation (\d{1,20})|not launched any operations)$"
 )
+_MISSING_224 = re.compile(r"^  The missing ranks?: ([0-9,]{1,4096})$")
+_GROUP_ROW = re.compile(r"^ {0,4}(\d{1,5})  +\d+  +\d+  +\S+  +(\d+)  +\d+  +\S+  +\S+$")
 _COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-f]{1,16})\) (INCOMPLETE|ERROR|MISMATCH)$")
 _SECTIONS = ("DEAD", "INCOMPLETE", "TIMEOUT")
 
@@ -86,8 +103,13 @@ class RasReport:
 
 
 def parse_ras(text: str) -> RasReport:
-    """The suspects in an ``ncclras`` text status (anything else is ignored)."""
+    """The suspects in an ``ncclras`` status, text or ``-f json`` (anything
+    else is ignored)."""
+    if text.lstrip()[:1] == "{":
+        return _parse_ras_json(text)
     suspects: list[Suspect] = []
+    sizes: dict[int, int] = {}  # summary table: group -> ranks per communicator
+    size: int | None = None  # the current communicator block's
     flagged: list[str] = []
     version = None
     section: str | None = None  # DEAD / INCOMPLETE at top level, or a comm block's kind
@@ -114,8 +136,13 @@ def parse_ras(text: str) -> RasReport:
         if line in _SECTIONS or m:
             close_block()
             section, majority, group = (m.group(4) if m else line), None, None
+            size = sizes.get(int(m.group(1))) if m else None
             if m:
                 flagged.append(line)
+            continue
+        gm = _GROUP_ROW.match(line)
+        if gm and section is None:
+            sizes[int(gm.group(1))] = int(gm.group(2))
             continue
         if not line.startswith("  "):
             if line.strip():
@@ -129,6 +156,12 @@ def parse_ras(text: str) -> RasReport:
                 suspects.append(Suspect("ras", why, None, int(pm.group(1)), pm.group(2),
                                         line.strip()[:200]))  # fmt: skip
                 continue
+        mm = _MISSING_224.match(line)
+        if mm and section == "INCOMPLETE":  # NCCL 2.24: rank numbers only
+            for r in [x for x in mm.group(1).split(",") if x][:4096]:
+                suspects.append(Suspect("ras", "no response", int(r), None, None,
+                                        line.strip()[:200], size))  # fmt: skip
+            continue
         maj = _MAJORITY.match(line)
         if maj and section == "MISMATCH":
             group = int(maj.group(2) or 0)
@@ -141,7 +174,9 @@ def parse_ras(text: str) -> RasReport:
         pid = int(rm.group(5)) if rm.group(5) else None
         host = rm.group(6)
         if section == "INCOMPLETE":  # a communicator's ranks that did not answer
-            suspects.append(Suspect("ras", "no response", rank, pid, host, line.strip()[:200]))
+            suspects.append(
+                Suspect("ras", "no response", rank, pid, host, line.strip()[:200], size)
+            )
         elif section == "MISMATCH":
             if rm.group(2) is not None:  # an outlier alone at its count
                 ops = int(rm.group(3)) if rm.group(3) else 0
@@ -149,9 +184,61 @@ def parse_ras(text: str) -> RasReport:
                 ops = group
             else:
                 continue
-            counted.append((ops, Suspect("ras", "behind", rank, pid, host, line.strip()[:200])))
+            counted.append(
+                (ops, Suspect("ras", "behind", rank, pid, host, line.strip()[:200], size))
+            )
     close_block()
     return RasReport(tuple(suspects), version, tuple(flagged))
+
+
+def _parse_ras_json(text: str) -> RasReport:
+    """``ncclras -f json`` (``rasDumpCommsToJSON``): ``communicators[]`` with
+    ``size``, ``ranks[]`` (``rank``, ``host``, ``pid``, ``collective_counts``)
+    and ``missing_ranks[]`` (``status``: ``unresponsive``, ``considered_dead``)."""
+    try:
+        doc = json.loads(text[:MAX_BYTES])
+    except ValueError:
+        return RasReport()
+    if not isinstance(doc, dict):
+        return RasReport()
+    suspects: list[Suspect] = []
+    comms = doc.get("communicators")
+    for c in comms[:4096] if isinstance(comms, list) else ():
+        if not isinstance(c, dict):
+            continue
+        size = _int(c.get("size"), 0) or None
+        missing = c.get("missing_ranks")
+        for m in missing[:4096] if isinstance(missing, list) else ():
+            if isinstance(m, dict) and _int(m.get("rank")) >= 0:
+                st = m.get("status")
+                dead = isinstance(st, dict) and st.get("considered_dead") is True
+                why = "dead" if dead else "no response"
+                pid = _int(m.get("pid"))
+                suspects.append(Suspect("ras", why, _int(m.get("rank")), pid if pid > 0 else None,
+                                        str(m.get("host") or "") or None,
+                                        f"communicator {c.get('hash')}: rank {m.get('rank')} "
+                                        f"missing", size))  # fmt: skip
+        ranks = [r for r in c.get("ranks") or () if isinstance(r, dict)][:4096]
+        ops: dict[str, dict[int, int]] = {}
+        for r in ranks:
+            counts = r.get("collective_counts")
+            for op, n in counts.items() if isinstance(counts, dict) else ():
+                ops.setdefault(str(op)[:32], {})[id(r)] = _int(n)
+        for op, by in sorted(ops.items()):
+            if len(by) < 2 or len(set(by.values())) < 2:
+                continue
+            low = min(by.values())
+            alone = [i for i, n in by.items() if n == low]
+            if len(alone) == 1:
+                r = next(x for x in ranks if id(x) == alone[0])
+                pid = _int(r.get("pid"))
+                suspects.append(Suspect("ras", "behind", _int(r.get("rank")),
+                                        pid if pid > 0 else None, str(r.get("host") or "") or None,
+                                        f"rank {r.get('rank')} launched {low} {op} operation(s), "
+                                        f"the others up to {max(by.values())}", size))  # fmt: skip
+                break
+    version = doc.get("nccl_version")
+    return RasReport(tuple(suspects), str(version)[:64] if version else None, ())
 
 
 # -- flight recorder -------------------------------------------------------------------------
@@ -266,9 +353,7 @@ def fr_waited_for(dumps: Mapping[int, FrDump], pg: str | None = None) -> Suspect
                    f"the others #{others}{what}")  # fmt: skip
 
 
-def resolve(
-    hints: Sequence[Suspect], ranks: Mapping[int, Any]
-) -> tuple[int, Suspect] | None:
+def resolve(hints: Sequence[Suspect], ranks: Mapping[int, Any]) -> tuple[int, Suspect] | None:
     """The first hint that names one rank of ``ranks`` (views with ``pid`` and
     ``rank``): by pid when exactly one rank has it, else by rank number."""
     for h in hints:
@@ -278,8 +363,10 @@ def resolve(
                 return hit[0], h
             if hit:
                 continue  # the same pid on two nodes: ambiguous
-        # A rank number alone only from the recorder (its file names the global
-        # rank); RAS ranks are communicator ranks, not necessarily global ones.
-        if h.pid is None and h.rank in ranks and h.source == "flight_recorder":
+        # A rank number alone: the recorder's file names the global rank; a
+        # RAS rank is a communicator's, the global one only in a communicator
+        # of every rank of the job.
+        whole = h.source == "flight_recorder" or h.comm_size == len(ranks)
+        if h.pid is None and h.rank is not None and h.rank in ranks and whole:
             return h.rank, h
     return None

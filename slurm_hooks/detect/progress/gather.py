@@ -12,12 +12,22 @@ recycled pid is GONE, not a healthy stranger).
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from slurm_hooks.detect.progress.external import (
+    MAX_BYTES,
+    FrDump,
+    Suspect,
+    fr_waited_for,
+    parse_flight_recorder,
+    parse_ras,
+)
 from slurm_hooks.detect.progress.judge import ProcState
 from slurm_hooks.detect.progress.records import Record, parse_line
 
@@ -126,3 +136,65 @@ def proc_state(
         if began > started + slack_s:
             return ProcState.GONE
     return state
+
+
+# -- outside evidence: NCCL RAS output, flight-recorder dumps -----------------------------
+
+#: Evidence files per job and kind read at most.
+MAX_EVIDENCE_FILES = 256
+_TRAILING_RANK = re.compile(r"(\d{1,9})(?:\.(?:json|pkl|pickle))?$")
+
+
+def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
+    """At most ``limit`` bytes of a regular file owned by ``uid`` (None: any),
+    never through a symlink; None when it cannot be read or is too large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
+            return None
+        if st.st_size > limit:
+            return None
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= limit else None
+
+
+def _paths(pattern: str, job: str) -> list[str]:
+    if not pattern or not job.isdigit():
+        return []
+    return sorted(glob.glob(pattern.replace("{job}", job)))[:MAX_EVIDENCE_FILES]
+
+
+def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) -> list[Suspect]:
+    """What NCCL RAS outputs and flight-recorder dumps of ``job`` say about
+    the rank the others wait for (RAS first: it sees dead processes)."""
+    hints: list[Suspect] = []
+    for path in _paths(ras_pattern, job):
+        data = read_whole(path, MAX_BYTES, uid)
+        if data is not None:
+            hints += parse_ras(data.decode("utf-8", errors="replace")).suspects
+    dumps: dict[int, FrDump] = {}
+    for path in _paths(fr_pattern, job):
+        m = _TRAILING_RANK.search(os.path.basename(path))
+        data = read_whole(path, MAX_BYTES, uid) if m else None
+        dump = parse_flight_recorder(data) if data is not None else None
+        if m and dump is not None:
+            dumps[int(m.group(1))] = dump
+    fr = fr_waited_for(dumps)
+    if fr is not None:
+        hints.append(fr)
+    return hints

@@ -8,7 +8,10 @@ rank blocks in the next collective, so "no rank recorded a step for
 2. a rank on this node stopped (``/proc/PID/stat`` state ``T``/``t``);
 3. a rank on this node in uninterruptible sleep (``D``: a driver or a
    file system that does not answer);
-4. the rank the others wait for: the one, unique, with the lowest step.
+4. a rank NCCL RAS or the flight recorder names as the one the others wait
+   for (``hints``, from ``external``: dead, not answering, or alone behind in
+   its collectives);
+5. the rank the others wait for: the one, unique, with the lowest step.
 
 No hang before the job's first step completed and ``first_step_allowance_s``
 passed since (a first step can take long: compilation, data loading).
@@ -22,10 +25,11 @@ from __future__ import annotations
 
 import enum
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_hooks.detect.progress.external import Suspect, resolve
 from slurm_hooks.detect.progress.records import RankView
 
 
@@ -83,6 +87,7 @@ def judge_hang(
     procs: Mapping[int, ProcState],
     now: float,
     settings: HangSettings,
+    hints: Sequence[Suspect] = (),
 ) -> HangVerdict:
     if not ranks:
         return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
@@ -107,6 +112,18 @@ def judge_hang(
                 f"job {job} made no progress for {stalled:.0f}s; rank {v.rank} on {v.node}: "
                 f"{cause} at step {v.step}", stalled, v.rank, v.node, cause, evidence,
             )  # fmt: skip
+    named = resolve(hints, ranks)
+    if named is not None:
+        rank, hint = named
+        v = ranks[rank]
+        source = "NCCL RAS" if hint.source == "ras" else "the flight recorder"
+        evidence["hint"] = {"source": hint.source, "why": hint.why, "detail": hint.detail}
+        return HangVerdict(
+            Verdict.HANG, job,
+            f"job {job} made no progress for {stalled:.0f}s; {source} names rank {v.rank} "
+            f"on {v.node} ({hint.why})", stalled, v.rank, v.node,
+            f"{hint.source}: {hint.why}", evidence,
+        )  # fmt: skip
     low = min(steps.values())
     behind = [r for r, s in steps.items() if s == low]
     if len(behind) == 1 and len(steps) > 1 and max(steps.values()) > low:

@@ -44,6 +44,18 @@ class ProgressConfig:
     slow_policy: str = "report"
     #: Bytes read from the end of each rank's file per pass.
     tail_bytes: int = 65536
+    #: NCCL RAS text status of a job (what ``ncclras`` prints), read on a stall
+    #: as extra evidence of the rank the others wait for; a glob where
+    #: ``{job}`` is the job id, e.g. ``/dev/shm/slurm-hooks-progress/{job}/ras*.txt``
+    #: ("": not read).  Only files owned by the job's owner count.
+    ras_path: str = ""
+    #: PyTorch flight-recorder dumps of a job, one per rank, the global rank
+    #: the file name's trailing digits (``TORCH_FR_DUMP_TEMP_FILE`` prefix):
+    #: a glob with ``{job}``, e.g. ``/dev/shm/slurm-hooks-progress/{job}/fr_*``.
+    flight_recorder_path: str = ""
+    #: A SLOW report this recent makes the prolog run its full check instead
+    #: of its cached pass, and acceptance report it (seconds).
+    slow_history_s: float = 7 * 86400.0
 
     def validate(self) -> None:
         if self.slow_policy not in SLOW_POLICIES:
@@ -53,6 +65,12 @@ class ProgressConfig:
         for name in ("hang_s", "interval_s", "slow_percent", "tail_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        for name in ("ras_path", "flight_recorder_path"):
+            value = getattr(self, name)
+            if value and (not value.startswith("/") or "{job}" not in value):
+                raise ValueError(f"{name} must be an absolute glob containing {{job}}")
+        if self.slow_history_s < 0:
+            raise ValueError("slow_history_s must be >= 0")
         if self.slow_windows < 1 or self.window_steps < 1:
             raise ValueError("slow_windows and window_steps must be >= 1")
 
