@@ -16,6 +16,7 @@ changes, not to fleet size.  Prints figures only.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
 import multiprocessing as mp
 import resource
@@ -73,6 +74,7 @@ class FleetSlurm:
 
     def __init__(self, n: int, drained: int) -> None:
         self.nodes = {node_name(i): NodeState(node_name(i), "idle") for i in range(n)}
+        self.job_lists = 0
         step = max(n // max(drained, 1), 1)
         for k, i in enumerate(range(0, n, step)):
             if k >= drained:
@@ -88,20 +90,35 @@ class FleetSlurm:
         return list(self.nodes.values())
 
     def jobs_on_node(self, name):  # type: ignore[no-untyped-def]
+        self.job_lists += 1
+        return []
+
+    def list_jobs(self, states=None):  # type: ignore[no-untyped-def]
+        self.job_lists += 1
         return []
 
     def resume(self, name: str) -> None:
         self.nodes[name] = NodeState(name, "idle")
 
 
-def one_pass(bridge: Bridge, label: str, trace: bool = False) -> None:
+def one_pass(bridge: Bridge, label: str, trace: bool = False, profile: str = "") -> None:
     """CPU time without tracemalloc (it slows Python down ~2x); ``trace``
-    measures the peak of Python allocations instead."""
+    measures the peak of Python allocations instead; ``profile`` (a file
+    name) writes a cProfile of the pass there."""
     if trace:
         tracemalloc.start()
+    prof = cProfile.Profile() if profile else None
+    slurm = bridge.slurm
+    lists0 = getattr(slurm, "job_lists", 0)
     cpu0, wall0 = time.process_time(), time.perf_counter()
+    if prof is not None:
+        prof.enable()
     result = bridge.reconcile_once()
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(profile)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    job_lists = getattr(slurm, "job_lists", 0) - lists0
     peak = 0
     if trace:
         _, peak = tracemalloc.get_traced_memory()
@@ -114,7 +131,7 @@ def one_pass(bridge: Bridge, label: str, trace: bool = False) -> None:
         f"{label:34} cpu {cpu:6.3f} s  wall {wall:6.3f} s"
         + (f"  peak(py) {peak / 2**20:5.1f} MiB" if trace else "")
         + "  "
-        f"api calls {sum(calls.values()):4d} {calls}  steps {steps}"
+        f"api calls {sum(calls.values()):4d} {calls}  slurm job lists {job_lists}  steps {steps}"
     )
 
 
@@ -122,6 +139,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=10_000)
     ap.add_argument("--drained", type=float, default=0.01)
+    ap.add_argument(
+        "--profile", default="", help="write cProfile stats of passes 1 and 2 to PREFIX.N"
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     n, drained = args.nodes, int(args.nodes * args.drained)
@@ -143,8 +163,9 @@ def main() -> None:
             leader_election=False,
         )
         bridge = Bridge(slurm, KubeClient(url, timeout=60), cfg)  # type: ignore[arg-type]
-        one_pass(bridge, f"pass 1: {drained} new incidents")
-        one_pass(bridge, "pass 2: no changes")
+        prof = args.profile
+        one_pass(bridge, f"pass 1: {drained} new incidents", profile=prof and f"{prof}.1")
+        one_pass(bridge, "pass 2: no changes", profile=prof and f"{prof}.2")
         for name in [s for s, st in slurm.nodes.items() if st.drained][:10]:
             slurm.resume(name)
         one_pass(bridge, "pass 3: 10 resumed")

@@ -61,7 +61,7 @@ def main() -> int:
         v = report.durations.get(d.key)
         print(f"  {d.key:<24} {'-' if v is None else f'{v:.3f}'}")
     downtime = report.durations.get("training_downtime")
-    if downtime is not None:
+    if downtime is not None and not args.slinky:
         # The floor: what the requeue path costs beyond the grace itself.
         print(f"  downtime beyond grace    {downtime - args.grace:.3f}")
     print(f"report: {json_path}")

@@ -143,26 +143,25 @@ def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
         print("end to end: no lab here: " + "; ".join(problems))
         return None
     base = Path(tempfile.mkdtemp(prefix="slurm-hooks-bench-hang-"))
-    lab = Lab(str(base / "lab"), nodes)
+    lab = Lab(str(base), nodes + 1)  # one spare: the requeued job runs without the culprit
     out = []
     try:
-        print(f"lab up in {lab.up():.1f}s ({nodes} nodes)")
+        print(f"lab up in {lab.up():.1f}s ({nodes + 1} nodes)")
         for n in range(trials):
-            pdir = base / "progress"
-            shutil.rmtree(pdir, ignore_errors=True)
-            pdir.mkdir(mode=0o1777)
-            os.chmod(pdir, 0o1777)
+            work = lab.shared_dir / f"bench-hang-{n}"
+            shutil.rmtree(work, ignore_errors=True)
+            pdir = work / "progress"
+            pdir.mkdir(parents=True)
+            for d in (work, pdir):
+                os.chmod(d, 0o1777)
             hooks = install(lab, grace_s=3.0, progress={**LAB_PROGRESS, "dir": str(pdir)})
             try:
                 for node in lab.node_names:
                     hooks.start_watcher(node)
-                work = lab.shared_dir / f"bench-hang-{n}"
-                shutil.rmtree(work, ignore_errors=True)
-                work.mkdir(parents=True)
-                os.chmod(work, 0o1777)
-                out.append(e2e_trial(lab, hooks, work, n, nodes))
-                print("  trial %d: drained %.1fs, running again %.1fs, first step %.1fs" % (
-                    n, out[-1]["drained"], out[-1]["running"], out[-1]["stepped"]))  # fmt: skip
+                t = e2e_trial(lab, hooks, work, n, nodes)
+                out.append(t)
+                print(f"  trial {n}: drained {t['drained']:.1f}s, running again "
+                      f"{t['running']:.1f}s, first step {t['stepped']:.1f}s")  # fmt: skip
             finally:
                 hooks.close(reconfigure=False)
                 lab.reset()
@@ -180,7 +179,7 @@ def main() -> None:
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--trials", type=int, default=2, help="end-to-end SIGSTOP trials")
-    ap.add_argument("--nodes", type=int, default=2, help="lab nodes (the job uses all)")
+    ap.add_argument("--nodes", type=int, default=2, help="the job's nodes (the lab has one more)")
     ap.add_argument("--no-lab", action="store_true", help="skip the end-to-end figure")
     args = ap.parse_args()
     cfg = ProgressConfig()
@@ -204,8 +203,8 @@ def main() -> None:
           f"median from SIGSTOP: drained {med['drained']:.1f}s, job RUNNING again "
           f"{med['running']:.1f}s, first step {med['stepped']:.1f}s")  # fmt: skip
     for label, timeout in (("NCCL default", NCCL_TIMEOUT_S), ("a common 30 min", 1800.0)):
-        print(f"  vs {label} collective timeout {timeout:g}s (the job only dies there, then "
-              f"waits for a human): ratio {med['running'] / timeout:.3f}")  # fmt: skip
+        print(f"  vs {label} collective timeout {timeout:g}s (where the job would only "
+              f"fail): ratio {med['running'] / timeout:.3f}")  # fmt: skip
     at_default = med["running"] - lab_hang + cfg.hang_s
     print(f"  at the default hang_s {cfg.hang_s:g}s: ~{at_default:.0f}s to running again, "
           f"ratio {at_default / NCCL_TIMEOUT_S:.2f} of NCCL's {NCCL_TIMEOUT_S:g}s")  # fmt: skip

@@ -354,7 +354,9 @@ def test_drain_refused_when_reason_turns_foreign_between_decide_and_act(env):
 
     def racing(name):
         calls["n"] += 1
-        if calls["n"] == 2:  # the admin drains just before we write
+        # decide reads the table (list_nodes); the door's look before the
+        # write is the first get_node: the admin drains just before it
+        if calls["n"] == 1:
             slurm.nodes[name] = dataclasses.replace(
                 slurm.nodes[name], flags=frozenset({"DRAIN"}), reason="maintenance -- ops"
             )

@@ -55,6 +55,10 @@ class MemorySlurm:
         self.job_queries += 1
         return list(self.jobs.get(name, []))
 
+    def list_jobs(self, states=None):
+        self.job_queries += 1
+        return [j for jobs in self.jobs.values() for j in jobs]
+
 
 @pytest.fixture
 def api():

@@ -235,8 +235,12 @@ def test_installed_glob_prolog_runs_on_the_lab(fresh_lab, job_dir, tmp_path):
     markers = tmp_path / "markers"
     markers.mkdir()
     fake_python = tmp_path / "python3"
+    # Install's preflight (``-c "import slurm_hooks"``, shims run with
+    # ``--dry-run``) gets the real interpreter, so it passes as it would for a
+    # real venv; every other call (slurmd running a shim) is recorded.
     fake_python.write_text(
         "#!/bin/sh\n"
+        'case " $* " in *" --dry-run "*|" -c "*) exec ' + sys.executable + ' "$@" ;; esac\n'
         f'echo "$SLURM_SCRIPT_CONTEXT job=$SLURM_JOB_ID conf=$SLURM_CONF path=$PATH args=$*" '
         f'>> {markers}/"$SLURMD_NODENAME"\n'
     )

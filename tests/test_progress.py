@@ -387,3 +387,29 @@ def test_step_skew_metrics_per_job_on_the_watchers_metrics(tmp_path):
     assert f'slurm_hooks_job_stalled_seconds{{job="{JOB}"}} 10.0' in text
     assert f'slurm_hooks_job_progress_verdict{{job="{JOB}",verdict="healthy"}} 1.0' in text
     assert "slurm_hooks_findings" in text or "slurm_hooks_phase_duration_seconds" in text
+
+
+def test_ranks_killed_by_the_evacuation_are_not_new_culprits(tmp_path):
+    """Found on the 4-node lab: once the stopped rank's node is drained, the job's
+    step is cancelled and every other rank's process is gone while the job is
+    still RUNNING (restart 0) - each other node saw "process gone" and drained
+    itself.  A node of the job already carrying our HANG reason for it stops that."""
+    from slurm_hooks.core.reason import DrainReason, format_reason
+
+    t0 = time.time()
+    _write(tmp_path, 0, range(1, 11), t0=t0, node="n0", pid=2**22 + 7)  # gone: killed with the step
+    _write(tmp_path, 1, range(1, 10), t0=t0, node="n1", pid=2**22 + 9)
+    slurm = FakeSlurm(_job(_me()))
+    hang = format_reason(DrainReason("HANG", "i1", "rank 1 stopped", "job:4242/rank1"))
+    slurm.get_node = lambda name: SimpleNamespace(  # type: ignore[method-assign]
+        name=name,
+        state="allocated",
+        flags=frozenset({"DRAIN"}) if name == "n1" else frozenset(),
+        reason=hang if name == "n1" else None,
+    )
+    p0, e0 = _pass(tmp_path, "n0", slurm, t0 + 100)
+    p0.run()
+    assert not e0.handled
+    slurm.get_node = FakeSlurm(None).get_node  # no HANG anywhere: the gone rank is the culprit
+    p0.run()
+    assert [f.values["cause"] for _, [f] in e0.handled] == ["process gone"]

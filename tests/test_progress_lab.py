@@ -141,3 +141,48 @@ def test_slow_rank_reported_not_drained_opted_out_and_slow_start_never_touched(r
         assert lab.client().get_job(quiet).state == "RUNNING" and not (pdir / quiet).exists()
     finally:
         run(["scancel", slow, quiet, start], timeout=30, env=lab.env(), check=False)
+
+
+def test_four_node_job_one_rank_stopped_others_blocked_drained_requeued(rig, job_dir):
+    """Four nodes, rank 2 SIGSTOPped: the three others block in the barrier,
+    rank 2's node is drained with HANG job:<id>/rank2 and the job requeued.
+    The lab has four nodes, so the job waits for one; an admin returns the
+    node, and the job resumes from its checkpoint with no lost or repeated step."""
+    lab, hooks, pdir = rig
+    if len(lab.node_names) < 4:
+        pytest.skip("needs a 4-node lab")
+    job = sbatch(lab, job_dir, pdir, "--max-steps", "30", "--step-seconds", "0.2",
+                 "--ckpt-every", "1000", nodes=4)  # fmt: skip
+    ckpt = job_dir / "ckpt"
+    try:
+        lab.wait_for(lambda: all(int(last_record(rank_file(pdir, job, r)).get("step", 0)) >= 4
+                                 for r in range(4)), 90, what="4-rank progress")  # fmt: skip
+        rec = last_record(rank_file(pdir, job, 2))
+        culprit = rec["node"]
+        os.kill(int(rec["pid"]), signal.SIGSTOP)
+        reason = parse_reason(wait_drained(lab, culprit, timeout=30))
+        assert reason.code == "HANG" and reason.component == f"job:{job}/rank2"
+        stopped_at = int(last_record(rank_file(pdir, job, 2))["step"])
+        for r in (0, 1, 3):
+            steps = [m["step"] for m in read_metrics(ckpt / f"metrics.rank{r}.jsonl")
+                     if m["event"] == "step" and m["restart"] == 0]  # fmt: skip
+            assert max(steps) <= stopped_at + 1, r
+        others = [n for n in lab.node_names if n != culprit]
+        assert all(lab.client().get_node(n).reason is None for n in others)
+        lab.wait_for(lambda: lab.client().get_job(job).restart_count >= 1, 60, what="requeue")
+        run(["scontrol", "update", f"nodename={culprit}", "state=resume"], timeout=30,
+            env=lab.env())  # fmt: skip
+        try:
+            lab.wait_for(lambda: any(r["event"] == "done"
+                                     for r in read_metrics(ckpt / "metrics.rank0.jsonl")), 180,
+                         what="the requeued job to finish")  # fmt: skip
+        except Exception:
+            for argv in (["scontrol", "show", "job", job], ["sinfo", "-N", "-o", "%N %T %E"]):
+                print(run(argv, timeout=30, env=lab.env(), check=False).stdout)
+            print((job_dir / "train.out").read_text()[-3000:])
+            raise
+    finally:
+        run(["scancel", job], timeout=30, env=lab.env(), check=False)
+    steps = [r["step"] for r in read_metrics(ckpt / "metrics.rank0.jsonl") if r["event"] == "step"]
+    assert steps == list(range(1, 31))
+    assert any(e.get("action") == "job_hang" and e.get("job") == job for e in hooks.audit(culprit))

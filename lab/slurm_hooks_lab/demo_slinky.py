@@ -94,9 +94,9 @@ SLINKY_DURATIONS: tuple[DurationSpec, ...] = (
         "fault_to_cordon", "fault -> machine cordoned (+ node-cordon-reason)", "fault", "cordoned"
     ),
     DurationSpec(
-        "requeue_to_pod_deleted",
-        "requeue -> slurmd pod deleted (jobs settled)",
-        "requeued",
+        "signal_to_pod_deleted",
+        "signal -> slurmd pod deleted (the job off the node)",
+        "signalled",
         "pod_deleted",
     ),
     DurationSpec(
@@ -408,9 +408,14 @@ def poll(demo: Any, client: Any, now: float, nodes: Mapping[str, Any], job: Any)
                      f"{t0.get('effect')}, node-cordon-reason "
                      f"{ann[sp.NODE_CORDON_REASON][:48]!r}...", "stand-in Node", now)  # fmt: skip
     old = [p for p in pods if str(p["metadata"].get("uid") or "") == sk.pod_uid]
-    if "pod_deleted" not in have and "requeued" in have and not old:
+    if "pod_deleted" not in have and "cordoned" in have and not old:
+        # The job may have ended (TERM) a moment before its requeue shows:
+        # the bridge moves the pod once Slurm runs nothing there.  The
+        # operator's preStop follows the delete, so it bounds its time.
+        stopped = _ctl_time(sk, demo.node, "slurmd stopped", fault or 0.0)
+        t = min(now, stopped) if stopped is not None else now
         moved = ann.get(keys.moved_uid)
-        demo._record("pod_deleted", now,
+        demo._record("pod_deleted", t,
                      f"{sk.pod} on {sk.machine} deleted by the bridge (uid {moved} journalled "
                      f"first; no job on {demo.node})", "stand-in pods + Node journal", now)  # fmt: skip
     if ("slurmd_down" not in have and "pod_deleted" in have and node is not None and node.down

@@ -27,6 +27,8 @@ run it.  State lives in memory only.
 
 from __future__ import annotations
 
+import base64
+import bisect
 import copy
 import json
 import logging
@@ -304,12 +306,48 @@ class Store:
                 obj["status"] = self._pdb_status(obj)
             return copy.deepcopy(obj)
 
-    def list(self, res: Resource, ns: str | None, labels: str, fields: str) -> Obj:
+    def list(
+        self,
+        res: Resource,
+        ns: str | None,
+        labels: str,
+        fields: str,
+        *,
+        limit: int = 0,
+        cont: str = "",
+    ) -> Obj:
+        """A LIST; ``limit``/``cont`` page it as the API server does: items
+        in (namespace, name) order, ``metadata.continue`` naming where the
+        next page starts (an unreadable token is 410 Expired, as a compacted
+        one is on a real server) and ``remainingItemCount``."""
+        after: tuple[str, str] | None = None
+        if cont:
+            try:
+                doc = json.loads(base64.urlsafe_b64decode(cont.encode()).decode())
+                after = (str(doc["ns"]), str(doc["name"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ApiError(
+                    410, "Expired", "the provided continue parameter is too old"
+                ) from exc
         with self.lock:
             items = []
-            for (q, ons, _), obj in self.objects.items():
-                if q != res.qualified or (ns is not None and ons != ns):
-                    continue
+            keys = sorted(
+                (ons, oname)
+                for (q, ons, oname) in self.objects
+                if q == res.qualified and (ns is None or ons == ns)
+            )
+            if after is not None:
+                keys = keys[bisect.bisect_right(keys, after) :]
+            more = ""
+            remaining = 0
+            last_key = ("", "")
+            for pos, (ons, oname) in enumerate(keys):
+                obj = self.objects[(res.qualified, ons, oname)]
+                if limit and len(items) >= limit:
+                    token = {"ns": last_key[0], "name": last_key[1]}
+                    more = base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+                    remaining = len(keys) - pos
+                    break
                 try:
                     if labels and not label_selector_matches(
                         labels, obj["metadata"].get("labels") or {}
@@ -326,10 +364,15 @@ class Store:
                     item.pop("kind", None)
                     item.pop("apiVersion", None)
                 items.append(item)
+                last_key = (ons, oname)
+            meta: Obj = {"resourceVersion": str(self.rv)}
+            if more:
+                meta["continue"] = more
+                meta["remainingItemCount"] = remaining
             return {
                 "kind": f"{res.kind}List",
                 "apiVersion": res.api_version,
-                "metadata": {"resourceVersion": str(self.rv)},
+                "metadata": meta,
                 "items": items,
             }
 
@@ -735,7 +778,12 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET":
                 labels = (query.get("labelSelector") or [""])[0]
                 fields = (query.get("fieldSelector") or [""])[0]
-                return 200, store.list(res, ns, labels, fields)
+                try:
+                    limit = max(0, int((query.get("limit") or ["0"])[0]))
+                except ValueError as exc:
+                    raise ApiError(400, "BadRequest", "limit must be an integer") from exc
+                cont = (query.get("continue") or [""])[0]
+                return 200, store.list(res, ns, labels, fields, limit=limit, cont=cont)
             if method == "POST":
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "body must be an object")

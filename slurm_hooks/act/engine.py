@@ -36,6 +36,7 @@ from slurm_hooks.act.notify.base import Alert, Notifier
 from slurm_hooks.core.errors import (
     ForeignReasonError,
     JobGone,
+    NodeNotFound,
     NotRequeueable,
     ReasonChanged,
     SlurmError,
@@ -246,10 +247,16 @@ class Engine:
         )  # fmt: skip
         if not any(d.kind.drains for d in first):
             return first, None
-        node_state = self.slurm.get_node(node)
+        # One node-table read serves both the node's own state and the fleet
+        # view (on 22.05 ``scontrol show node NAME`` receives the whole table
+        # anyway): O(1) table transfers per fault path.
+        table = tuple(self.slurm.list_nodes())
+        node_state = next((n for n in table if n.name == node), None)
+        if node_state is None:
+            raise NodeNotFound(node)
         if acting:  # a dry run (policy explain) writes nothing, not even here
             self._held_reset_seen(node, node_state)
-        fleet = FleetView(tuple(self.slurm.list_nodes()), self.latch.read())
+        fleet = FleetView(table, self.latch.read())
         decisions = decide(
             findings, node_state, history, fleet, self.policy, now, node=node,
             observe_only=self.observe_only,
@@ -283,8 +290,8 @@ class Engine:
         logged = self._log_repeats(node, decisions)
         for i, d in enumerate(decisions):
             if d.kind is not DecisionKind.IGNORE:
-                absorbed, repeated = logged.get(i, (False, 0))
-                if absorbed:
+                skip, repeated = logged.get(i, (False, 0))
+                if skip:
                     continue
                 self.audit.record(
                     "decision",
@@ -387,10 +394,9 @@ class Engine:
         counts: dict[str, int] = {}
         for d in drains:
             counts[d.code] = counts.get(d.code, 0) + sum(
-                int(f.values.get("count", 1)) if f.values and isinstance(
-                    f.values.get("count"), int) else 1
+                int(c) if isinstance(c := (f.values or {}).get("count"), int) else 1
                 for f in d.findings
-            )  # fmt: skip
+            )
         try:
             repeats.absorb(self.state, node, counts)
         except StateError as exc:

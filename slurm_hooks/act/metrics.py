@@ -167,8 +167,8 @@ def _families(run: PhaseRun) -> Iterator[Any]:
             "NVIDIA XID events seen in the kernel log, by XID code.",
             labels=["xid"],
         )
-        for code, n in sorted(run.xid_counts.items(), key=lambda kv: int(str(kv[0]))):
-            xid.add_metric([str(code)], n)
+        for xid_code, n in sorted(run.xid_counts.items(), key=lambda kv: int(str(kv[0]))):
+            xid.add_metric([str(xid_code)], n)
         yield xid
 
     if run.state_failures:
@@ -215,7 +215,7 @@ def build_registry(run: PhaseRun) -> Any:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_RunCollector(run))  # type: ignore[arg-type]
+    registry.register(_RunCollector(run))
     return registry
 
 

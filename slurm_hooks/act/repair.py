@@ -363,10 +363,12 @@ def _reboot(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: Repai
     rep.update(status=Status.REBOOT_INTENT, reboot_at=iso(engine.clock()), boot_id=boot_id,
                reason=reason)  # fmt: skip
     _save(engine, incident, rep, "reboot_intent")
-    _remember(engine, node, _attempt_rec(doc, rep, RepairStep.REBOOT, "tried"))
     try:
         # The step goes into Slurm first: the cap counts it on every node.
         engine.door.drain(node, reason)
+        if cap and not _still_allowed(engine, doc, rep, cfg, node):
+            return Status.DEFERRED
+        _remember(engine, node, _attempt_rec(doc, rep, RepairStep.REBOOT, "tried"))
         done = engine.door.reboot(node, reason, incident=incident, nextstate=cfg.reboot_nextstate)
     except ForeignReasonError as exc:
         rep["status"] = Status.HUMAN
@@ -380,6 +382,27 @@ def _reboot(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: Repai
     _audit(engine, doc, "reboot", step="reboot", why=rep.get("why"), reason=reason,
            nextstate=cfg.reboot_nextstate)  # fmt: skip
     return Status.REBOOTING
+
+
+def _still_allowed(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig,
+                   node: str) -> bool:  # fmt: skip
+    """The cap, counted again once our ``step=reboot`` is in Slurm.  Nodes
+    that checked at the same moment all saw room; of any two, at least one
+    sees the other's step here (each writes before it counts), so that one
+    yields: its reason goes back to the plain one and the reboot waits
+    (DEFERRED, retried by the next run).  Two that both see each other both
+    wait: never more reboots than the cap, at worst a retry later."""
+    verdict = reboot_allowed(node, engine.slurm.list_nodes(), cfg)
+    if verdict.allowed:
+        return True
+    try:
+        engine.door.drain(node, doc["reason"])
+    except (ForeignReasonError, SlurmError) as exc:
+        log.warning("step=reboot of %s not taken back: %s", node, exc)
+    rep["status"] = Status.DEFERRED
+    _save(engine, doc["incident"], rep, "reboot_deferred")
+    _audit(engine, doc, "deferred", step="reboot", why=verdict.explain() + " (counted again)")
+    return False
 
 
 def _replace(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:

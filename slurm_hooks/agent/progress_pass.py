@@ -168,6 +168,13 @@ class ProgressPass:
         verdict = judge_hang(job, views, procs, now, self.s.hang, hints)
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
+            # One culprit per job run: once a node of the job carries our HANG
+            # reason for it, the job is being evacuated, and ranks dying of
+            # that (killed with the step) are its consequence, not new culprits.
+            if self._named_elsewhere(info):
+                log.info("progress node=%s: job %s already has a HANG culprit; %s not acted on",
+                         self.node, info.job_id, verdict.explanation)  # fmt: skip
+                return []
             out += self._hang(info, verdict)
         elif verdict.verdict in (Verdict.HANG, Verdict.STALLED):
             self._stalled(info, verdict, now)

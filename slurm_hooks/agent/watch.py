@@ -568,7 +568,7 @@ class Watcher:
             timestamp=self.stats.last_poll_at,
             duration_s=self.stats.last_poll_s,
             check_durations=self.stats.durations,
-            xid_counts=dict(self.stats.xid_counts),
+            xid_counts={code: n for code, n in self.stats.xid_counts.items()},
         )
 
 
@@ -596,7 +596,7 @@ def serve_metrics(watcher: Watcher, port: int, addr: str = "0.0.0.0") -> Any:
         from slurm_hooks.act.metrics import serve
 
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_WatchCollector(watcher))  # type: ignore[arg-type]
+        registry.register(_WatchCollector(watcher))
         server, _ = serve(port, addr, registry)
     except (OSError, ImportError) as exc:
         log.warning("watch: /metrics not served on %s:%d: %s", addr, port, exc)

@@ -17,11 +17,15 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the worker imports the engine lazily, after its env is set
+    from slurm_hooks.act.engine import Engine
 
 log = logging.getLogger("slurm_hooks.agent.worker")
 
 
-def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def,type-arg]
+def build_engine(incident_file: Path, doc: dict[str, Any]) -> Engine:
     from slurm_hooks.act.engine import Engine
     from slurm_hooks.act.notify import build_notifier
     from slurm_hooks.act.notify.config import NotifyConfig
@@ -40,7 +44,7 @@ def build_engine(incident_file: Path, doc: dict):  # type: ignore[no-untyped-def
     policy = cfg.section("policy", PolicyConfig)
     # The cli and pyslurm backends run Slurm's commands: point them at the
     # cluster the hook ran against (SLURM_CONF comes with the worker_env).
-    opts: dict[str, str] = {}
+    opts: dict[str, Any] = {}
     if general.slurm_backend in ("cli", "pyslurm") and os.environ.get("SLURM_CONF"):
         opts["slurm_conf"] = os.environ["SLURM_CONF"]
     slurm = factory.client_from_config(cfg, **opts)
@@ -72,7 +76,7 @@ def acceptance_here(node: str) -> tuple[bool, str]:
     return judge_acceptance(tuple(result.findings), ac.require, allow_warn=ac.allow_warn)
 
 
-def repair(engine, incident: str) -> str | None:  # type: ignore[no-untyped-def]
+def repair(engine: Engine, incident: str) -> str | None:
     """Carry the incident's repair on (act/repair.py) with this node's NVML
     (for the GPU's serial and the reset) and boot id."""
     from slurm_hooks.act import repair as repair_mod

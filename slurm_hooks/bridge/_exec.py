@@ -4,7 +4,7 @@ patched read-modify-write, and pods evicted through the Eviction API."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from slurm_hooks.core.errors import ConflictError, KubernetesError
@@ -38,7 +38,7 @@ def patch_node(
     raise AssertionError("unreachable")
 
 
-def evict_pods(kube: KubeClient, pods: Iterable[Obj]) -> tuple[int, list[str]]:
+def evict_pods(kube: KubeClient, pods: Iterable[Mapping[str, Any]]) -> tuple[int, list[str]]:
     """Ask for each pod's eviction: how many were evicted, and the
     ``namespace/name`` of those a disruption budget kept (429: the next pass
     tries again).  A pod already gone (404) is neither."""

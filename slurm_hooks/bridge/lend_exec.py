@@ -171,7 +171,7 @@ class Lender:
         demand = self.read_demand()
         keys = self.keys
         lent_any = any(L.lend_incident(s) for s in states) or any(
-            keys.lent in bridge_plan.annotations(n) for n in nodes.values()
+            keys.lent in bridge_plan.node_annotations(n) for n in nodes.values()
         )
         jobs: list[L.PendingJob] = []
         if lent_any or demand.pod_nodes or demand.target:
@@ -185,7 +185,7 @@ class Lender:
         pods: dict[str, list[Obj]] = {}
         if L.eligible_jobs(jobs, self.lc):
             for name, node in nodes.items():
-                if keys.lent in bridge_plan.annotations(node):
+                if keys.lent in bridge_plan.node_annotations(node):
                     pods[name] = self._workload_pods(name)
         the_plan = L.plan_lending(
             states,
@@ -218,8 +218,8 @@ class Lender:
         lent_now = sum(
             1
             for n in nodes.values()
-            if keys.lent in bridge_plan.annotations(n)
-            and keys.reclaiming not in bridge_plan.annotations(n)
+            if keys.lent in bridge_plan.node_annotations(n)
+            and keys.reclaiming not in bridge_plan.node_annotations(n)
         )
         self.metrics.nodes_lent.set(lent_now)
         self.metrics.lend_demand.labels("slurm").set(the_plan.slurm_need)
@@ -302,7 +302,7 @@ class Lender:
 
     def _reclaim(self, step: L.Reclaim, nodes: dict[str, Obj], now: datetime) -> LendResult:
         keys = self.keys
-        ann = bridge_plan.annotations(nodes[step.node])
+        ann = bridge_plan.node_annotations(nodes[step.node])
         if ann.get(keys.reclaiming) != step.incident:
             self._rmw(step.node, nodes, lambda n: L.reclaim_patch(n, step, self.cfg, now))
             self._event("reclaim" if step.resume else "withdrawn", step, why=step.why)

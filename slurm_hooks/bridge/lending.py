@@ -248,7 +248,7 @@ def _seconds(since: datetime | None, now: datetime) -> float | None:
 
 
 def _ann_time(node: Obj, key: str) -> datetime | None:
-    return bridge_plan.parse_time(bridge_plan.annotations(node).get(key))
+    return bridge_plan.parse_time(bridge_plan.node_annotations(node).get(key))
 
 
 def iso(when: datetime) -> str:
@@ -441,7 +441,7 @@ def plan_lending(
         if node is None:
             continue
         k = bridge_plan.node_name(node)
-        ann = bridge_plan.annotations(node)
+        ann = bridge_plan.node_annotations(node)
         inc = lend_incident(state)
         opened = ann.get(keys.lent)
         marked = ann.get(keys.reclaiming)
@@ -483,15 +483,15 @@ def plan_lending(
             # replaced ours, an admin resumed it, or we resumed it and stopped
             # before clearing our marks.  Take it out of inference; never
             # resume it ourselves.
-            started = _ann_time(node, keys.reclaim_at) if marked else None
+            began = _ann_time(node, keys.reclaim_at) if marked else None
             steps.append(
                 Reclaim(
                     k,
                     state.name,
                     marked or opened or "",
                     resume=False,
-                    started=started,
-                    force=started is not None and _timed_out(started, now, lc),
+                    started=began,
+                    force=began is not None and _timed_out(began, now, lc),
                     why=f"Slurm reason is no longer our LEND ({state.reason or 'none'})",
                 )
             )
@@ -550,7 +550,7 @@ def plan_lending(
             age = _seconds(lent_at, now)
             if age is not None and age < lc.min_lend_seconds:
                 young.append(n)
-            elif not is_ready(node) or bkeys.incident in bridge_plan.annotations(node):
+            elif not is_ready(node) or bkeys.incident in bridge_plan.node_annotations(node):
                 notes.append(
                     Note(bridge_plan.node_name(node), "lent node not ready: not reclaimed")
                 )
@@ -640,7 +640,7 @@ def _not_lendable(
     keys: LendKeys,
     bkeys: bridge_plan.Keys,
 ) -> str | None:
-    ann = bridge_plan.annotations(node)
+    ann = bridge_plan.node_annotations(node)
     if bkeys.incident in ann:
         return "held by the bridge for a fault"
     if not is_ready(node):
@@ -699,7 +699,7 @@ def open_patch(node: Obj, step: Open | Lend, cfg: BridgeConfig, now: datetime) -
     one our reserve-cordon annotation records) cleared, the lent label on."""
     lc = cfg.lending
     keys = LendKeys(cfg.annotation_prefix)
-    ann = bridge_plan.annotations(node)
+    ann = bridge_plan.node_annotations(node)
     spec: dict[str, Any] = {}
     if lc.reserve_taint_key and has_taint(node, lc.reserve_taint_key):
         spec["taints"] = _taints_without(node, lc.reserve_taint_key) or None

@@ -150,7 +150,9 @@ class Trigger:
 # -- helpers --------------------------------------------------------------------
 
 
-def annotations(node: Obj) -> Mapping[str, str]:
+def node_annotations(node: Obj) -> Mapping[str, str]:
+    """A Node's annotations.  Not named ``annotations``: that name is the
+    ``from __future__ import annotations`` feature in this module."""
     return (node.get("metadata") or {}).get("annotations") or {}
 
 
@@ -206,7 +208,7 @@ def map_nodes(
         }
         index.pop(None, None)
         return {s: index[s] for s in slurm_names if s in index}
-    by_name = {node_name(n): n for n in k8s_nodes}
+    by_name = {str(n["metadata"]["name"]): n for n in k8s_nodes}  # inlined: 50,000 calls
     out = {}
     for s in slurm_names:
         k = s if cfg.node_mapping == "same" else cfg.node_template.format(name=s)
@@ -239,7 +241,7 @@ def job_queries(
         node = mapping.get(name)
         if node is None or state.busy:
             continue
-        ann = annotations(node)
+        ann = node_annotations(node)
         held = ann.get(keys.incident) == trig.incident
         evict_open = cfg.evict and not (held and ann.get(keys.evicted) == trig.incident)
         repl_open = cfg.replacement != "none" and not (
@@ -268,17 +270,26 @@ def plan(
     mapping = map_nodes(by_slurm, k8s_nodes, cfg)
 
     # Fleet-wide counts for the caps, from what Kubernetes shows now; the
-    # cordon cap is a share of the nodes Slurm and Kubernetes share.
+    # cordon cap is a share of the nodes Slurm and Kubernetes share.  One
+    # look at each node's annotations (at 50,000 nodes the per-call cost of
+    # three passes over the fleet was most of the planner's time), and only
+    # nodes that carry any of ours count.
     total = len(mapping)
     allowed_cordoned = max(1, math.floor(cfg.max_cordoned_fraction * total))
-    ours_cordoned = sum(1 for n in k8s_nodes if annotations(n).get(keys.cordoned) == "true")
-    replacing = sum(
-        1
-        for n in k8s_nodes
-        if keys.replacement in annotations(n)
-        and annotations(n).get(keys.incident) == annotations(n).get(keys.replacement)
-    )
-    claimed = {annotations(n)[keys.spare] for n in k8s_nodes if keys.spare in annotations(n)}
+    ours_cordoned = replacing = 0
+    claimed: set[str] = set()
+    for n in k8s_nodes:
+        ann = node_annotations(n)
+        if not ann:
+            continue
+        if ann.get(keys.cordoned) == "true":
+            ours_cordoned += 1
+        rep = ann.get(keys.replacement)
+        if rep is not None and ann.get(keys.incident) == rep:
+            replacing += 1
+        spare = ann.get(keys.spare)
+        if spare is not None:
+            claimed.add(spare)
     spares = [
         s for s in spare_pool if s in by_slurm and is_standby(by_slurm[s], cfg) and s not in claimed
     ]
@@ -295,12 +306,13 @@ def plan(
                 acted += 1
                 deferred.append(Deferred("", name, "no Kubernetes node maps to this Slurm node"))
             continue
-        k = node_name(node)
-        ann = annotations(node)
+        ann = node_annotations(node)
         held = ann.get(keys.incident)
+        if trig is None and held is None:
+            continue  # the common case at fleet size: nothing to do, no name lookup
+        k = node_name(node)
         if trig is None:
-            if held is None:
-                continue
+            assert held is not None  # for mypy: both None was skipped above
             acted += 1
             if state.drained and classify_owner(state.reason) is ReasonOwner.OPERATOR:
                 continue  # Slinky mirrored our cordon into Slurm; the drain stands
@@ -409,7 +421,7 @@ def cordon_patch(node: Obj, step: Cordon, cfg: BridgeConfig, now: datetime) -> d
     patch carries the whole new list and the resourceVersion it was computed
     from (the server answers 409 if the node changed meanwhile)."""
     keys = Keys(cfg.annotation_prefix)
-    ann = annotations(node)
+    ann = node_annotations(node)
     ours_before = ann.get(keys.cordoned) == "true"
     set_cordon = ours_before or not is_unschedulable(node)
     taint: dict[str, Any] = {
@@ -446,7 +458,7 @@ def cordon_patch(node: Obj, step: Cordon, cfg: BridgeConfig, now: datetime) -> d
 
 def uncordon_patch(node: Obj, cfg: BridgeConfig) -> dict[str, Any]:
     keys = Keys(cfg.annotation_prefix)
-    ann = annotations(node)
+    ann = node_annotations(node)
     body: dict[str, Any] = {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],

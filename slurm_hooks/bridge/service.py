@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.bridge import plan as planner
 from slurm_hooks.bridge._exec import Obj, evict_pods, patch_node
+from slurm_hooks.bridge.jobs_index import jobs_by_node
 from slurm_hooks.bridge.metrics import BridgeMetrics
 from slurm_hooks.bridge.replace import Replacer, make_replacer
 from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.bridge.views import node_view, pod_view
 from slurm_hooks.core.errors import KubernetesError, SlurmError, SlurmHooksError
-from slurm_hooks.core.model import JobInfo
 from slurm_hooks.k8s.client import KubeClient, nodes_path, pods_path
 from slurm_hooks.k8s.lease import LeaderElector
 from slurm_hooks.slurm.base import SlurmClient
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     from slurm_hooks.store.audit import AuditLog
 
 log = logging.getLogger(__name__)
+
+#: Nodes per LIST page (kubectl's default chunk size): neither the API server
+#: nor the bridge holds a whole 50,000-node answer in one buffer.
+NODE_PAGE = 500
 
 #: Our reason code for a node lent to inference: out of Slurm on purpose, not
 #: a fault, so the fault planner never cordons or replaces it.
@@ -130,6 +135,7 @@ class Bridge:
 
             self.lender = Lender(slurm, kube, cfg, metrics=self.metrics, clock=clock, audit=audit)
         self._lend_pass: LendPass | None = None
+        self._pods = _PodIndex(kube, 0)
         self.elector: LeaderElector | None = None
         if cfg.leader_election and not cfg.dry_run:
             self.elector = LeaderElector(
@@ -177,27 +183,28 @@ class Bridge:
         cfg = self.cfg
         states = self.slurm.list_nodes()
         nodes = (
-            self.kube.list(nodes_path(), label_selector=cfg.node_selector or None).get("items")
+            self.kube.list(
+                nodes_path(),
+                label_selector=cfg.node_selector or None,
+                limit=NODE_PAGE,
+                item_view=node_view,
+            ).get("items")
             or []
         )
         if cfg.node_mapping == "slinky":
             return self._slinky_pass(states, nodes)
-        jobs: dict[str, list[JobInfo]] = {}
-        for name in planner.job_queries(states, nodes, self.plan_cfg):
-            try:
-                jobs[name] = self.slurm.jobs_on_node(name)
-            except SlurmError as exc:
-                log.warning("node=%s jobs unknown (%s): treating as busy", name, exc)
-                jobs[name] = [JobInfo("?", None, "UNKNOWN", name)]
+        # One job list for every open incident (not one squeue per node).
+        jobs = jobs_by_node(self.slurm, planner.job_queries(states, nodes, self.plan_cfg))
         the_plan = planner.plan(states, nodes, self.plan_cfg, jobs=jobs, spare_pool=self.spare_pool)
         for d in the_plan.deferred:
             log.warning("node=%s slurm_node=%s deferred: %s", d.node, d.slurm_node, d.why)
             self.metrics.deferred.labels(d.why.split(" (")[0]).inc()
 
-        current = {planner.node_name(n): n for n in nodes}
+        current = {n["metadata"]["name"]: n for n in nodes}
         failed_nodes: set[str] = set()
         results: list[StepResult] = []
-        for step in the_plan.steps:
+        self._pods = _PodIndex(self.kube, sum(isinstance(s, planner.Evict) for s in the_plan.steps))
+        for step in _cordons_first(the_plan.steps):
             if step.node in failed_nodes:
                 results.append(StepResult(step, "skipped", "an earlier step on this node failed"))
                 continue
@@ -219,7 +226,7 @@ class Bridge:
             if self.after_step is not None:
                 self.after_step(step)
         self.metrics.held.set(
-            sum(1 for n in current.values() if self.keys.incident in planner.annotations(n))
+            sum(1 for n in current.values() if self.keys.incident in planner.node_annotations(n))
         )
         self._lend_pass = None
         if self.lender is not None and (cfg.dry_run or self._still_leader()):
@@ -242,13 +249,7 @@ class Bridge:
         from slurm_hooks.bridge import slinky_plan as sp
 
         pods = slinky_exec.list_slurmd_pods(self)
-        jobs: dict[str, list[JobInfo]] = {}
-        for name in sp.job_queries(states, nodes, pods, self.cfg):
-            try:
-                jobs[name] = self.slurm.jobs_on_node(name)
-            except SlurmError as exc:
-                log.warning("node=%s jobs unknown (%s): treating as busy", name, exc)
-                jobs[name] = [JobInfo("?", None, "UNKNOWN", name)]
+        jobs = jobs_by_node(self.slurm, sp.job_queries(states, nodes, pods, self.cfg))
         the_plan = sp.plan(
             states, nodes, pods, self.cfg, jobs=jobs, accepting=self.acceptor is not None
         )
@@ -320,7 +321,7 @@ class Bridge:
         if isinstance(step, planner.ClaimSpare):
             # Intent first, then the resume: a crash in between resumes the same spare.
             node = current[step.node]
-            if planner.annotations(node).get(keys.spare) != step.spare:
+            if planner.node_annotations(node).get(keys.spare) != step.spare:
                 self._rmw(
                     step.node,
                     current,
@@ -354,7 +355,7 @@ class Bridge:
             )
             self.metrics.incidents.labels("replacement_requested").inc()
             since = _seconds_since(
-                planner.annotations(current[step.node]).get(keys.cordoned_at), now
+                planner.node_annotations(current[step.node]).get(keys.cordoned_at), now
             )
             if since is not None:
                 self.metrics.cordon_to_replacement.observe(since)
@@ -363,7 +364,7 @@ class Bridge:
             )
             return StepResult(step, "done", detail)
         if isinstance(step, planner.Uncordon):
-            ann = planner.annotations(current[step.node])
+            ann = planner.node_annotations(current[step.node])
             since = _seconds_since(ann.get(keys.drained_at) or ann.get(keys.cordoned_at), now)
             self._rmw(step.node, current, lambda n: planner.uncordon_patch(n, self.cfg))
             self.metrics.incidents.labels("uncordon").inc()
@@ -385,10 +386,7 @@ class Bridge:
         return patch_node(self.kube, current, name, make_patch)
 
     def _evict(self, step: planner.Evict, current: dict[str, Obj]) -> StepResult:
-        pods = (
-            self.kube.list(pods_path(), field_selector=f"spec.nodeName={step.node}").get("items")
-            or []
-        )
+        pods = self._pods.on(step.node)
         todo = planner.pods_to_evict(pods, keep_slurmd=step.keep_slurmd, cfg=self.cfg)
         evicted, blocked = evict_pods(self.kube, todo)
         if evicted:
@@ -420,6 +418,57 @@ class Bridge:
         finally:
             if self.elector is not None:
                 self.elector.release()
+
+
+#: With at least this many evictions in a pass, one pod LIST for the pass
+#: (paged, cut to ``pod_view``) instead of one LIST per node.
+POD_INDEX_MIN = 2
+
+#: Pods per page of that LIST.
+POD_PAGE = 500
+
+
+def _cordons_first(steps: tuple[planner.Step, ...]) -> list[planner.Step]:
+    """Every Cordon before any other step (otherwise in plan order): the pod
+    LIST the evictions use is taken after the last cordon, so no pod can be
+    scheduled onto an evicted node between the LIST and its cordon."""
+    return sorted(steps, key=lambda s: not isinstance(s, planner.Cordon))
+
+
+class _PodIndex:
+    """Pods by ``spec.nodeName`` for one pass: one LIST for every eviction of
+    the pass when there are several, the node's own LIST otherwise (a single
+    incident never reads every pod of the cluster).  Taken on first use,
+    after the pass's cordons; finished pods are filtered by the server."""
+
+    def __init__(self, kube: KubeClient, evictions: int) -> None:
+        self.kube = kube
+        self.shared = evictions >= POD_INDEX_MIN
+        self._by_node: dict[str, list[Obj]] | None = None
+
+    def on(self, node: str) -> list[Obj]:
+        if not self.shared:
+            return list(
+                self.kube.list(pods_path(), field_selector=f"spec.nodeName={node}").get("items")
+                or []
+            )
+        if self._by_node is None:
+            items = (
+                self.kube.list(
+                    pods_path(),
+                    field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                    limit=POD_PAGE,
+                    item_view=pod_view,
+                ).get("items")
+                or []
+            )
+            by_node: dict[str, list[Obj]] = {}
+            for pod in items:
+                where = (pod.get("spec") or {}).get("nodeName")
+                if where:
+                    by_node.setdefault(where, []).append(pod)
+            self._by_node = by_node
+        return self._by_node.get(node, [])
 
 
 def _describe(step: planner.Step) -> str:

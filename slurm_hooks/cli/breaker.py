@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 import click
 
@@ -13,6 +14,20 @@ from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exit
 #: or tripped (latched: drains stop until ``breaker reset``).  Exit code 1
 #: means tripped, everywhere.
 ARMED, TRIPPED = "armed", "tripped"
+
+
+class _PartitionRow(TypedDict):
+    """One partition in ``breaker status`` (also its ``--json`` shape)."""
+
+    partition: str
+    state: str
+    tripped: bool
+    tripped_at: str | None
+    tripped_by: str | None
+    drained_in_window: int
+    limit: int
+    size: int
+    nodes: list[str]
 
 
 @click.group("breaker")
@@ -51,7 +66,7 @@ def status(as_json: bool, config_path: str | None) -> None:
     nodes = engine.slurm.list_nodes()
     now = datetime.now(UTC)
     parts = sorted({p for n in nodes for p in n.partitions} or {"*"})
-    rows = []
+    rows: list[_PartitionRow] = []
     for part in parts:
         counted, size, limit, names = partition_usage(nodes, part, engine.policy, now)
         trip = trips.get(part)

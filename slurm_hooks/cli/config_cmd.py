@@ -67,7 +67,7 @@ def show(config_path: str | None, no_docs: bool) -> None:
     classes, broken = inst.resolve_sections()
     click.echo(f"# effective slurm-hooks configuration; file: {cfg.path or '(none, defaults)'}")
     for name in inst.section_order(classes):
-        obj = cfg.section(name, classes[name])
+        obj: object = cfg.section(name, classes[name])
         click.echo("")
         for line in inst.render_table(name, obj, with_docs=not no_docs):
             click.echo(line)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.model import NodeState, ReasonOwner
@@ -168,6 +168,19 @@ def _foreign_code(owner: ReasonOwner, reason: str) -> str:
     return "-"
 
 
+class _RowCommon(TypedDict):
+    """The ``NodeRow`` fields every out-of-service node has, ours or not."""
+
+    name: str
+    state: str
+    flags: tuple[str, ...]
+    owner: ReasonOwner
+    reason: str | None
+    reason_user: str | None
+    reason_time: datetime | None
+    age_s: float | None
+
+
 def is_out_of_service(node: NodeState) -> bool:
     return node.drained or node.down or "FAIL" in node.flags
 
@@ -179,7 +192,7 @@ def classify(node: NodeState, now: datetime) -> NodeRow | None:
     raw = (node.reason or "").strip() or None
     owner = classify_owner(raw)
     ours = try_parse_reason(raw) if owner is ReasonOwner.OURS else None
-    common = {
+    common: _RowCommon = {
         "name": node.name,
         "state": node.state,
         "flags": tuple(sorted(node.flags)),

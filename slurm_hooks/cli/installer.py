@@ -415,10 +415,10 @@ def judge(setting: Setting, running: str | None) -> Verdict:
         return Verdict.MISSING
     assert running is not None
     if setting.match is Match.CONTAINS:
-        have = {i.lower() for i in _items(running)}
+        have_items = {i.lower() for i in _items(running)}
         return (
             Verdict.OK
-            if all(i.lower() in have for i in _items(setting.value))
+            if all(i.lower() in have_items for i in _items(setting.value))
             else (Verdict.DIFFERS)
         )
     if setting.match is Match.AT_LEAST:
@@ -430,12 +430,14 @@ def judge(setting: Setting, running: str | None) -> Verdict:
             else (Verdict.DIFFERS)
         )
     if setting.match is Match.ITEM_AT_MOST:
-        name, _, want = setting.value.partition("=")
+        name, _, limit = setting.value.partition("=")
         for item in _items(running):
             k, _, v = item.partition("=")
             if k.strip() == name:
                 have = _number(v)
-                return Verdict.OK if have is not None and have <= float(want) else (Verdict.DIFFERS)
+                return (
+                    Verdict.OK if have is not None and have <= float(limit) else (Verdict.DIFFERS)
+                )
         return Verdict.MISSING
     if setting.key in ("HealthCheckInterval",):
         have, want = _number(running), _number(setting.value)

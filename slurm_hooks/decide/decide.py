@@ -90,7 +90,11 @@ def _finding_verdict(
         rule = cfg.repeat_rule(f.code)
         since = now - timedelta(seconds=rule.window_s)
         seen = len(history.faults_since(since, f.code, comp)) + _count(f)
-        facts = {"repeat_count": seen, "repeat_limit": rule.count, "window_s": rule.window_s}
+        facts: dict[str, object] = {
+            "repeat_count": seen,
+            "repeat_limit": rule.count,
+            "window_s": rule.window_s,
+        }
         if seen >= rule.count and (f.action is Action.RESTART_APP or f.code in cfg.repeat):
             kind = DecisionKind.REPLACE if rule.action == "replace" else DecisionKind.DRAIN
             return (
@@ -117,15 +121,15 @@ def _finding_verdict(
         if e.severity in ("drain", "replace", "hold_for_human")
     ]
     seen = len(past) + 1
-    facts = {"hardware_faults": seen, "replace_after": cfg.replace_after}
+    hw_facts: dict[str, object] = {"hardware_faults": seen, "replace_after": cfg.replace_after}
     if seen >= cfg.replace_after:
         return (
             DecisionKind.REPLACE,
             f"{f.code}: {seen} hardware faults on {comp or node} within "
             f"{cfg.replace_window_s / 86400:g} days (limit {cfg.replace_after}): replace",
-            facts,
+            hw_facts,
         )
-    return DecisionKind.DRAIN, f"{f.code}: {f.action} needed, node must leave service", facts
+    return DecisionKind.DRAIN, f"{f.code}: {f.action} needed, node must leave service", hw_facts
 
 
 def decide(

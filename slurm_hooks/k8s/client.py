@@ -112,6 +112,17 @@ class KubeClient:
         adapter = HTTPAdapter(max_retries=retry, pool_maxsize=8)
         self.session.mount("https://", adapter)
         self.session.mount("http://", adapter)
+        if self.session.trust_env:
+            # Every call goes to one server: resolve the environment's proxy
+            # and CA-bundle settings for it once, not on every request
+            # (requests re-reads them per call, ~0.4 ms each: a third of a
+            # small call's CPU, and 100 LIST pages make a pass).
+            env = self.session.merge_environment_settings(
+                self.server, {}, None, self.session.verify, None
+            )
+            self.session.proxies.update(env.get("proxies") or {})
+            self.session.verify = env.get("verify", self.session.verify)
+            self.session.trust_env = False
 
     # -- construction -------------------------------------------------------
 
@@ -286,13 +297,51 @@ class KubeClient:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
+        item_view: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
+        """A LIST; with ``limit``, fetched in pages of that many items
+        (``limit``/``continue``) and returned as one list: no single answer
+        holds the whole collection, so neither side buffers it at once.  An
+        expired continue token (410) restarts the list once from the top;
+        the result carries the last page's resourceVersion.  ``item_view``
+        maps each item as its page is decoded (a caller keeps only the
+        fields it reads: the whole list is never held at full size)."""
         params = {}
         if label_selector:
             params["labelSelector"] = label_selector
         if field_selector:
             params["fieldSelector"] = field_selector
-        return self.request("GET", path, params=params or None)
+        if not limit:
+            out = self.request("GET", path, params=params or None)
+            if item_view is not None and out.get("items"):
+                out = {**out, "items": [item_view(i) for i in out["items"]]}
+            return out
+        params["limit"] = str(int(limit))
+        for attempt in (1, 2):
+            items: list[Any] = []
+            page: Obj = {}
+            token = ""
+            try:
+                while True:
+                    query = dict(params, **({"continue": token} if token else {}))
+                    page = self.request("GET", path, params=query)
+                    got = page.get("items") or []
+                    items.extend(map(item_view, got) if item_view is not None else got)
+                    page = {k: v for k, v in page.items() if k != "items"}
+                    token = str((page.get("metadata") or {}).get("continue") or "")
+                    if not token:
+                        break
+            except KubernetesError as exc:
+                if exc.status == 410 and token and attempt == 1:
+                    log.info("LIST %s: continue token expired, listing again", path)
+                    continue
+                raise
+            meta = dict(page.get("metadata") or {})
+            meta.pop("continue", None)
+            meta.pop("remainingItemCount", None)
+            return {**page, "metadata": meta, "items": items}
+        raise KubernetesError(f"LIST {path}: continue token expired twice", status=410)
 
     def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
         """``patch_type``: merge (RFC 7386), strategic, or json (RFC 6902)."""

@@ -127,7 +127,7 @@ class XidCheck:
     def judge(self, data: XidData, ctx: CheckContext) -> list[Finding]:
         settings = XidSettings.from_mapping(ctx.settings)
         stats = data.scan.stats
-        counters = {
+        counters: dict[str, Any] = {
             "lines": stats.lines,
             "events": stats.events,
             "malformed": stats.malformed,

@@ -230,7 +230,9 @@ class JournalSource:
     ) -> tuple[dict[str, Any], str | None]:
         run = self._run
         if run is None:
-            from slurm_hooks.detect.probes.commands import run
+            from slurm_hooks.detect.probes import commands
+
+            run = commands.run
         saved = cursor.get("cursor") if cursor else None
         saved = saved if isinstance(saved, str) and saved else None
         try:

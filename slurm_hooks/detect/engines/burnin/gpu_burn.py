@@ -216,9 +216,9 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
     if len(idle) == 1 and len(init_errs) == 1 and len(gpus) > 1:
         gpus[idle[0]].error_text = init_errs[0]
 
-    n = tested or expected_gpus
-    if n is not None and not remapped:
-        for i in range(n):
+    want = tested or expected_gpus
+    if want is not None and not remapped:
+        for i in range(want):
             gpu(i)
 
     # The verdict block is the last thing gpu_burn prints, after every worker

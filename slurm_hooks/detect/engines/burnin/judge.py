@@ -78,13 +78,13 @@ def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> 
     max_temp = settings.get("max_temp_c", profile.get("gpu_temp_warn_c"))
     # Unset keys take BurninThresholds' defaults, which [checks.burnin]'s
     # settings class (checks/burnin.py BurninSettings) takes too: one place.
-    d = _DEFAULTS
+    dflt = _DEFAULTS
     t = BurninThresholds(
-        warn_below_median=float(settings.get("warn_below_median", d.warn_below_median)),
-        fail_below_median=float(settings.get("fail_below_median", d.fail_below_median)),
-        min_siblings=int(settings.get("min_siblings", d.min_siblings)),
+        warn_below_median=float(settings.get("warn_below_median", dflt.warn_below_median)),
+        fail_below_median=float(settings.get("fail_below_median", dflt.fail_below_median)),
+        min_siblings=int(settings.get("min_siblings", dflt.min_siblings)),
         floors=tuple(sorted(floors.items())),
-        floor_fail_fraction=float(settings.get("floor_fail_fraction", d.floor_fail_fraction)),
+        floor_fail_fraction=float(settings.get("floor_fail_fraction", dflt.floor_fail_fraction)),
         max_temp_c=None if max_temp is None else float(max_temp),
         gpu_count=profile.get("gpu_count"),
     )

@@ -153,8 +153,9 @@ def run_torch_burnin(
     # by PCI bus.  Findings must name the same gpuN as every other check.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     if torch_module is None:
-        import torch as torch_module  # noqa: PLC0415 - lazy on purpose
-    torch = torch_module
+        import torch  # noqa: PLC0415 - lazy on purpose
+    else:
+        torch = torch_module
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     devices = gpu_indices(cfg.devices, torch.cuda.device_count())
@@ -237,7 +238,7 @@ def build_run(
             mismatches[idx].append(f"{dtype}: {msg}")
     gpus = []
     for w in workers:
-        errors = sum(
+        bad_batches = sum(
             verify.inconsistent_batches(w.checksums.get(d, []), cfg.self_rtol) for d in cfg.dtypes
         )
         by_dtype = tuple(
@@ -251,7 +252,7 @@ def build_run(
                 index=w.index,
                 uuid=w.uuid,
                 name=w.name,
-                errors=errors,
+                errors=bad_batches,
                 died=err is not None and bool(w.tflops.get(primary)),
                 processed=w.iterations,
                 tflops_samples=tuple(w.tflops.get(primary, ())),
@@ -274,9 +275,9 @@ def build_run(
     )
     spread = 0.0
     for d in cfg.dtypes:
-        finals = [w.checksums[d][-1] for w in workers if w.checksums.get(d)]
-        if len(finals) > 1:
-            spread = max(spread, max(verify.relative_difference(a, finals[0]) for a in finals))
+        last = [w.checksums[d][-1] for w in workers if w.checksums.get(d)]
+        if len(last) > 1:
+            spread = max(spread, max(verify.relative_difference(a, last[0]) for a in last))
     completed = not hung and all(w.error_text is None for w in workers)
     errors = tuple(f"gpu{w.index}: {w.error_text}" for w in workers if w.error_text)
     return BurninRun(

@@ -218,12 +218,14 @@ def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = Non
     import multiprocessing as mp  # noqa: PLC0415
 
     if torch_module is None:
-        import torch as torch_module  # noqa: PLC0415
-    if not torch_module.cuda.is_available():
+        import torch  # noqa: PLC0415
+    else:
+        torch = torch_module
+    if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     from slurm_hooks.detect.engines.burnin.torch_engine import gpu_indices  # noqa: PLC0415 - torch engines only
 
-    devices = gpu_indices(cfg.devices, torch_module.cuda.device_count())
+    devices = gpu_indices(cfg.devices, torch.cuda.device_count())
     world = len(devices)
     if world < 1:
         raise RuntimeError("no GPU")
