@@ -200,7 +200,7 @@ SECTIONS: dict[str, str] = {
 
 def _resolve(spec: str) -> type:
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), attr)
 
 
 def _coerce(value: Any, tp: Any, path: str | None, key: str, bounds: Bounds | None = None) -> Any:
@@ -293,7 +293,7 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     itself through a ``from_section(data, path=, prefix=)`` classmethod."""
     hook = getattr(cls, "from_section", None)
     if hook is not None:
-        return hook(data, path=path, prefix=prefix)  # type: ignore[no-any-return]
+        return hook(data, path=path, prefix=prefix)
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints, fields = _schema(cls)
@@ -346,7 +346,7 @@ class Config:
 
     def section(self, name: str, cls: type[T] | None = None) -> T:
         target = cls if cls is not None else _resolve(SECTIONS[name])
-        return from_mapping(target, self.data.get(name, {}), path=self.path, prefix=name)  # type: ignore[arg-type]
+        return from_mapping(target, self.data.get(name, {}), path=self.path, prefix=name)
 
     @property
     def general(self) -> GeneralConfig:

@@ -9,11 +9,12 @@ pay for it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from slurm_hooks.core.errors import ConfigError
 
 
-def _nodeset(spec: str | Iterable[str]):  # type: ignore[no-untyped-def]
+def _nodeset(spec: str | Iterable[str]) -> Any:  # ClusterShell publishes no types
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
     try:

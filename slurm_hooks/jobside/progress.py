@@ -90,7 +90,7 @@ class Progress:
             int(env.get("SLURM_PROCID") or env.get("RANK") or 0),
             restart=int(env.get("SLURM_RESTART_COUNT") or 0),
             node=env.get("SLURMD_NODENAME"),
-            **kw,  # type: ignore[arg-type]
+            **kw,
         )
 
     def _open(self, *, truncate: bool) -> None:

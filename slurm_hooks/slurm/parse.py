@@ -259,7 +259,12 @@ def _split_reason(line: str) -> tuple[str, str | None, str | None, str | None]:
     return head, rest.rstrip(), None, None
 
 
-def node_from_fields(fields: Mapping[str, str], reason: str | None = None, user=None, when=None):  # type: ignore[no-untyped-def]
+def node_from_fields(
+    fields: Mapping[str, str],
+    reason: str | None = None,
+    user: str | None = None,
+    when: str | None = None,
+) -> NodeState:
     state, flags = parse_state(fields.get("State", "UNKNOWN"))
     return NodeState(
         name=fields["NodeName"],

@@ -35,7 +35,7 @@ def nvml_session(ctx: CheckContext) -> NvmlSession:
     process: ``nvmlInit`` must happen once, not once per check."""
     global _default_session
     if "nvml" in ctx.services:
-        return ctx.services["nvml"]  # type: ignore[no-any-return]
+        return ctx.services["nvml"]
     with _default_lock:
         if _default_session is None:
             _default_session = NvmlSession()

@@ -226,7 +226,7 @@ def load_class(spec: CheckSpec) -> type:
             raise CheckNotInstalled(f"check {spec.name!r} not installed ({module_name})") from exc
         raise
     try:
-        return getattr(module, attr)  # type: ignore[no-any-return]
+        return getattr(module, attr)
     except AttributeError as exc:
         raise CheckNotInstalled(f"check {spec.name!r}: {module_name} has no {attr}") from exc
 
