@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +22,10 @@ from slurm_hooks.cli._common import (
     config_option,
     exits_on_error,
 )
+
+if TYPE_CHECKING:
+    from slurm_hooks.core.config import Config
+    from slurm_hooks.core.model import Finding
 
 
 @click.command("preflight")
@@ -82,13 +88,13 @@ def command(nodes: str | None, no_drain: bool, as_json: bool, config_path: str |
     raise SystemExit(EXIT_OK if result.ok else EXIT_UNHEALTHY)
 
 
-def _drainer(cfg: object):  # type: ignore[no-untyped-def]
-    def drain(node: str, finding: object) -> bool:
+def _drainer(cfg: Config) -> Callable[[str, Finding], bool]:
+    def drain(node: str, finding: Finding) -> bool:
         from slurm_hooks.act.engine import Engine
         from slurm_hooks.core.reason import is_ours
 
         engine = Engine.from_config(cfg, actor="slurm-hooks/preflight")
-        decisions = engine.handle(node, [finding])  # type: ignore[list-item]
+        decisions = engine.handle(node, [finding])
         if not any(d.kind.drains and not d.observe_only for d in decisions):
             return False
         state = engine.slurm.get_node(node)
