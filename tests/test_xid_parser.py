@@ -271,3 +271,21 @@ def test_interleaved_line_keeps_first_record_only() -> None:
 )
 def test_normalise_pci(raw: str | bytes | None, want: str | None) -> None:
     assert normalise_pci(raw) == want
+
+
+def test_mig_instance_xid_names_its_physical_gpu():
+    """A MIG instance's XID (driver form ``PCI:<bus> GPU-I:<gi>``) is
+    attributed to the physical GPU's bus id, and the instance is kept."""
+    from slurm_hooks.detect.xid.parser import XidEvent, parse_line
+
+    ev = parse_line(
+        "[ 1234.5] NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=1234, name=python, "
+        "Contained: CE User Channel (0x2). RST: No"
+    )
+    assert isinstance(ev, XidEvent)
+    assert ev.pci == "0000:01:00.0"
+    assert ev.gpu_instance == 5
+    assert ev.raw_pci == "0000:01:00 GPU-I:05"
+    plain = parse_line("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
+    assert isinstance(plain, XidEvent) and plain.pci == "0000:3b:00.0"
+    assert plain.gpu_instance is None

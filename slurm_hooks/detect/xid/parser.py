@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from slurm_hooks.detect.xid.pci import normalise_pci
+from slurm_hooks.detect.xid.pci import normalise_pci, split_mig
 from slurm_hooks.detect.xid.scan import MAX_LINE
 
 __all__ = ["MAX_LINE", "NOT_KERNEL", "XidEvent", "classify_line", "parse_line"]
@@ -47,6 +47,8 @@ class XidEvent:
     name: str | None
     message: str
     raw_pci: str | None = None
+    #: The MIG GPU instance the driver named (``GPU-I:05``), else None.
+    gpu_instance: int | None = None
     switch: str | None = None
     monotonic: float | None = None
     wall: float | None = None
@@ -213,6 +215,7 @@ def _parse_text(
     except ValueError:  # pragma: no cover - the regex admits digits only
         return MALFORMED
     raw_pci = m["pci"]
+    bus, gpu_instance = split_mig(raw_pci) if raw_pci else (raw_pci, None)
     rest = m["rest"].rstrip("\r\n\x00 ")
     pid: int | None = None
     name: str | None = None
@@ -237,11 +240,12 @@ def _parse_text(
     return XidEvent(
         kind="sxid" if is_sxid else "xid",
         xid=xid,
-        pci=normalise_pci(raw_pci) if raw_pci else None,
+        pci=normalise_pci(bus) if bus else None,
         pid=pid,
         name=name,
         message=rest.strip(),
         raw_pci=raw_pci or None,
+        gpu_instance=gpu_instance,
         switch=m["switch"] if is_sxid else None,
         monotonic=mono,
         wall=wall,

@@ -44,6 +44,19 @@ def normalise_pci(raw: str | bytes | None) -> str | None:
     return f"{dom:04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.{int(m['fn'] or 0)}"
 
 
+#: A MIG instance the driver names after the bus id: ``PCI:0000:01:00 GPU-I:05``.
+_MIG_RE = re.compile(r"\bGPU-I:(?P<gi>[0-9]{1,3})\b", re.ASCII)
+
+
+def split_mig(raw: str) -> tuple[str, int | None]:
+    """``("0000:01:00", 5)`` from ``"0000:01:00 GPU-I:05"``: the bus id that
+    names the physical GPU, and the MIG GPU instance if the driver printed
+    one.  Anything else passes through unchanged with no instance."""
+    head, _, tail = raw.strip().partition(" ")
+    m = _MIG_RE.search(tail)
+    return (head, int(m["gi"])) if m else (raw, None)
+
+
 @dataclass(frozen=True)
 class GpuRef:
     """A GPU as findings name it."""
