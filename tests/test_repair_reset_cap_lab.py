@@ -42,9 +42,6 @@ def rig(fresh_lab):
             hooks.close(reconfigure=False)
             lab.reset()
             hooks.reset_state()
-            # The reboot logs outlive lab.reset(): later tests count from 0.
-            for log in lab_reboot.reboot_dir(lab.base_dir).glob("*.log"):
-                log.unlink()
 
 
 def _code(lab, node):

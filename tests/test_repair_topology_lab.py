@@ -21,8 +21,10 @@ from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
+# s1 = n1, n2, n6 and s2 = n3-n5: the job's switch holds the spare that sorts
+# LAST, so a topology-blind choice (first spare by name, n3) cannot pass.
 TOPOLOGY = (
-    "SwitchName=s1 Nodes=n[1-3]\nSwitchName=s2 Nodes=n[4-6]\nSwitchName=top Switches=s[1-2]\n"
+    "SwitchName=s1 Nodes=n[1-2],n6\nSwitchName=s2 Nodes=n[3-5]\nSwitchName=top Switches=s[1-2]\n"
 )
 JOB = "#!/bin/bash\nfor i in $(seq 1 900); do sleep 0.2; done\n"
 
@@ -51,11 +53,6 @@ def _reason(lab, node):
     return try_parse_reason(lab.client().get_node(node).reason)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug found here: the engine on the node picks n3 (topology-blind); "
-    "load_topology returns the tree when called from the test process - see issue 18 report",
-)
 def test_spare_from_the_jobs_block_is_resumed(block_lab, tmp_path):
     lab = block_lab
     assert "topology/tree" in (lab.client().show_config().get("TopologyPlugin") or "")

@@ -922,6 +922,12 @@ class Lab:
                 client.resume(node.name)
             if node.comment:  # held marks (slurm-hooks/1 HELD ...) latch the breaker
                 client.set_node_comment(node.name, "")
+        # The RebootProgram's per-node logs and pending boot plans
+        # (slurm_hooks_lab.reboot): tests count reboots from 0 after a reset.
+        rd = self.base_dir / "reboot"
+        for pattern in ("*.log", "*.on-boot.json"):
+            for path in rd.glob(pattern):
+                path.unlink(missing_ok=True)
         self.wait_idle(timeout=timeout)
 
     def stop_slurmd(self, name: str, grace: float = 5.0) -> bool:

@@ -1,0 +1,188 @@
+"""What one hook run costs slurmctld, by path and case, on a real lab.
+
+    .venv/bin/python bench/bench_fault_cost.py [--nodes 16,256]
+
+For each lab size starts a lab with our hooks installed, puts a PATH shim in
+front of the Slurm commands (it logs every scontrol/squeue/scancel/sinfo/
+sdiag call and the bytes it printed), and runs each path once per case on a
+node of its own:
+
+* ``healthcheck``: the installed HealthCheckProgram shim, in the node's
+  slurmd namespace, as slurmd runs it;
+* ``epilog``: the installed Epilog shim for a job id that has ended;
+* ``watch``: ``python -m slurm_hooks.agent.watch --once`` (after a first pass
+  that sets its cursor);
+
+cases: ``healthy``; ``faulty`` (XID 79 just written: the path drains);
+``persistent`` (the same fault, node already drained by us: the next run).
+Prints Slurm commands, whole node-table reads (``REQUEST_NODE_INFO``), other
+slurmctld RPCs by type (``sdiag`` deltas, the bench's own ``sdiag`` taken
+out) and bytes received, then growth per node between the two sizes.
+Goal: faulty one table read (plus the breaker rank's one re-read),
+persistent and healthy zero calls.  Asserts nothing.  Needs root.
+
+4,096 / 16,384 node records: not measured here (the lab starts one slurmd per
+node; see the report in issue 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from slurm_hooks_lab.hooks import install
+from slurm_hooks_lab.lab import Lab, missing_prerequisites
+
+from slurm_hooks.core.errors import LabError
+from slurm_hooks.detect.probes.commands import DEFAULT_PATH, run
+
+_RPC = re.compile(r"^\s+(REQUEST_\w+|MESSAGE_\w+)\s+\(\s*\d+\)\s+count:(\d+)", re.MULTILINE)
+COMMANDS = ("scontrol", "squeue", "scancel", "sinfo", "sdiag", "sacct")
+SHIM = """#!/bin/sh
+# bench_fault_cost: log the call and the size of what it printed
+out=$(mktemp)
+{real} "$@" >"$out"
+rc=$?
+printf '%s\\t%s\\t%s\\n' {name} "$(wc -c <"$out")" "$*" >>{log}
+cat "$out"
+rm -f "$out"
+exit $rc
+"""
+
+
+def make_shims(where: Path, log: Path) -> Path:
+    bin_dir = where / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in COMMANDS:
+        real = shutil.which(name, path=DEFAULT_PATH)
+        if real is None:
+            continue
+        path = bin_dir / name
+        path.write_text(SHIM.format(real=real, name=name, log=log))
+        path.chmod(0o755)
+    return bin_dir
+
+
+def rpc_counts(lab: Lab) -> Counter[str]:
+    text = lab.client().raw("sdiag")
+    return Counter({m.group(1): int(m.group(2)) for m in _RPC.finditer(text)})
+
+
+def measure(lab: Lab, log: Path, act) -> dict:  # type: ignore[no-untyped-def]
+    log.write_text("")
+    before = rpc_counts(lab)
+    act()
+    time.sleep(0.3)  # a grace worker's first poll, if one was started
+    after = rpc_counts(lab)
+    rpcs = after - before
+    rpcs["REQUEST_STATS_INFO"] -= 1  # our own sdiag
+    rpcs = +rpcs
+    cmds = [line.split("\t") for line in log.read_text().splitlines() if line]
+    return {
+        "commands": len(cmds),
+        "bytes": sum(int(c[1]) for c in cmds),
+        "node_info": rpcs.get("REQUEST_NODE_INFO", 0) + rpcs.get("REQUEST_NODE_INFO_SINGLE", 0),
+        "rpcs": dict(rpcs),
+        "argv": [f"{c[0]} {c[2]}" for c in cmds],
+    }
+
+
+def one_size(n: int, verbose: bool) -> dict[tuple[str, str], dict]:
+    base = Path(tempfile.mkdtemp(prefix=f"slurm-hooks-cost-{n}-"))
+    base.chmod(0o755)  # munged must reach its socket under it
+    log = base / "calls.log"
+    lab = Lab(str(base / "lab"), n, timeout=600)
+    rows: dict[tuple[str, str], dict] = {}
+    try:
+        up = lab.up()
+        print(f"lab: {n} nodes up in {up:.1f}s", flush=True)
+        hooks = install(lab, grace_s=300, epilog=True)
+        bin_dir = make_shims(base, log)
+        path_env = f"{bin_dir}:{DEFAULT_PATH}"
+        names = lab.node_names
+        # One node per (path, fault) pair: no reset between measurements.
+        nodes = {"healthcheck": names[1], "epilog": names[2], "watch": names[3]}
+        healthy = names[4]
+
+        def runner(path: str, node: str):  # type: ignore[no-untyped-def]
+            if path == "healthcheck":
+                shim = str(hooks.shims["healthcheck"])
+                return lambda: lab.run_on_node(node, [shim], env={"PATH": path_env}, timeout=300)
+            if path == "epilog":
+                shim = str(hooks.shims["epilog"])
+                env = {"PATH": path_env, "SLURM_JOB_ID": "999999", "SLURM_JOB_USER": "root"}
+                return lambda: lab.run_on_node(node, [shim], env=env, timeout=300)
+            env = dict(hooks.watcher_env(node), PATH=path_env)
+            argv = hooks.watch_argv(node, "--once")
+            return lambda: run(argv, timeout=300, check=False, env=env, cwd="/")
+
+        for node in [healthy, nodes["watch"]]:  # the watchers' first pass: their cursor
+            runner("watch", node)()
+        for path in ("healthcheck", "epilog", "watch"):
+            rows[(path, "healthy")] = measure(lab, log, runner(path, healthy))
+        for path, node in nodes.items():
+            hooks.inject_xid(node, 79, gpu=0)
+            rows[(path, "faulty")] = measure(lab, log, runner(path, node))
+            rows[(path, "persistent")] = measure(lab, log, runner(path, node))
+            drained = lab.client().get_node(node).drained
+            rows[(path, "faulty")]["drained"] = drained
+        hooks.close(reconfigure=False)
+    finally:
+        lab.down()
+        shutil.rmtree(base, ignore_errors=True)
+    if verbose:
+        for (path, case), r in rows.items():
+            print(f"  {path}/{case}: " + "; ".join(r["argv"]))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="16,256")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every command line")
+    args = ap.parse_args()
+    problems = missing_prerequisites()
+    if problems:
+        print("bench_fault_cost: cannot run:", "; ".join(problems), file=sys.stderr)
+        return 2
+    sizes = [int(s) for s in args.nodes.split(",")]
+    results: dict[int, dict] = {}
+    for n in sizes:
+        try:
+            results[n] = one_size(n, args.verbose)
+        except LabError as exc:
+            print(f"lab of {n} nodes did not start: {exc}", file=sys.stderr)
+            return 1
+    print(
+        f"\n{'nodes':>5} {'path':<11} {'case':<10} {'cmds':>4} {'tables':>6} {'bytes':>9}  "
+        "other RPCs"
+    )
+    for n, rows in results.items():
+        for (path, case), r in rows.items():
+            other = ", ".join(
+                f"{k.removeprefix('REQUEST_')}={v}"
+                for k, v in sorted(r["rpcs"].items(), key=lambda kv: -kv[1])
+                if k not in ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE")
+            )
+            flag = "" if r.get("drained", True) else "  (NOT drained)"
+            print(
+                f"{n:>5} {path:<11} {case:<10} {r['commands']:>4} {r['node_info']:>6} "
+                f"{r['bytes']:>9}  {other}{flag}"
+            )
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        print(f"\nbytes received per extra node ({lo} -> {hi} nodes):")
+        for key, r in results[hi].items():
+            d = (r["bytes"] - results[lo][key]["bytes"]) / (hi - lo)
+            print(f"  {key[0]:<11} {key[1]:<10} {d:8.1f} B/node")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
