@@ -227,3 +227,18 @@ def test_cli_judges_a_pasted_indented_run_healthy(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "completed=True" in res.stdout and "8 GPUs passed burn-in" in res.stdout
+
+
+def test_an_overlong_number_skips_its_line_and_parsing_goes_on():
+    """A 5,000-digit count (int() refuses it) was a ValueError out of the
+    parser; the line is skipped and the verdict block after it still counts."""
+    text = (
+        "GPU 0: NVIDIA H100 (UUID: GPU-11111111-2222-3333-4444-555555555555)\n"
+        f"50.0%  proc'd: {'1' * 5000} (7031 Gflop/s)   errors: 0   temps: 58 C \n"
+        "100.0%  proc'd: 5684 (7012 Gflop/s)   errors: 0   temps: 60 C \n"
+        "Killing processes.. done\n\nTested 1 GPUs:\n\tGPU 0: OK\n"
+    )
+    from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
+
+    run = parse_gpu_burn(text)
+    assert run.completed

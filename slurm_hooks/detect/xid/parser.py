@@ -222,7 +222,7 @@ def _parse_text(
     pm = _PID_RE.match(rest)
     if pm is not None:
         text = pm["pid"].strip("'")
-        pid = int(text) if text.lstrip("-").isdigit() else None
+        pid = int(text) if text.lstrip("-").isdigit() and len(text) <= 18 else None
         rest = rest[pm.end() :]
         nm = _NAME_RE.match(rest)
         if nm is not None:

@@ -63,6 +63,9 @@ _COMPARE = re.compile(r"Using compare file: (\S+)")
 _COULDNT_INIT = re.compile(r"Couldn't init a GPU test: (.*)$")
 _COMPUTE_FAIL = re.compile(r"Failure during compute: (.*)$")
 _CUDA_INIT = re.compile(r"Couldn't init CUDA: (.*)$")
+#: A run of digits longer than any count gpu_burn prints (and than int() takes
+#: unbounded input for): such a line is skipped and counted.
+_OVERLONG_NUMBER = re.compile(r"[0-9]{19}")
 _READ_ERR = re.compile(r"read\[(\d+)\] error (-?\d+)")
 
 
@@ -114,6 +117,11 @@ def parse_gpu_burn(text: str, *, expected_gpus: int | None = None) -> BurninRun:
             killed_line = True
             line = line[m.end() :].strip()
         if not line:
+            continue
+        if _OVERLONG_NUMBER.search(line):
+            # No gpu_burn figure has 19 digits: a garbled or hostile line,
+            # never a reason to stop reading the rest.
+            skipped += 1
             continue
         if m := _PROGRESS.search(line):
             procs = _PROC_ITEM.findall(m.group("proc"))
