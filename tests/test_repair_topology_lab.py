@@ -17,6 +17,7 @@ from slurm_hooks_lab.hooks import WebhookRecorder, install
 from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
 
 from slurm_hooks.core.errors import LabError
+from slurm_hooks.core.ownership import node_ownership
 from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -85,7 +86,8 @@ def test_spare_from_the_jobs_block_is_resumed(block_lab, tmp_path):
 
             def n6_back():
                 n = lab.client().get_node("n6")
-                return n.reason is None and not n.drained
+                # 24.11 keeps a resumed node's reason: a leftover claims nothing
+                return not node_ownership(n).claimed and not n.drained
 
             try:
                 lab.wait_for(n6_back, 30, what="block-1 spare n6 resumed")
