@@ -3,8 +3,9 @@ derived from the calls themselves: the executors run against the API
 stand-in, which records method and path, and each call is mapped to the
 (apiGroup, resource, verb) that RBAC checks.  Before: lending's
 ``configmaps get`` and ``pods delete`` (on_drain_timeout = "force") were
-missing, and ``nodes watch``, ``machines get``, ``nodereplacements get`` were
-granted although nothing calls them.
+missing, and ``machines get``, ``nodereplacements get`` were granted although
+nothing calls them.  ``nodes watch`` came back with the node cache of the
+bridge at fleet size (k8s/cache.py).
 
 Not driven here (they need Slurm in the loop): the pass's node LIST
 (service.py) and lending's force delete.  Those two are the same KubeClient
@@ -32,9 +33,10 @@ VERB = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
 def rbac_of(method: str, path_qs: str) -> tuple[str, str, str]:
-    path = urlsplit(path_qs).path
-    res, _ns, name, sub = _route(path)
-    verb = VERB.get(method) or ("get" if name else "list")
+    parts = urlsplit(path_qs)
+    res, _ns, name, sub = _route(parts.path)
+    watching = "watch=true" in parts.query.split("&") or "watch=1" in parts.query.split("&")
+    verb = VERB.get(method) or ("watch" if watching else "get" if name else "list")
     return res.group, res.plural + (f"/{sub}" if sub else ""), verb
 
 
@@ -73,7 +75,10 @@ def test_rbac_grants_exactly_the_calls_the_bridge_makes() -> None:
                                   demand_configmap="inference/demand"),
         )  # fmt: skip
         # The pass: one node LIST; pods on a node; a patch that meets a 409 (re-read).
-        nodes = {n["metadata"]["name"]: n for n in kube.list(nodes_path())["items"]}
+        listed = kube.list(nodes_path())
+        nodes = {n["metadata"]["name"]: n for n in listed["items"]}
+        # The node cache at fleet size (k8s/cache.py): changes since the LIST.
+        list(kube.watch(nodes_path(), listed["metadata"]["resourceVersion"], timeout_seconds=1))
         api.fail_next(1, 409, method="PATCH", path_prefix="/api/v1/nodes")
         _exec.patch_node(kube, nodes, "n1", lambda n: {"spec": {"unschedulable": True}})
         lender = Lender(None, kube, cfg)  # type: ignore[arg-type]  # reads need no Slurm

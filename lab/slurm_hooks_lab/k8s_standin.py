@@ -19,7 +19,17 @@ parts of its behaviour that the bridge depends on, over real HTTP:
   PodDisruptionBudget would be violated (disruptionsAllowed computed from
   minAvailable/maxUnavailable and the matching healthy pods);
 * fault injection: the next N matching calls answer 5xx (or any code), and
-  an optional delay per call.
+  an optional delay per call;
+* watches (``?watch=1&resourceVersion=RV``): every change after RV as JSON
+  lines (``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": ...}``) in a
+  chunked answer that ends after ``timeoutSeconds``; label and field
+  selectors apply to the object before and after each change (an object
+  that stops matching is DELETED for the watcher, one that starts matching
+  is ADDED); ``allowWatchBookmarks`` adds a BOOKMARK carrying the current
+  resourceVersion before the answer ends; a resourceVersion older than the
+  retained history (``Store.history`` changes) is an ERROR event with a 410
+  Expired Status, as a compacted one is on a real server; resourceVersion
+  "0" or none starts with an ADDED event per existing object.
 
 The demo and ``slurm-hooks lab k8s-standin`` (for trying the bridge)
 run it.  State lives in memory only.
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import collections
 import copy
 import json
 import logging
@@ -268,7 +279,18 @@ class Store:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        #: Woken on every change (watches wait on it).
+        self.changed = threading.Condition(self.lock)
         self.rv = 1000
+        #: The changes a watch can resume from: (rv, qualified, ns, old, new),
+        #: old None for a creation, new None for a deletion.  Stored objects are
+        #: never mutated after a write, so references are kept, not copies.
+        self.events: collections.deque[tuple[int, str, str, Obj | None, Obj | None]] = (
+            collections.deque(maxlen=10_000)
+        )
+        #: The newest resourceVersion dropped from ``events``: a watch from
+        #: before it is 410 Expired.
+        self.compacted = 0
         self.objects: dict[tuple[str, str, str], Obj] = {}  # (qualified, ns, name)
         #: (namespace, labels) of evicted pods that a controller owned: the
         #: controller's scale still counts them in a PDB's expectedPods.
@@ -277,6 +299,23 @@ class Store:
     def _bump(self) -> str:
         self.rv += 1
         return str(self.rv)
+
+    def _record(self, qualified: str, ns: str, old: Obj | None, new: Obj | None) -> None:
+        """Remember a change at the current resourceVersion and wake watches."""
+        events = self.events
+        if events.maxlen is not None and len(events) == events.maxlen:
+            self.compacted = events[0][0]
+        events.append((self.rv, qualified, ns, old, new))
+        self.changed.notify_all()
+
+    def set_history(self, size: int) -> None:
+        """Keep only the last ``size`` changes (tests: make a watch expire)."""
+        with self.lock:
+            kept = list(self.events)[-size:] if size else []
+            dropped = len(self.events) - len(kept)
+            if dropped:
+                self.compacted = max(self.compacted, self.events[dropped - 1][0])
+            self.events = collections.deque(kept, maxlen=size)
 
     def put_object(self, res: Resource, obj: Obj) -> Obj:
         """Create or overwrite without checks (seeding)."""
@@ -289,7 +328,9 @@ class Store:
             md.setdefault("creationTimestamp", _now())
             md["resourceVersion"] = self._bump()
             obj["kind"], obj["apiVersion"] = res.kind, res.api_version
-            self.objects[(res.qualified, md.get("namespace", ""), md["name"])] = obj
+            key = (res.qualified, md.get("namespace", ""), md["name"])
+            self._record(res.qualified, key[1], self.objects.get(key), obj)
+            self.objects[key] = obj
             return copy.deepcopy(obj)
 
     def get(self, res: Resource, ns: str, name: str) -> Obj:
@@ -376,6 +417,53 @@ class Store:
                 "items": items,
             }
 
+    def watch_since(
+        self, res: Resource, ns: str | None, labels: str, fields: str, since: int
+    ) -> tuple[list[tuple[str, Obj]], int]:
+        """The watch events of ``res`` after resourceVersion ``since`` (0:
+        an ADDED event per existing object first), and the resourceVersion
+        they reach.  ApiError 410 when ``since`` is older than the history.
+        Call with the lock held."""
+
+        def matches(obj: Obj | None) -> bool:
+            if obj is None:
+                return False
+            try:
+                if labels and not label_selector_matches(
+                    labels, obj["metadata"].get("labels") or {}
+                ):
+                    return False
+                return not fields or field_selector_matches(fields, obj)
+            except ValueError as exc:
+                raise ApiError(400, "BadRequest", str(exc)) from exc
+
+        def shown(obj: Obj, rv: int | None = None) -> Obj:
+            out = copy.deepcopy(obj)
+            if rv is not None:  # a deleted object carries the deletion's version
+                out["metadata"]["resourceVersion"] = str(rv)
+            return out
+
+        out: list[tuple[str, Obj]] = []
+        if since == 0:
+            for (q, ons, _), obj in sorted(self.objects.items()):
+                if q == res.qualified and ns in (None, ons) and matches(obj):
+                    out.append(("ADDED", shown(obj)))
+            return out, self.rv
+        if since < self.compacted:
+            raise ApiError(
+                410, "Expired", f"too old resource version: {since} ({self.compacted + 1})"
+            )
+        start = bisect.bisect_right([e[0] for e in self.events], since)
+        for rv, q, ons, old, new in list(self.events)[start:]:
+            if q != res.qualified or ns not in (None, ons):
+                continue
+            before, after = matches(old), matches(new)
+            if after:
+                out.append(("MODIFIED" if before else "ADDED", shown(new)))  # type: ignore[arg-type]
+            elif before:
+                out.append(("DELETED", shown(old, rv)))  # type: ignore[arg-type]
+        return out, self.rv
+
     def create(self, res: Resource, ns: str, body: Obj) -> Obj:
         with self.lock:
             md = body.get("metadata") or {}
@@ -426,6 +514,7 @@ class Store:
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         new["kind"], new["apiVersion"] = res.kind, res.api_version
         new["metadata"]["resourceVersion"] = self._bump()
+        self._record(res.qualified, ns, self.objects.get((res.qualified, ns, name)), new)
         self.objects[(res.qualified, ns, name)] = new
         return copy.deepcopy(new)
 
@@ -496,8 +585,9 @@ class Store:
                         f"{key} in object meta: {obj['metadata'].get(key)}",
                         {"name": name, "group": res.group, "kind": res.plural},
                     )
-            del self.objects[(res.qualified, ns, name)]
+            gone = self.objects.pop((res.qualified, ns, name))
             self._bump()
+            self._record(res.qualified, ns, gone, None)
             return obj
 
     # -- eviction and disruption budgets --
@@ -576,10 +666,11 @@ class Store:
                                 ]
                             },
                         )
-            del self.objects[("pods", ns, name)]
+            gone = self.objects.pop(("pods", ns, name))
             if any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or []):
                 self.evicted_owned.append((ns, labels))
             self._bump()
+            self._record("pods", ns, gone, None)
             return status_object(201, "", "")
 
 
@@ -755,13 +846,92 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"ok")
                 return
             body = json.loads(raw) if raw else None
-            self._send(*self._dispatch(split.path, parse_qs(split.query), body))
+            query = parse_qs(split.query)
+            if self.command == "GET" and (query.get("watch") or [""])[0] in ("1", "true"):
+                res, ns, name, sub = _route(split.path)
+                if name is not None or sub is not None:
+                    raise ApiError(405, "MethodNotAllowed", "watch a collection, not an object")
+                try:
+                    self._watch(res, ns, query)
+                except ApiError as exc:
+                    if exc.code != 410:
+                        raise
+                    # As the real server: 200, then an ERROR event with the Status.
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self._chunk(
+                        {
+                            "type": "ERROR",
+                            "object": status_object(exc.code, exc.reason, exc.message),
+                        }
+                    )
+                    self.wfile.write(b"0\r\n\r\n")
+                return
+            self._send(*self._dispatch(split.path, query, body))
         except ApiError as exc:
             self._send(exc.code, status_object(exc.code, exc.reason, exc.message, exc.details))
         except json.JSONDecodeError as exc:
             self._send(400, status_object(400, "BadRequest", f"invalid JSON: {exc}"))
         except (BrokenPipeError, ConnectionResetError):
             log.debug("standin: client went away")
+
+    def _chunk(self, doc: Obj) -> None:
+        data = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _watch(self, res: Resource, ns: str | None, query: dict[str, list[str]]) -> None:
+        """A watch answer: 200, then one JSON line per event, chunked, until
+        ``timeoutSeconds`` (default 60) have passed."""
+        store = self.standin.store
+        labels = (query.get("labelSelector") or [""])[0]
+        fields = (query.get("fieldSelector") or [""])[0]
+        bookmarks = (query.get("allowWatchBookmarks") or [""])[0] in ("1", "true")
+        try:
+            since = int((query.get("resourceVersion") or ["0"])[0] or 0)
+            timeout = float((query.get("timeoutSeconds") or ["60"])[0])
+        except ValueError as exc:
+            raise ApiError(
+                400, "BadRequest", "resourceVersion and timeoutSeconds: numbers"
+            ) from exc
+        with store.lock:  # a bad selector is still a plain 400 answer
+            events, since = store.watch_since(res, ns, labels, fields, since)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deadline = time.monotonic() + timeout
+        while True:
+            for kind, obj in events:
+                self._chunk({"type": kind, "object": obj})
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with store.lock:
+                if store.rv == since:
+                    store.changed.wait(left)
+                try:
+                    events, since = store.watch_since(res, ns, labels, fields, since)
+                except ApiError as exc:  # fell out of the history while waiting
+                    self._chunk(
+                        {
+                            "type": "ERROR",
+                            "object": status_object(exc.code, exc.reason, exc.message),
+                        }
+                    )
+                    break
+        if bookmarks:
+            mark = {"kind": res.kind, "apiVersion": res.api_version}
+            self._chunk(
+                {
+                    "type": "BOOKMARK",
+                    "object": {**mark, "metadata": {"resourceVersion": str(since)}},
+                }
+            )
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _dispatch(self, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Obj]:
         store = self.standin.store

@@ -1,9 +1,12 @@
 """The bridge's executor and loop: read Slurm, read Kubernetes, plan, act.
 
 Slurm is the only source of truth; Kubernetes mirrors it.  One pass costs one
-Node LIST, one Slurm node listing and calls proportional to what changed
-(pods LIST and evictions on newly held nodes, job queries on nodes whose
-replacement is still open, one PATCH per step).
+Node LIST (on a fleet of ``node_watch_min_nodes`` or more, one watch of the
+changes since the last pass instead: ``k8s/cache.py``), one Slurm node
+listing and calls proportional to what changed (pods LIST and evictions on
+newly held nodes, one job list for nodes whose replacement is still open, one
+PATCH per step, the evicted and replacement-requested annotations of an
+incident handled in one pass going in one PATCH).
 
 Crash safety: each step is a read-modify-write of the Node that records what
 was done in our annotations, and every outward request (replacement, spare
@@ -31,8 +34,9 @@ from slurm_hooks.bridge.jobs_index import jobs_by_node
 from slurm_hooks.bridge.metrics import BridgeMetrics
 from slurm_hooks.bridge.replace import Replacer, make_replacer
 from slurm_hooks.bridge.settings import BridgeConfig
-from slurm_hooks.bridge.views import node_view, pod_view
+from slurm_hooks.bridge.views import NODE_VIEW, POD_VIEW
 from slurm_hooks.core.errors import KubernetesError, SlurmError, SlurmHooksError
+from slurm_hooks.k8s.cache import WatchedList
 from slurm_hooks.k8s.client import KubeClient, nodes_path, pods_path
 from slurm_hooks.k8s.lease import LeaderElector
 from slurm_hooks.slurm.base import SlurmClient
@@ -136,6 +140,19 @@ class Bridge:
             self.lender = Lender(slurm, kube, cfg, metrics=self.metrics, clock=clock, audit=audit)
         self._lend_pass: LendPass | None = None
         self._pods = _PodIndex(kube, 0)
+        #: The Node list, kept between passes on a large fleet.
+        self._nodes = WatchedList(
+            kube,
+            nodes_path(),
+            label_selector=cfg.node_selector or None,
+            page=NODE_PAGE,
+            item_view=NODE_VIEW,
+            watch_seconds=cfg.node_watch_seconds,
+        )
+        #: Annotations an Evict left for the same node's RequestReplacement
+        #: of this pass to write (one PATCH instead of two).
+        self._pending_ann: dict[str, dict[str, str | None]] = {}
+        self._merge_evicted: set[str] = set()
         self.elector: LeaderElector | None = None
         if cfg.leader_election and not cfg.dry_run:
             self.elector = LeaderElector(
@@ -182,28 +199,28 @@ class Bridge:
     def _pass(self) -> tuple[planner.Plan, tuple[StepResult, ...]]:
         cfg = self.cfg
         states = self.slurm.list_nodes()
-        nodes = (
-            self.kube.list(
-                nodes_path(),
-                label_selector=cfg.node_selector or None,
-                limit=NODE_PAGE,
-                item_view=node_view,
-            ).get("items")
-            or []
-        )
+        nodes = self._node_list()
         if cfg.node_mapping == "slinky":
             return self._slinky_pass(states, nodes)
+        current = {n["metadata"]["name"]: n for n in nodes}
         # One job list for every open incident (not one squeue per node).
-        jobs = jobs_by_node(self.slurm, planner.job_queries(states, nodes, self.plan_cfg))
-        the_plan = planner.plan(states, nodes, self.plan_cfg, jobs=jobs, spare_pool=self.spare_pool)
+        jobs = jobs_by_node(
+            self.slurm, planner.job_queries(states, nodes, self.plan_cfg, by_name=current)
+        )
+        the_plan = planner.plan(
+            states, nodes, self.plan_cfg, jobs=jobs, spare_pool=self.spare_pool, by_name=current
+        )
         for d in the_plan.deferred:
             log.warning("node=%s slurm_node=%s deferred: %s", d.node, d.slurm_node, d.why)
             self.metrics.deferred.labels(d.why.split(" (")[0]).inc()
 
-        current = {n["metadata"]["name"]: n for n in nodes}
         failed_nodes: set[str] = set()
         results: list[StepResult] = []
         self._pods = _PodIndex(self.kube, sum(isinstance(s, planner.Evict) for s in the_plan.steps))
+        self._pending_ann = {}
+        self._merge_evicted = (
+            _evict_then_replace(the_plan.steps) if self.replacer is not None else set()
+        )
         for step in _cordons_first(the_plan.steps):
             if step.node in failed_nodes:
                 results.append(StepResult(step, "skipped", "an earlier step on this node failed"))
@@ -225,8 +242,13 @@ class Bridge:
             results.append(res)
             if self.after_step is not None:
                 self.after_step(step)
-        self.metrics.held.set(
-            sum(1 for n in current.values() if self.keys.incident in planner.node_annotations(n))
+        incident = self.keys.incident
+        self.metrics.held.set(  # inlined: 50,000 nodes
+            sum(
+                1
+                for n in current.values()
+                if incident in ((n.get("metadata") or {}).get("annotations") or ())
+            )
         )
         self._lend_pass = None
         if self.lender is not None and (cfg.dry_run or self._still_leader()):
@@ -238,6 +260,15 @@ class Bridge:
                 log.error("lending pass failed: %s", exc)
                 self.metrics.lend_events.labels("error").inc()
         return the_plan, tuple(results)
+
+    def _node_list(self) -> list[Obj]:
+        """Every Node (as ``node_view``): the kept list brought up to date
+        on a large fleet, a fresh paged LIST otherwise."""
+        items = self._nodes.refresh()
+        threshold = self.cfg.node_watch_min_nodes
+        if not threshold or len(items) < threshold:
+            self._nodes.invalidate()  # small fleet: LIST again next pass
+        return list(items.values())
 
     def _slinky_pass(
         self, states: list[Any], nodes: list[Obj]
@@ -345,12 +376,23 @@ class Bridge:
         if isinstance(step, planner.RequestReplacement):
             if self.replacer is None:
                 return StepResult(step, "skipped", "no replacement method configured")
-            detail = self.replacer.request(step)
+            pending = self._pending_ann.pop(step.node, {})
+            try:
+                detail = self.replacer.request(step)
+            except (KubernetesError, SlurmError):
+                if pending:  # the eviction stands: record it alone
+                    self._rmw(step.node, current, lambda n: planner.annotate_patch(n, pending))
+                raise
             self._rmw(
                 step.node,
                 current,
                 lambda n: planner.annotate_patch(
-                    n, {keys.replacement: step.incident, keys.replacement_at: planner._iso(now)}
+                    n,
+                    {
+                        **pending,
+                        keys.replacement: step.incident,
+                        keys.replacement_at: planner._iso(now),
+                    },
                 ),
             )
             self.metrics.incidents.labels("replacement_requested").inc()
@@ -397,11 +439,14 @@ class Bridge:
             )
             return StepResult(step, "partial", f"{evicted} evicted, blocked: {', '.join(blocked)}")
         if not step.keep_slurmd:
-            self._rmw(
-                step.node,
-                current,
-                lambda n: planner.annotate_patch(n, {self.keys.evicted: step.incident}),
-            )
+            done: dict[str, str | None] = {self.keys.evicted: step.incident}
+            if step.node in self._merge_evicted:
+                # The replacement request follows in this pass: its PATCH
+                # carries this annotation too (a crash in between evicts
+                # again next pass, which finds nothing left to evict).
+                self._pending_ann[step.node] = done
+                return StepResult(step, "done", f"{evicted} evicted")
+            self._rmw(step.node, current, lambda n: planner.annotate_patch(n, done))
         return StepResult(step, "done", f"{evicted} evicted")
 
     # -- loop -----------------------------------------------------------------
@@ -426,6 +471,14 @@ POD_INDEX_MIN = 2
 
 #: Pods per page of that LIST.
 POD_PAGE = 500
+
+
+def _evict_then_replace(steps: tuple[planner.Step, ...]) -> set[str]:
+    """Nodes with both an Evict (not keeping slurmd) and a
+    RequestReplacement in this plan: their evicted annotation goes with
+    the replacement's PATCH."""
+    evicts = {s.node for s in steps if isinstance(s, planner.Evict) and not s.keep_slurmd}
+    return {s.node for s in steps if isinstance(s, planner.RequestReplacement)} & evicts
 
 
 def _cordons_first(steps: tuple[planner.Step, ...]) -> list[planner.Step]:
@@ -458,7 +511,7 @@ class _PodIndex:
                     pods_path(),
                     field_selector="status.phase!=Succeeded,status.phase!=Failed",
                     limit=POD_PAGE,
-                    item_view=pod_view,
+                    item_view=POD_VIEW,
                 ).get("items")
                 or []
             )

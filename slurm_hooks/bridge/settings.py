@@ -181,6 +181,14 @@ class BridgeConfig:
     slinky_namespace: str = "slurm"
     #: Label selector restricting the one Node LIST per pass (empty: all nodes).
     node_selector: str = ""
+    #: From this many Nodes on, the bridge keeps the Node list between passes
+    #: and reads only the changes (a watch from the last resourceVersion)
+    #: instead of a paged LIST of every Node each pass; 0: LIST every pass.
+    #: Below it a LIST is cheap and the watch's wait not worth it.
+    node_watch_min_nodes: int = 2000
+    #: The watch's ``timeoutSeconds``: how long each pass waits (no CPU) for
+    #: the server to end the stream of changes; the API's minimum is 1.
+    node_watch_seconds: int = 1
     #: Act on our own reasons (``slurm-hooks/1 CODE ...``).
     act_on_ours: bool = True
     #: Our fault codes never acted on (SPARE marks standby capacity).
@@ -301,6 +309,8 @@ class BridgeConfig:
             raise ValueError("max_cordoned_fraction must be in (0, 1]")
         if self.max_concurrent_replacements < 0 or self.api_retries < 0:
             raise ValueError("max_concurrent_replacements and api_retries must be >= 0")
+        if self.node_watch_min_nodes < 0 or self.node_watch_seconds < 1:
+            raise ValueError("node_watch_min_nodes must be >= 0 and node_watch_seconds >= 1")
         if self.interval <= 0 or self.api_timeout <= 0:
             raise ValueError("interval and api_timeout must be > 0")
         if self.leader_election and self.lease_duration <= self.interval:

@@ -2,9 +2,11 @@
 
 A real Node object is mostly ``status.images``, ``managedFields``,
 ``nodeInfo`` and capacity figures: several KB each, 50,000 of them on a big
-fleet.  The bridge keeps one LIST of every Node per pass, so each page is cut
-down to these views as it is decoded (``KubeClient.list(item_view=...)``):
-the pass then holds kilobytes per hundred nodes instead of megabytes.
+fleet.  The bridge keeps a list of every Node (one LIST, then watches on a
+large fleet: ``k8s/cache.py``), so each page and each watch event is cut
+down to these views as it is decoded (``NODE_VIEW``: the decoder builds only
+these fields): the bridge then holds kilobytes per hundred nodes instead of
+megabytes.
 
 What is kept was audited against every Node read in ``slurm_hooks/bridge``
 (plan, lending, lend_exec, slinky_plan, slinky_exec, replace, _exec):
@@ -19,7 +21,9 @@ a cut-down object.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
+
+from slurm_hooks.k8s.client import ItemView
 
 Obj = Mapping[str, Any]
 
@@ -74,3 +78,101 @@ def pod_view(pod: Obj) -> dict[str, Any]:
     if isinstance(status, Mapping) and "phase" in status:
         out["status"] = {"phase": status["phase"]}
     return out
+
+
+# -- the same views, decoded straight from the JSON ----------------------------
+#
+# The TypedDicts below name exactly the fields of NODE_METADATA/NODE_SPEC and
+# POD_METADATA/POD_SPEC (a test pins them together): the client's decoder
+# builds only these, so a 50,000-node LIST never materialises ``images`` or
+# ``managedFields``.  ``_finish_*`` then gives the shape ``node_view`` and
+# ``pod_view`` give (spec always present, only the Ready condition).
+
+
+class _NodeMeta(TypedDict, total=False):
+    name: str
+    uid: str
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    deletionTimestamp: str
+
+
+class _NodeSpec(TypedDict, total=False):
+    unschedulable: bool
+    taints: list[dict[str, Any]]
+    providerID: str
+
+
+class _Condition(TypedDict, total=False):
+    type: str
+    status: str
+
+
+class _NodeStatus(TypedDict, total=False):
+    conditions: list[_Condition]
+
+
+class NodeItem(TypedDict, total=False):
+    metadata: _NodeMeta
+    spec: _NodeSpec
+    status: _NodeStatus
+
+
+class _PodMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[dict[str, Any]]
+    deletionTimestamp: str
+
+
+class _PodSpec(TypedDict, total=False):
+    nodeName: str
+    priority: int
+    priorityClassName: str
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: str
+
+
+class PodItem(TypedDict, total=False):
+    metadata: _PodMeta
+    spec: _PodSpec
+    status: _PodStatus
+
+
+def _finish_node(node: dict[str, Any]) -> dict[str, Any]:
+    if "metadata" not in node:
+        node["metadata"] = {}
+    if "spec" not in node:
+        node["spec"] = {}
+    status = node.get("status")
+    if status is not None:
+        for c in status.get("conditions") or ():
+            if c.get("type") == "Ready":
+                node["status"] = {"conditions": [{"type": "Ready", "status": c.get("status")}]}
+                break
+        else:
+            del node["status"]
+    return node
+
+
+def _finish_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    if "metadata" not in pod:
+        pod["metadata"] = {}
+    if "spec" not in pod:
+        pod["spec"] = {}
+    if not pod.get("status"):
+        pod.pop("status", None)
+    return pod
+
+
+#: ``node_view``, applied while a LIST page or a watch event is parsed.
+NODE_VIEW = ItemView(NodeItem, node_view, _finish_node)
+#: ``pod_view``, applied while a LIST page is parsed.
+POD_VIEW = ItemView(PodItem, pod_view, _finish_pod)
