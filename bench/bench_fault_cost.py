@@ -1,6 +1,6 @@
 """What one hook run costs slurmctld, by path and case, on a real lab.
 
-    .venv/bin/python bench/bench_fault_cost.py [--nodes 16,256]
+    .venv/bin/python bench/bench_fault_cost.py [--nodes 16,256] [--records 4096,16384]
 
 For each lab size starts a lab with our hooks installed, puts a PATH shim in
 front of the Slurm commands (it logs every scontrol/squeue/scancel/sinfo/
@@ -10,19 +10,28 @@ node of its own:
 * ``healthcheck``: the installed HealthCheckProgram shim, in the node's
   slurmd namespace, as slurmd runs it;
 * ``epilog``: the installed Epilog shim for a job id that has ended;
+* ``prolog``: the installed Prolog shim for a job id slurmd would be
+  starting (CPU-only: the warm XID check runs, no burn-in); on a fault it
+  drains and then tries to requeue that job (gone: ``JobGone``, exit 1);
 * ``watch``: ``python -m slurm_hooks.agent.watch --once`` (after a first pass
   that sets its cursor);
 
 cases: ``healthy``; ``faulty`` (XID 79 just written: the path drains);
 ``persistent`` (the same fault, node already drained by us: the next run).
-Prints Slurm commands, whole node-table reads (``REQUEST_NODE_INFO``), other
-slurmctld RPCs by type (``sdiag`` deltas, the bench's own ``sdiag`` taken
-out) and bytes received, then growth per node between the two sizes.
-Goal: faulty one table read (plus the breaker rank's one re-read),
-persistent and healthy zero calls.  Asserts nothing.  Needs root.
+Prints Slurm commands, whole node-table reads (``REQUEST_NODE_INFO``),
+single-node reads (``REQUEST_NODE_INFO_SINGLE``), other slurmctld RPCs by
+type (``sdiag`` deltas, the bench's own ``sdiag`` taken out), the bytes the
+commands printed (what the hook reads) and ``tbl_bytes``: whole-table reads
+times one table as scontrol prints it (what slurmctld packs and sends: a
+``scontrol show node NAME`` on 22.05 receives the table and prints one
+line), then growth per node between the sizes.
 
-4,096 / 16,384 node records: not measured here (the lab starts one slurmd per
-node; see the report in issue 16).
+``--records N``: a lab of ``--record-base`` real nodes plus N node records
+with no slurmd (``Lab(extra_records=N)``: DOWN, in a partition of their
+own), so a table read costs what it costs at a site of that size while only
+a few slurmd run.  Goal: faulty one table read plus the breaker rank's one
+re-read (one read alone when the breaker cannot bind), persistent and
+healthy zero calls.  Asserts nothing.  Needs root.
 """
 
 from __future__ import annotations
@@ -87,35 +96,48 @@ def measure(lab: Lab, log: Path, act) -> dict:  # type: ignore[no-untyped-def]
     return {
         "commands": len(cmds),
         "bytes": sum(int(c[1]) for c in cmds),
-        "node_info": rpcs.get("REQUEST_NODE_INFO", 0) + rpcs.get("REQUEST_NODE_INFO_SINGLE", 0),
+        "node_info": rpcs.get("REQUEST_NODE_INFO", 0),
+        "node_single": rpcs.get("REQUEST_NODE_INFO_SINGLE", 0),
         "rpcs": dict(rpcs),
         "argv": [f"{c[0]} {c[2]}" for c in cmds],
     }
 
 
-def one_size(n: int, verbose: bool) -> dict[tuple[str, str], dict]:
-    base = Path(tempfile.mkdtemp(prefix=f"slurm-hooks-cost-{n}-"))
+def one_size(
+    n: int, verbose: bool, *, records: int = 0, policy: dict | None = None
+) -> dict[tuple[str, str], dict]:
+    base = Path(tempfile.mkdtemp(prefix=f"slurm-hooks-cost-{n}-{records}-"))
     base.chmod(0o755)  # munged must reach its socket under it
     log = base / "calls.log"
-    lab = Lab(str(base / "lab"), n, timeout=600)
+    lab = Lab(str(base / "lab"), n, timeout=600, extra_records=records)
     rows: dict[tuple[str, str], dict] = {}
     try:
         up = lab.up()
-        print(f"lab: {n} nodes up in {up:.1f}s", flush=True)
-        hooks = install(lab, grace_s=300, epilog=True)
+        print(f"lab: {n} nodes (+{records} records) up in {up:.1f}s", flush=True)
+        # What one whole-table read carries, as scontrol prints it: a read of
+        # ``scontrol show node NAME`` (22.05) or ``squeue -w`` receives the
+        # table too but prints (almost) nothing of it.
+        table = len(lab.client().raw("scontrol", "-o", "show", "node").encode())
+        print(f"one node-table read: {table} bytes ({table / (n + records):.0f} B/node)")
+        # The bench runs the shims itself: slurm.conf needs no hook lines, and
+        # a reconfigure of a slurmctld with 16,384 records outlasts the lab's wait.
+        hooks = install(
+            lab, grace_s=300, epilog=True, prolog=True, policy=policy, reconfigure=False
+        )
         bin_dir = make_shims(base, log)
         path_env = f"{bin_dir}:{DEFAULT_PATH}"
         names = lab.node_names
         # One node per (path, fault) pair: no reset between measurements.
-        nodes = {"healthcheck": names[1], "epilog": names[2], "watch": names[3]}
+        nodes = {"healthcheck": names[1], "epilog": names[2], "prolog": names[5],
+                 "watch": names[3]}  # fmt: skip
         healthy = names[4]
 
         def runner(path: str, node: str):  # type: ignore[no-untyped-def]
             if path == "healthcheck":
                 shim = str(hooks.shims["healthcheck"])
                 return lambda: lab.run_on_node(node, [shim], env={"PATH": path_env}, timeout=300)
-            if path == "epilog":
-                shim = str(hooks.shims["epilog"])
+            if path in ("epilog", "prolog"):
+                shim = str(hooks.shims[path])
                 env = {"PATH": path_env, "SLURM_JOB_ID": "999999", "SLURM_JOB_USER": "root"}
                 return lambda: lab.run_on_node(node, [shim], env=env, timeout=300)
             env = dict(hooks.watcher_env(node), PATH=path_env)
@@ -124,7 +146,7 @@ def one_size(n: int, verbose: bool) -> dict[tuple[str, str], dict]:
 
         for node in [healthy, nodes["watch"]]:  # the watchers' first pass: their cursor
             runner("watch", node)()
-        for path in ("healthcheck", "epilog", "watch"):
+        for path in ("healthcheck", "epilog", "prolog", "watch"):
             rows[(path, "healthy")] = measure(lab, log, runner(path, healthy))
         for path, node in nodes.items():
             hooks.inject_xid(node, 79, gpu=0)
@@ -132,6 +154,8 @@ def one_size(n: int, verbose: bool) -> dict[tuple[str, str], dict]:
             rows[(path, "persistent")] = measure(lab, log, runner(path, node))
             drained = lab.client().get_node(node).drained
             rows[(path, "faulty")]["drained"] = drained
+        for r in rows.values():
+            r["table_bytes"] = r["node_info"] * table
         hooks.close(reconfigure=False)
     finally:
         lab.down()
@@ -144,24 +168,50 @@ def one_size(n: int, verbose: bool) -> dict[tuple[str, str], dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", default="16,256")
+    ap.add_argument("--nodes", default="16,256", help="lab sizes (real nodes); '' for none")
+    ap.add_argument("--records", default="", help="node-record counts, e.g. 4096,16384")
+    ap.add_argument("--record-base", type=int, default=16, help="real nodes beside the records")
+    ap.add_argument(
+        "--breaker-off", action="store_true",
+        help="breaker share 1, no node cap: the claim cannot bind (no rank re-read)",
+    )  # fmt: skip
     ap.add_argument("-v", "--verbose", action="store_true", help="print every command line")
     args = ap.parse_args()
     problems = missing_prerequisites()
     if problems:
         print("bench_fault_cost: cannot run:", "; ".join(problems), file=sys.stderr)
         return 2
-    sizes = [int(s) for s in args.nodes.split(",")]
+    runs = [(int(s), 0) for s in args.nodes.split(",") if s]
+    runs += [(args.record_base, int(s)) for s in args.records.split(",") if s]
+    policy = {"breaker_max_share": 1.0, "breaker_max_nodes": 10**6} if args.breaker_off else None
     results: dict[int, dict] = {}
-    for n in sizes:
+    failed = 0
+    for n, records in runs:
         try:
-            results[n] = one_size(n, args.verbose)
+            results[n + records] = one_size(n, args.verbose, records=records, policy=policy)
         except LabError as exc:
-            print(f"lab of {n} nodes did not start: {exc}", file=sys.stderr)
-            return 1
+            print(f"lab of {n} nodes (+{records} records) did not start: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print_table({n + records: results[n + records]})
+    sizes = sorted(results)
+    print("\nall sizes:")
+    print_table(results)
+    for lo, hi in zip(sizes, sizes[1:], strict=False):
+        print(f"\nbytes received per extra node ({lo} -> {hi} nodes):")
+        for key, r in results[hi].items():
+            if key not in results[lo]:
+                continue
+            d = (r["bytes"] - results[lo][key]["bytes"]) / (hi - lo)
+            t = (r["table_bytes"] - results[lo][key]["table_bytes"]) / (hi - lo)
+            print(f"  {key[0]:<11} {key[1]:<10} printed {d:8.1f} B/node, tables {t:8.1f} B/node")
+    return 1 if failed else 0
+
+
+def print_table(results: dict[int, dict]) -> None:
     print(
-        f"\n{'nodes':>5} {'path':<11} {'case':<10} {'cmds':>4} {'tables':>6} {'bytes':>9}  "
-        "other RPCs"
+        f"\n{'nodes':>5} {'path':<11} {'case':<10} {'cmds':>4} {'tables':>6} {'single':>6} "
+        f"{'bytes':>9} {'tbl_bytes':>9}  other RPCs"
     )
     for n, rows in results.items():
         for (path, case), r in rows.items():
@@ -173,15 +223,9 @@ def main() -> int:
             flag = "" if r.get("drained", True) else "  (NOT drained)"
             print(
                 f"{n:>5} {path:<11} {case:<10} {r['commands']:>4} {r['node_info']:>6} "
-                f"{r['bytes']:>9}  {other}{flag}"
+                f"{r['node_single']:>6} {r['bytes']:>9} {r.get('table_bytes', 0):>9}  "
+                f"{other}{flag}"
             )
-    if len(sizes) >= 2:
-        lo, hi = sizes[0], sizes[-1]
-        print(f"\nbytes received per extra node ({lo} -> {hi} nodes):")
-        for key, r in results[hi].items():
-            d = (r["bytes"] - results[lo][key]["bytes"]) / (hi - lo)
-            print(f"  {key[0]:<11} {key[1]:<10} {d:8.1f} B/node")
-    return 0
 
 
 if __name__ == "__main__":

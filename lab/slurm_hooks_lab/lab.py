@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import CommandError, LabError, SlurmError
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
@@ -328,6 +329,7 @@ class Lab:
         uts: bool = True,
         timeout: float = 60.0,
         topology_conf: str = "",
+        extra_records: int = 0,
     ) -> None:
         self.base_dir = Path(base_dir or default_dir()).absolute()
         state = self._read_state()
@@ -349,6 +351,15 @@ class Lab:
         self.timeout = timeout
         #: topology.conf text (written beside slurm.conf, TopologyPlugin=topology/tree).
         self.topology_conf = topology_conf
+        #: Node records with no slurmd behind them (``r00001`` ...): powered-down
+        #: CLOUD nodes in a partition of their own (listed: PrivateData=cloud;
+        #: never pinged, where DOWN records cost slurmctld a thread each): a
+        #: slurmctld whose node table is as large as a big site's, for
+        #: measuring what one table read costs (bench/bench_fault_cost.py)
+        #: without starting thousands of slurmd.
+        if extra_records < 0:
+            raise LabError("extra_records must be >= 0")
+        self.extra_records = extra_records
 
     # -- paths and names -----------------------------------------------------
 
@@ -510,7 +521,22 @@ class Lab:
                 f"Port={state['node_ports'][name]} CPUs={state['cpus']} "
                 f"RealMemory={state['memory_mb']} State=UNKNOWN"
             )
-        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        records = int(state.get("extra_records") or 0)
+        if records:
+            # Records only: powered-down CLOUD nodes, no slurmd, outside the
+            # lab's partition so no job or hook sees them.
+            span = f"r[{1:05d}-{records:05d}]" if records > 1 else "r00001"
+            lines.append(
+                f"NodeName={span} NodeAddr=127.0.0.1 Port=1 CPUs={state['cpus']} "
+                f"RealMemory={state['memory_mb']} State=CLOUD"
+            )
+            part_nodes = hostlist.fold(state["nodes"])
+            lines.append(f"PartitionName=debug Nodes={part_nodes} Default=YES MaxTime=INFINITE "
+                         "State=UP")  # fmt: skip
+            lines.append(f"PartitionName=records Nodes={span} MaxTime=INFINITE State=UP")
+            lines.append("PrivateData=cloud")  # powered-down cloud nodes are listed
+        else:
+            lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         if extra_lines:
             lines.append("# --- extra configuration ---")
             lines.extend(extra_lines)
@@ -524,7 +550,16 @@ class Lab:
         (no job control, so X is not a group leader and setsid does not
         fork), hence ``$!`` is the daemon's own PID."""
         out = self.log_dir / f"{name}.out"
-        script = 'log=$1; shift; setsid "$@" >"$log" 2>&1 </dev/null & echo $!'
+        # SLURMD_RECONF_LISTEN_FD: slurmd (24.11 here; not 22.05) re-execs itself on
+        # `scontrol reconfigure` and hands its listening socket over in this
+        # variable; every program that slurmd then starts (the RebootProgram
+        # among them) inherits it, and a slurmd started from there would
+        # take fd 9 of *its* parent for a socket and die at once
+        # ("_create_msg_socket: unable to process fd:9", seen on 24.11).
+        script = (
+            "unset SLURMD_RECONF_LISTEN_FD; "
+            'log=$1; shift; setsid "$@" >"$log" 2>&1 </dev/null & echo $!'
+        )
         env = {"SLURM_CONF": str(self.slurm_conf)}
         try:
             res = run(
@@ -545,9 +580,9 @@ class Lab:
         # starts now (Linux 5.6+; unshare execs, so $! stays slurmd's PID).
         boot: list[str] = []
         if boot_now:
-            with open("/proc/uptime") as f:
-                up = int(float(f.read().split()[0]))
-            boot = ["--time", "--boottime", str(-up)]
+            from slurm_hooks_lab.reboot import host_uptime
+
+            boot = ["--time", "--boottime", str(-int(host_uptime()))]
         if not self.uts and not boot:
             return ["slurmd", "-D", "-f", str(self.slurm_conf), "-N", name]
         if not self.uts:
@@ -626,6 +661,7 @@ class Lab:
             "rest_auth": rest_auth(version),
             "extra_conf": self.extra_conf,
             "topology": bool(self.topology_conf),
+            "extra_records": self.extra_records,
             "pids": {},
             "started_at": time.time(),
         }
@@ -841,7 +877,11 @@ class Lab:
         _state: Mapping[str, Any] | None = None,
     ) -> list[NodeState]:
         """Plain ``idle``: no DRAIN, not ``idle*`` (right after start or resume
-        a node shows ``idle*`` until slurmctld's next ping)."""
+        a node shows ``idle*`` until slurmctld's next ping).  Node records
+        (``extra_records``) never come up: only the lab's own nodes count."""
+        state = _state if _state is not None else self._read_state()
+        if names is None and state.get("extra_records"):
+            names = list(state.get("nodes") or [])
         return self.wait_for_nodes(
             lambda n: n.state == "idle" and not n.flags,
             names,

@@ -12,6 +12,11 @@ Rules that keep it safe:
   call at all: hooks run before every job on every node.
 * Every write is preceded by a read of what is there now: a foreign reason is
   never overwritten, our own drain is not written twice.
+* O(1) Slurm work per fault (issue 16): one node-table read decides (the
+  fleet view and the node's own state), the drain is judged on it and the
+  door guards its write with one single-node read (``expect``: the reason
+  decided on); the breaker's rank re-reads the table once, and not at all
+  when the breaker cannot bind (``claim.cannot_bind``).
 * Each incident has a journal (``state.StateStore``): a step is written
   *before* the call it announces (intent) and after it (done).  A crash at
   any point is rolled forward by ``resume_pending()``, and a job is requeued
@@ -56,7 +61,7 @@ from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.decide.repair import RepairConfig
 from slurm_hooks.detect.probes.process import pid_alive
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
-from slurm_hooks.slurm.door import SlurmDoor
+from slurm_hooks.slurm.door import UNSET, NodeView, SlurmDoor, Unset
 from slurm_hooks.store.audit import AuditLog
 from slurm_hooks.store.state import BreakerLatch, StateStore, iso, parse_time
 
@@ -233,12 +238,16 @@ class Engine:
     def evaluate(self, node: str, findings: Sequence[Finding]) -> list[Decision]:
         """Decisions without acting (dry run, ``policy explain``).  Asks Slurm
         only when a decision may drain the node."""
-        decisions, _ = self._decide(node, findings)
+        decisions, _, _ = self._decide(node, findings)
         return decisions
 
     def _decide(
         self, node: str, findings: Sequence[Finding], *, acting: bool = False
-    ) -> tuple[list[Decision], NodeState | None]:
+    ) -> tuple[list[Decision], NodeState | None, tuple[NodeState, ...]]:
+        """Decisions, the node as Slurm showed it and the node table read for
+        them (empty when no decision may drain: no Slurm call then).  The
+        table is handed on to the drain (``_drain``: no second read) and to
+        the claim (``_confirm_unbound``: may the breaker bind at all?)."""
         now = self.clock()
         history = self.state.history(node)
         first = decide(
@@ -246,7 +255,7 @@ class Engine:
             observe_only=self.observe_only,
         )  # fmt: skip
         if not any(d.kind.drains for d in first):
-            return first, None
+            return first, None, ()
         # One node-table read serves both the node's own state and the fleet
         # view (on 22.05 ``scontrol show node NAME`` receives the whole table
         # anyway): O(1) table transfers per fault path.
@@ -261,7 +270,7 @@ class Engine:
             findings, node_state, history, fleet, self.policy, now, node=node,
             observe_only=self.observe_only,
         )  # fmt: skip
-        return decisions, node_state
+        return decisions, node_state, table
 
     # -- the loop -----------------------------------------------------------------
 
@@ -281,7 +290,7 @@ class Engine:
             absorbed = self._absorb_held(node, findings)
         if absorbed is not None:
             return absorbed
-        decisions, _ = self._decide(node, findings, acting=True)
+        decisions, _, table = self._decide(node, findings, acting=True)
         self._remember_drained(node, decisions)
         try:
             self._record_faults(node, decisions)
@@ -309,7 +318,7 @@ class Engine:
             if d.observe_only:
                 continue
             try:
-                self._act(d)
+                self._act(d, table)
             except SlurmHooksError as exc:
                 log.error("acting on %s for %s failed: %s", d.kind, node, exc)
                 self.audit.record(
@@ -465,9 +474,9 @@ class Engine:
         # must not hold up the drain (StateError is caught by the caller).
         self.state.record_faults(node, events, timeout=BOOKKEEPING_WAIT_S)
 
-    def _act(self, d: Decision) -> None:
+    def _act(self, d: Decision, table: Sequence[NodeState] = ()) -> None:
         if d.kind.drains:
-            self._drain(d)
+            self._drain(d, table)
         elif d.kind is DecisionKind.BREAKER_TRIPPED:
             self._trip(d)
             self._hold(d)
@@ -476,10 +485,20 @@ class Engine:
 
     # -- drain ------------------------------------------------------------------
 
-    def _drain(self, d: Decision) -> None:
+    def _drain(self, d: Decision, table: Sequence[NodeState] = ()) -> None:
+        """Claim the drain (journal, write, settle and rank: act/claim.py)
+        and carry it out.  ``table``: the node table ``d`` was decided on;
+        the node is judged on it instead of being read again, and the door's
+        write is guarded by its reason (``expect``): when the node carries
+        another one by then, nothing is written and the drain is judged
+        again from a fresh read (an admin's reason is still never written
+        over)."""
         assert d.reason is not None
         now = self.clock()
-        view = self.door.look(d.node)  # read before writing
+        seen = next((n for n in table if n.name == d.node), None)
+        # read before writing (or the read the decision was made on)
+        view = NodeView.of(seen) if seen is not None else self.door.look(d.node)
+        expect: str | None | Unset = view.node.reason if seen is not None else UNSET
         current, ours = view.node, view.ours
         if view.ownership is Ownership.FOREIGN:
             self.audit.record(
@@ -558,18 +577,38 @@ class Engine:
                 why=d.explanation, reason=text, outcome="unjournalled", actor=self.actor,
             )  # fmt: skip
             return
+        changed: ReasonChanged | None = None
         try:
             # The breaker claim (act/claim.py): our drain is written before any
             # job is signalled; a LEND/SPARE hold takes the fault's reason.
-            before = self.door.drain(d.node, text)
+            before = self.door.drain(d.node, text, expect=expect)
             prior = before.ours if before.ours is not None and not before.ours.is_fault else None
             self._step(
                 str(d.incident), "claimed", status=IncidentStatus.CLAIMED,
                 prior_reason=before.node.reason if prior is not None else None,
             )  # fmt: skip
+        except ReasonChanged as exc:
+            changed = exc
+
+            def unclaimed(doc: dict[str, Any]) -> None:
+                doc.setdefault("steps", []).append({"step": "abandoned", "at": iso(self.clock())})
+                doc.update(status=IncidentStatus.ABANDONED, jobs_done=True)
+                (doc.get("alerts") or {}).pop("node_drained", None)  # it was never drained
+
+            self.state.update_incident(str(d.incident), unclaimed)
         finally:
             lock.__exit__(None, None, None)
-        if not self._confirm_claim(str(d.incident)):
+        if changed is not None:
+            # Nothing was written: the node changed since the table was read.
+            # Judge again from a fresh read, as a drain without a table does.
+            self.state.clear_open_incident(d.node, str(d.incident))
+            log.info("drain node=%s: %s; judged again", d.node, changed)
+            self._drain(d)
+            return
+        confirmed = self._confirm_unbound(str(d.incident), table)
+        if confirmed is None:
+            confirmed = self._confirm_claim(str(d.incident))
+        if not confirmed:
             return
         self._after_drain(d, text)
 
@@ -1090,20 +1129,56 @@ class Engine:
                 claim.settle(self.slurm)
                 fleet = self.slurm.list_nodes()
         except SlurmError as exc:
-            log.warning("claim of %s (%s) not ranked yet: %s", node, incident, exc)
-            self.audit.record(
-                "claim", node=node, incident=incident, outcome="unsettled", why=str(exc),
-                actor=self.actor,
-            )  # fmt: skip
+            self._unsettled(node, incident, exc)
             return False
         verdict = rank_claim(node, doc["reason"], fleet, self.policy, self.clock())
+        return self._judged(doc, verdict, verdict.explain())
+
+    def _confirm_unbound(self, incident: str, snapshot: Sequence[NodeState]) -> bool | None:
+        """The claim of a drain decided on ``snapshot`` where that table shows
+        the breaker cannot bind (``claim.cannot_bind``): there is nothing to
+        rank, so no settle and no table read; one node read sees whether the
+        claim is still on the node (docs/breaker.md).  None when the breaker
+        can bind: ``_confirm_claim`` ranks it."""
+        from slurm_hooks.act import claim
+
+        doc = self.state.read_incident(incident)
+        if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.CLAIMED:
+            return None
+        node = doc["node"]
+        if not claim.cannot_bind(node, snapshot, self.policy):
+            return None
+        try:
+            current = self.slurm.get_node(node)
+        except SlurmError as exc:
+            self._unsettled(node, incident, exc)
+            return False
+        verdict = claim.unbound_check(node, doc["reason"], current, snapshot, self.policy)
+        why = verdict.explain() if verdict.lost else (
+            f"the breaker cannot bind (limit {verdict.limit} of {verdict.size} in partition "
+            f"{verdict.partition}, and no smaller in the node's other partitions): "
+            "confirmed without a rank"
+        )  # fmt: skip
+        return self._judged(doc, verdict, why)
+
+    def _unsettled(self, node: str, incident: str, exc: SlurmError) -> None:
+        log.warning("claim of %s (%s) not ranked yet: %s", node, incident, exc)
+        self.audit.record(
+            "claim", node=node, incident=incident, outcome="unsettled", why=str(exc),
+            actor=self.actor,
+        )  # fmt: skip
+
+    def _judged(self, doc: dict[str, Any], verdict: Any, why: str) -> bool:
+        """Carry out a claim's verdict: lost (abandoned), confirmed (True: go
+        on), or past the cap (taken back, held)."""
+        incident, node = str(doc["incident"]), str(doc["node"])
         facts = {"rank": verdict.rank, "limit": verdict.limit, "partition": verdict.partition}
         if verdict.lost:
             with self.state.incident_lock(incident):
                 self._step(incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True)
             self.state.clear_open_incident(node, incident)
             self.audit.record(
-                "claim", node=node, incident=incident, outcome="lost", why=verdict.explain(),
+                "claim", node=node, incident=incident, outcome="lost", why=why,
                 actor=self.actor,
             )  # fmt: skip
             return False
@@ -1111,7 +1186,7 @@ class Engine:
             with self.state.incident_lock(incident):
                 self._step(incident, "drained", status=IncidentStatus.DRAINED, claim=facts)
             self.audit.record(
-                "claim", node=node, incident=incident, outcome="confirmed", why=verdict.explain(),
+                "claim", node=node, incident=incident, outcome="confirmed", why=why,
                 actor=self.actor, **facts,
             )  # fmt: skip
             self._clear_held(node)

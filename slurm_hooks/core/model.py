@@ -149,6 +149,8 @@ class NodeState:
     alloc_cpus: int | None = None
     #: The node's ``Comment`` (admin-set; slurm-hooks marks held faults there).
     comment: str | None = None
+    #: The node's ``Extra`` (free text or JSON; our health grade is one key in it).
+    extra: str | None = None
 
     @property
     def drained(self) -> bool:

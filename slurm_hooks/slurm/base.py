@@ -88,6 +88,13 @@ class NodeComments(Protocol):
 
 
 @runtime_checkable
+class NodeExtra(Protocol):
+    """A client that can set a node's ``Extra`` (the health grade, ``SlurmDoor.set_extra``)."""
+
+    def set_node_extra(self, name: str, extra: str) -> None: ...
+
+
+@runtime_checkable
 class NodeReboot(Protocol):
     """A client that can ask Slurm to reboot a node (``scontrol reboot ASAP``)."""
 

@@ -55,6 +55,81 @@ _JOB_ID_RE = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 #: Node states squeue calls "on the node" for remediation purposes.
 ACTIVE_JOB_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED")
 
+#: ``sinfo -O`` fields of the single-node read (``get_node``), in this order.
+#: ``sinfo -n NODE`` (one name, no hostlist) asks slurmctld for that node alone
+#: (``REQUEST_NODE_INFO_SINGLE``), where ``scontrol show node NODE`` and
+#: ``sinfo --json -n NODE`` receive the whole table on 22.05 (measured with
+#: sdiag's RPC counts; bench/bench_fault_cost.py).  ``Reason`` and
+#: ``Comment`` are free text, so every field ends with a separator no one
+#: types (US, 0x1f) and a line that does not split into exactly these fields
+#: is not guessed at: the read falls back to ``scontrol``.
+SINFO_NODE_FIELDS = (
+    "NodeList", "StateComplete", "UserLong", "TimeStamp", "Partition", "Features", "Gres",
+    "CPUs", "CPUsState", "Comment", "Extra", "Reason",
+)  # fmt: skip
+SINFO_SEP = "\x1f"
+
+
+def sinfo_node_argv(name: str) -> list[str]:
+    """The single-node read of ``name``: ``-a`` so hidden partitions count,
+    ``-N`` one line per (node, partition), ``:0`` no truncation."""
+    fmt = ",".join(f"{f}:0{SINFO_SEP}" for f in SINFO_NODE_FIELDS)
+    return ["sinfo", "-a", "-N", "-h", "-n", name, "-O", fmt]
+
+
+def parse_sinfo_node(text: str, name: str) -> NodeState | None:
+    """``sinfo_node_argv(name)``'s output as a NodeState, or None when it
+    cannot say (no line: the node is in no partition, or not there; a free
+    text with our separator in it; lines that disagree): the caller then
+    reads it the long way.  sinfo prints ``none`` for no reason (with user
+    and time ``Unknown``), ``(null)`` for empty fields and marks the default
+    partition with ``*``."""
+    records: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        values = line.split(SINFO_SEP)
+        if len(values) != len(SINFO_NODE_FIELDS) + 1 or values[-1].strip():
+            return None
+        rec = dict(zip(SINFO_NODE_FIELDS, values, strict=False))
+        if rec["NodeList"] != name:
+            return None
+        records.append(rec)
+    if not records:
+        return None
+    first = records[0]
+    same = [k for k in SINFO_NODE_FIELDS if k != "Partition"]
+    if any(any(r[k] != first[k] for k in same) for r in records[1:]):
+        return None
+    partitions: list[str] = []
+    for r in records:
+        part = r["Partition"].rstrip("*")
+        if part and part not in partitions and part != "(null)":
+            partitions.append(part)
+    user = None if first["UserLong"] in ("Unknown", "(null)", "") else first["UserLong"]
+    reason: str | None = first["Reason"]
+    if reason in ("", "(null)") or (reason == "none" and user is None):
+        reason = None
+    state, flags = parse.parse_state(first["StateComplete"])
+    alloc = first["CPUsState"].split("/", 1)[0]
+    return NodeState(
+        name=name,
+        state=state,
+        flags=flags,
+        reason=reason,
+        reason_user=user.split("(", 1)[0] or user if user else None,
+        reason_time=parse.parse_time(first["TimeStamp"]),
+        partitions=tuple(partitions),
+        features=tuple(
+            f for f in first["Features"].split(",") if f and f not in ("(null)", "none")
+        ),
+        gres=None if first["Gres"] in ("", "(null)") else first["Gres"],
+        cpus=int(first["CPUs"]) if first["CPUs"].isdigit() else None,
+        alloc_cpus=int(alloc) if alloc.isdigit() else None,
+        comment=None if first["Comment"] in ("", "(null)") else first["Comment"],
+        extra=None if first["Extra"] in ("", "(null)") else first["Extra"],
+    )
+
 
 def _is_transient(stderr: str) -> bool:
     text = stderr.lower()
@@ -132,6 +207,15 @@ def check_signal(signal: str) -> str:
     return text
 
 
+def runs_on(job: JobInfo, name: str) -> bool:
+    """Whether ``job``'s node list (squeue ``%N``) names ``name``; a list
+    without brackets is compared name by name, without folding."""
+    nodes = job.nodes or ""
+    if "[" not in nodes:
+        return name in nodes.split(",")
+    return hostlist.contains(nodes, name)
+
+
 class CliClient:
     """SlurmClient over Slurm's command-line tools.
 
@@ -169,6 +253,8 @@ class CliClient:
         self._run = runner
         self._sleep = sleep
         self._version: tuple[int, int, int] | None = None
+        #: ``get_node`` asks sinfo for the one node (False once sinfo refused).
+        self._single_read = True
 
     # -- plumbing -----------------------------------------------------------
 
@@ -245,6 +331,25 @@ class CliClient:
         return parse.parse_nodes_json(self._call(argv).stdout)
 
     def get_node(self, name: str) -> NodeState:
+        """One node, read alone (``sinfo_node_argv``: one node's record
+        crosses the wire, not the table: the door's read before each write
+        is O(1) in the cluster's size).  Falls back to ``scontrol -o show
+        node NAME`` when sinfo cannot say (``parse_sinfo_node``)."""
+        if self._single_read and name and not any(c in name for c in " ,[]="):
+            try:
+                out = self._call(sinfo_node_argv(name)).stdout
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:
+                # A release whose sinfo lacks one of the fields: the long way,
+                # from now on (this client), instead of failing every read.
+                log.warning("sinfo single-node read refused (%s); scontrol from now on", exc)
+                self._single_read = False
+            else:
+                node = parse_sinfo_node(out, name)
+                if node is not None:
+                    return node
+                log.debug("sinfo -n %s: no single reading; scontrol show node", name)
         nodes = [n for n in self.list_nodes([name]) if n.name == name]
         if not nodes:
             raise NodeNotFound(name)
@@ -284,6 +389,10 @@ class CliClient:
         """Set the node's ``Comment`` (empty string: clear it)."""
         self._update_node(name, f"Comment={check_comment(comment)}")
 
+    def set_node_extra(self, name: str, extra: str) -> None:
+        """Set the node's ``Extra`` (``scontrol update Extra=``; 22.05.8 takes it)."""
+        self._update_node(name, f"Extra={check_comment(extra)}")
+
     def server_time(self) -> datetime:
         """slurmctld's own clock (``sdiag``'s first line): what the breaker's
         claim protocol waits on, never this host's clock."""
@@ -299,7 +408,13 @@ class CliClient:
         return jobs
 
     def jobs_on_node(self, name: str) -> list[JobInfo]:
-        return self._squeue("-w", name, "-t", ",".join(ACTIVE_JOB_STATES))
+        """The node's active jobs.  Not ``squeue -w NODE``: on 22.05 that
+        reads the whole node table besides the job table (sdiag:
+        ``REQUEST_NODE_INFO``); the job table alone, filtered here by each
+        job's node list, is the same answer for one read less.  ``-a``: jobs
+        of hidden partitions are on the node too."""
+        jobs = self._squeue("-a", "-t", ",".join(ACTIVE_JOB_STATES))
+        return [j for j in jobs if runs_on(j, name)]
 
     def list_jobs(self, states: Sequence[str] | None = None) -> list[JobInfo]:
         args: list[str] = []

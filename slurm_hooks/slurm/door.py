@@ -9,7 +9,10 @@ this module and nothing else that writes, so the safety rules live once:
   ``slurm-operator:``, Slurm's own) is never overwritten and never lifted;
   a STALE one (left by Slurm 24.11 on a resumed node) claims nothing and
   does not stop a drain.  Slurm has no compare-and-set on reasons, so each
-  write reads the node first; the window is one scontrol call.
+  write reads the node first (one node, not the table: ``get_node``); the
+  window is one call.  A caller that judged the node from a table it read
+  earlier (the engine's decision) passes the reason it saw as ``expect``:
+  the door's own read must still show it, else ReasonChanged and no write.
 * **Requeue exactly once**: a job whose restart count moved past the one we
   recorded before touching it was requeued already (by us before a crash,
   by Slurm, by its owner) and is never requeued again.
@@ -64,6 +67,15 @@ class NodeView:
         return reason_counts(self.node.state, self.node.flags)
 
 
+class Unset(enum.Enum):
+    """No ``expect`` given (None is a value: "the node had no reason")."""
+
+    UNSET = "unset"
+
+
+UNSET = Unset.UNSET
+
+
 class Requeue(enum.StrEnum):
     """What ``requeue_once`` did."""
 
@@ -91,6 +103,7 @@ class SlurmDoor:
         *,
         over_ours: bool = True,
         foreign_prefixes: Sequence[str] = (),
+        expect: str | None | Unset = UNSET,
     ) -> NodeView:
         """Take ``name`` out of service with ``reason`` (one of ours).
 
@@ -101,11 +114,15 @@ class SlurmDoor:
         FOREIGN: ForeignReasonError and no write, unless it starts with one
         of ``foreign_prefixes``: foreign reasons the caller proved it caused
         (the bridge on Slinky: the ``slurm-operator:`` drain its own pod move
-        triggered), replaced by ``reason``.  Returns the node as read
-        before writing."""
+        triggered), replaced by ``reason``.  ``expect``: the reason (None:
+        none) the caller judged from an earlier read; ReasonChanged, and no
+        write, when the node carries another one now.  Returns the node as
+        read before writing."""
         if try_parse_reason(reason) is None:
             raise SlurmError(f"refusing to drain {name} with a reason that is not ours: {reason!r}")
         view = self.look(name)
+        if not isinstance(expect, Unset) and view.node.reason != expect:
+            raise ReasonChanged(name, expect, view.node.reason)
         adopt = bool(
             view.node.reason and any(view.node.reason.startswith(p) for p in foreign_prefixes if p)
         )
@@ -260,3 +277,27 @@ class SlurmDoor:
     def comment(self, job_id: str, comment: str, *, admin: bool = False) -> None:
         """Note on the job (Comment, or AdminComment with ``admin``)."""
         self.client.set_job_comment(job_id, comment, admin=admin)
+
+    # -- scheduler-visible health -------------------------------------------------
+
+    def set_extra(self, name: str, key: str, value: str, *, node: NodeState | None = None) -> bool:
+        """Set our ``key=value`` in the node's ``Extra`` (``core/extra.py``),
+        where ``sinfo -O NodeList,Extra`` shows it.  The slot is shared: a JSON
+        object or ``k=v`` list someone else wrote keeps its other entries, free
+        text is theirs and is left alone (False, no write).  False also when
+        the client cannot write Extra.  The same value again writes nothing.
+        Slurm refusing the field (a release without it) is a SlurmError."""
+        from slurm_hooks.core.extra import merge_extra
+        from slurm_hooks.slurm.base import NodeExtra
+
+        if not isinstance(self.client, NodeExtra):
+            return False
+        node = node if node is not None else self.client.get_node(name)
+        merged = merge_extra(node.extra, key, value)
+        if merged.value is None:
+            log.info("extra node=%s: %r is not ours to merge; %s not written", name, node.extra,
+                     key)  # fmt: skip
+            return False
+        if merged.changed:
+            self.client.set_node_extra(name, merged.value)
+        return True

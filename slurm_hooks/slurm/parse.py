@@ -281,6 +281,7 @@ def node_from_fields(
         cpus=_int(fields.get("CPUTot")),
         alloc_cpus=_int(fields.get("CPUAlloc")),
         comment=_none_if_null(fields.get("Comment")),
+        extra=_none_if_null(fields.get("Extra")),
     )
 
 
@@ -356,6 +357,7 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeState:
         cpus=_int(obj.get("cpus")),
         alloc_cpus=_int(obj.get("alloc_cpus")),
         comment=str(obj["comment"]) if obj.get("comment") else None,
+        extra=str(obj["extra"]) if obj.get("extra") else None,
     )
 
 
