@@ -98,12 +98,22 @@ def test_reset_class_xid_on_idle_node_resets_gpu_and_resumes(rig):
 
 
 def _rebooting_now(lab, nodes) -> set[str]:
+    """Nodes whose reboot is under way: asked of Slurm (REBOOT_* flags) or
+    done and not yet back in service (acceptance pending).  A ``step=reboot``
+    reason alone is not counted: it is the cap's claim, written before the
+    count and taken back by a node that finds itself past the cap
+    (act/repair.py ``_still_allowed``), so two nodes may show one for a
+    moment without either rebooting."""
     out = set()
     for n in lab.client().list_nodes():
         if n.name not in nodes:
             continue
         ours = try_parse_reason(n.reason)
-        if set(n.flags) & REBOOT_FLAGS or (ours and ours.extra.get("step") == "reboot"):
+        claimed = ours is not None and ours.extra.get("step") == "reboot"
+        if set(n.flags) & REBOOT_FLAGS or (
+            claimed and lab_reboot.reboots(lab.base_dir, n.name) >= 1
+            and not _in_service(lab, n.name)
+        ):  # fmt: skip
             out.add(n.name)
     return out
 

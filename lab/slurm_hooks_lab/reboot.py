@@ -67,6 +67,30 @@ def on_boot(base: str | os.PathLike[str], node: str, writes: dict[str, str]) -> 
     path.write_text(json.dumps({"write": writes}))
 
 
+def host_uptime() -> float:
+    """Seconds since the host booted, also from inside a time namespace.
+
+    A "rebooted" slurmd runs in a time namespace whose boot time is the
+    reboot (``Lab._slurmd_argv``), and its RebootProgram (this module)
+    inherits it: ``/proc/uptime`` then counts from the last "reboot", while
+    a new namespace's offset counts from the host's boot.  Without taking the
+    inherited offset back out, a node's second reboot in one lab got an
+    uptime of the host's minus a few seconds, slurmctld saw a boot before its
+    request and left the node REBOOT_ISSUED."""
+    with open("/proc/uptime") as f:
+        up = float(f.read().split()[0])
+    offset = 0.0
+    try:
+        with open("/proc/self/timens_offsets") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] in ("boottime", "7"):
+                    offset = int(parts[1]) + int(parts[2]) / 1e9
+    except OSError:  # no time namespaces (Linux < 5.6): no offset
+        pass
+    return up - offset
+
+
 def _restart(base: Path, node: str) -> None:
     from slurm_hooks_lab.lab import Lab
 

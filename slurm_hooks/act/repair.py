@@ -19,13 +19,22 @@ writes its intent before the call and its result after it; on a restart:
   ``reboot issued``/``reboot complete`` words, a new boot id); only when it
   shows no reboot is the reboot asked for, so a node is rebooted once;
 * ``ticket_intent`` found: the ticket is sent again with the same ticket id
-  (the incident id): a receiver that keys on it files one ticket.
+  (the incident id): a receiver that keys on it files one ticket;
+* ``resume_intent`` found (acceptance passed, the resume may or may not have
+  reached Slurm): the resume is asked for again, which the door answers with
+  "in service already" when it had; the incident is closed either way.  A
+  journal that said ``resumed`` before the call would leave a node killed in
+  that window out of service for good.
 
 After a reboot the node's own hook (``HealthCheckProgram`` runs when slurmd
 starts) or watcher finds the incident ``rebooting``, starts the worker, which
 sees the reboot done, runs acceptance here and resumes the node only on a
 pass; a failure climbs the ladder.  ``observe_only`` plans and audits, and
 touches nothing.
+
+With ``[repair] health_extra`` the grade each run reaches (``HealthGrade``:
+ok, repair, replace) is written into the node's ``Extra`` through the door,
+our key only, so the scheduler's own views show it.
 """
 
 from __future__ import annotations
@@ -41,8 +50,10 @@ from slurm_hooks.core.errors import ForeignReasonError, SlurmError, SlurmHooksEr
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.core.reason import format_reason, try_parse_reason
 from slurm_hooks.decide.repair import (
+    HEALTH_KEY,
     REPLACE_CODE,
     Attempt,
+    HealthGrade,
     RepairConfig,
     RepairStep,
     escalate,
@@ -76,6 +87,7 @@ class Status:
     REBOOTING = "rebooting"
     ACCEPTING = "accepting"
     TICKET_INTENT = "ticket_intent"
+    RESUME_INTENT = "resume_intent"
     REPLACE = "replace"
     RESUMED = "resumed"
     HUMAN = "left_for_human"
@@ -192,7 +204,43 @@ def advance(engine: Engine, incident: str, *, accept: Accept | None = None, nvml
     except LockTimeout:
         log.info("repair of incident %s: another worker is on it", incident)
         return None
+    if status is not None:
+        doc = engine.state.read_incident(incident)
+        if doc is not None:
+            publish_health(engine, doc["node"], status)
     return status
+
+
+def grade_of(status: str) -> HealthGrade:
+    """The health grade a repair status shows the scheduler."""
+    if status == Status.RESUMED:
+        return HealthGrade.OK
+    if status in (Status.TICKET_INTENT, Status.REPLACE):
+        return HealthGrade.REPLACE
+    if status == Status.OBSERVED:
+        return HealthGrade.OBSERVE
+    return HealthGrade.REPAIR
+
+
+#: Set once Slurm refused ``Extra`` in this process: asked once, not per step.
+_EXTRA_REFUSED: list[str] = []
+
+
+def publish_health(engine: Engine, node: str, status: str) -> bool:
+    """``[repair] health_extra``: our grade into the node's Extra (the door
+    keeps everyone else's keys).  Observe-only writes nothing.  A Slurm that
+    refuses the field is asked once per process and then left alone (one
+    debug line): the grade is a convenience, never a reason to fail a repair."""
+    if not config_of(engine).health_extra or engine.observe_only or _EXTRA_REFUSED:
+        return False
+    grade = grade_of(status)
+    try:
+        return engine.door.set_extra(node, HEALTH_KEY, grade.value)
+    except SlurmError as exc:
+        _EXTRA_REFUSED.append(str(exc))
+        log.debug("health grade not written to %s's Extra (this Slurm refuses it?): %s", node,
+                  exc)  # fmt: skip
+        return False
 
 
 def _step_once(engine: Engine, doc: dict[str, Any], cfg: RepairConfig, *, accept: Accept | None,
@@ -275,16 +323,39 @@ def _step_once(engine: Engine, doc: dict[str, Any], cfg: RepairConfig, *, accept
         engine.state.record_acceptance(node, engine.clock(), True, detail)
         engine.audit.record("acceptance", node=node, incident=incident, outcome="passed",
                             why=detail, actor=engine.actor)  # fmt: skip
-        rep["status"] = Status.RESUMED
+        rep["status"] = Status.RESUME_INTENT
         _save(engine, incident, rep, "accepted")
         _audit(engine, doc, "accepted", step=str(step), why=detail)
-        d = engine.try_resume(node)
-        if str(d.kind) != "resume":
-            log.warning("repair of %s passed acceptance but not resumed: %s", node, d.explanation)
-        return Status.RESUMED
+        return _resume(engine, doc, rep)
+    if status == Status.RESUME_INTENT:
+        return _resume(engine, doc, rep)
     if status == Status.TICKET_INTENT:
         return _send_ticket(engine, doc, rep, cfg)
     return str(status)
+
+
+def _resume(engine: Engine, doc: dict[str, Any], rep: dict[str, Any]) -> str:
+    """Resume after a passed acceptance; safe to repeat (``resume_intent``).
+    A run killed after Slurm's resume and before its record leaves the node in
+    service: the next run finds nothing to resume and closes the incident
+    itself, so the node is resumed once and the incident does not stay open."""
+    node, incident = doc["node"], doc["incident"]
+    d = engine.try_resume(node)
+    if str(d.kind) != "resume":
+        view = engine.door.look(node)
+        if not view.out_of_service:
+            log.info("repair of %s: node in service already (resumed by an earlier run)", node)
+            engine.state.record_resume(node, engine.clock(), incident)
+            with engine.state.incident_lock(incident):
+                engine.state.update_incident(
+                    incident, lambda j: j.update(status=str(IncidentStatus.CLOSED))
+                )
+            _audit(engine, doc, "resumed_earlier", why="in service already when asked again")
+        else:
+            log.warning("repair of %s passed acceptance but not resumed: %s", node, d.explanation)
+    rep["status"] = Status.RESUMED
+    _save(engine, incident, rep, "resumed")
+    return Status.RESUMED
 
 
 def _attempt_rec(doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, outcome: str) -> dict[str, Any]:  # fmt: skip
@@ -463,4 +534,14 @@ def _send_ticket(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: 
     return Status.REPLACE
 
 
-__all__ = ["Accept", "Status", "advance", "attempts", "due", "gpu_index", "ticket_alert"]
+__all__ = [
+    "Accept",
+    "Status",
+    "advance",
+    "attempts",
+    "due",
+    "gpu_index",
+    "grade_of",
+    "publish_health",
+    "ticket_alert",
+]

@@ -12,18 +12,36 @@ to place it.
 Exactly once per job: the chosen spare is journalled in the incident
 (``spares``) before the resume; a restart resumes that same spare (the door
 answers False when it is in service already), never a second one.
+
+Power saving: a spare that Slurm powered down (``IDLE+DRAIN+POWERED_DOWN``,
+``drained~`` in sinfo) is still a spare.  Resuming it lifts our drain and
+leaves it powered down: it is then ``idle~``, schedulable, and Slurm's own
+ResumeProgram powers it up when the requeued job is placed there.  Slurm
+22.05 refuses ``State=POWER_UP`` where power saving is not configured
+("Invalid node state specified", measured on the lab), and where it is, the
+scheduler already powers the node up on demand: there is nothing more for
+us to ask.  A warm spare is preferred within a topology group (no boot to
+wait for).  A powered-down node that carries no reason of ours is not a
+spare: it is in service already and Slurm will use it by itself.
+
+The running config's ``SLURM_CONF`` (``scontrol show config``) says where
+topology.conf lives; the process's own ``SLURM_CONF`` comes second: a node
+whose shim fell back to /etc/slurm/slurm.conf while slurmctld reads another
+file would otherwise look in the wrong place and silently see no topology.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import ConfigError, ForeignReasonError, SlurmError
 from slurm_hooks.core.incident import Outcome
+from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.topology import FLAT, Topology, parse_topology_conf, parse_topology_yaml
 from slurm_hooks.store.state import iso
@@ -34,43 +52,79 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def conf_dir(config: dict[str, str] | None = None) -> Path:
-    """Where slurm.conf (and so topology.conf) lives."""
+#: Default slurm.conf path of Debian's and upstream's packages.
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+#: TopologyPlugin values that say "no topology": topology.conf is not read
+#: (22.05 default: none; 23.11+: flat).
+FLAT_PLUGINS = frozenset({"topology/none", "topology/flat"})
+#: Values under which a missing topology file is no surprise (unset, unread
+#: config, 24.11's default, which topology.yaml configures when present).
+_NO_FILE_EXPECTED = FLAT_PLUGINS | {"", "(null)", "topology/default"}
+#: Node flags of a node that power saving has powered down or is powering down.
+COLD_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
+
+
+def _set(value: str | None) -> str | None:
+    return value if value and value.strip() not in ("", "(null)") else None
+
+
+def conf_dir(config: Mapping[str, str] | None = None) -> Path:
+    """Where slurm.conf (and so topology.conf) lives: the running config's
+    ``SLURM_CONF`` (what slurmctld read), else this process's, else the
+    packages' default."""
     conf = (
-        os.environ.get("SLURM_CONF") or (config or {}).get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+        _set((config or {}).get("SLURM_CONF"))
+        or _set(os.environ.get("SLURM_CONF"))
+        or DEFAULT_SLURM_CONF
     )
     return Path(conf).parent
 
 
 def load_topology(engine: Engine) -> Topology:
-    """The cluster's topology; FLAT when none is configured or it cannot be read."""
+    """The cluster's topology; FLAT when none is configured or it cannot be
+    read.  A TopologyPlugin that needs a file, with no file found: FLAT and a
+    warning (spares are then picked without regard to switches)."""
     try:
         config = engine.slurm.show_config()
     except (SlurmError, NotImplementedError, AttributeError):
         config = {}
-    plugin = (config.get("TopologyPlugin") or "").lower()
+    plugin = (config.get("TopologyPlugin") or "").strip().lower()
     d = conf_dir(config)
+    yaml_path, conf_path = d / "topology.yaml", d / "topology.conf"
     try:
-        if (d / "topology.yaml").exists():
-            return parse_topology_yaml(
-                (d / "topology.yaml").read_text(), source=str(d / "topology.yaml")
-            )
-        if (d / "topology.conf").exists() and plugin not in ("topology/flat", "topology/none"):
-            return parse_topology_conf(
-                (d / "topology.conf").read_text(), source=str(d / "topology.conf")
-            )
+        if yaml_path.exists():
+            return parse_topology_yaml(yaml_path.read_text(), source=str(yaml_path))
+        if conf_path.exists() and plugin not in FLAT_PLUGINS:
+            return parse_topology_conf(conf_path.read_text(), source=str(conf_path))
     except (OSError, ConfigError) as exc:
         log.warning("topology not read (%s): any spare will do", exc)
+        return FLAT
+    if plugin not in _NO_FILE_EXPECTED:
+        log.warning(
+            "TopologyPlugin=%s but no topology.yaml or topology.conf in %s: spares are "
+            "picked without topology", plugin, d,
+        )  # fmt: skip
     return FLAT
 
 
-def spare_names(engine: Engine) -> list[str]:
+def spare_nodes(engine: Engine) -> list[NodeState]:
+    """Our SPARE nodes held out of service (drained or down), powered
+    down ones included (``cold``)."""
     out = []
     for n in engine.slurm.list_nodes():
         ours = our_reason(n)
         if ours is not None and ours.code == "SPARE" and (n.drained or n.down):
-            out.append(n.name)
+            out.append(n)
     return out
+
+
+def cold(node: NodeState) -> bool:
+    """Powered down (or on its way) by Slurm's power saving."""
+    return bool(node.flags & COLD_FLAGS)
+
+
+def spare_names(engine: Engine) -> list[str]:
+    return [n.name for n in spare_nodes(engine)]
 
 
 def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
@@ -85,7 +139,9 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
         if Outcome.parse(rec.get("outcome")) is Outcome.REQUEUED and job_id not in chosen
     ]  # fmt: skip
     if todo and not engine.observe_only:
-        spares = [s for s in spare_names(engine) if s not in chosen.values()]
+        pool = [n for n in spare_nodes(engine) if n.name not in chosen.values()]
+        spares = [n.name for n in pool]
+        powered_down = {n.name for n in pool if cold(n)}
         topo = load_topology(engine) if spares else FLAT
         for job_id, rec in todo:
             try:
@@ -94,7 +150,7 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
                 job_nodes = [doc["node"]]
             from slurm_hooks.core.topology import pick_spare
 
-            spare = pick_spare(job_nodes, doc["node"], spares, topo)
+            spare = pick_spare(job_nodes, doc["node"], spares, topo, cold=powered_down)
             if spare is None:
                 break
             spares.remove(spare)
@@ -130,4 +186,4 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
     return chosen
 
 
-__all__ = ["load_topology", "resume_spares", "spare_names"]
+__all__ = ["cold", "conf_dir", "load_topology", "resume_spares", "spare_names", "spare_nodes"]

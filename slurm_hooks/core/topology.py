@@ -24,7 +24,7 @@ or its block.  Spares are picked from the group the job's other nodes are in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -127,14 +127,22 @@ def pick_spare(
     failed: str,
     spares: Sequence[str],
     topology: Topology = FLAT,
+    *,
+    cold: Collection[str] = (),
 ) -> str | None:
     """The spare to resume for a job that lost ``failed``: one in the group
     most of the job's surviving nodes are in (the failed node's group when
     none survive), else any spare; ties by name, so every caller picks the
-    same one.  None when there is no spare."""
+    same one.  None when there is no spare.
+
+    ``cold``: spares that are powered down (power saving): usable, Slurm
+    powers one up when the job lands there, but that costs its
+    ResumeTimeout, so within a group a warm spare comes first.  Placement
+    wins over warmth: the job runs on the group for its whole life, the boot
+    is paid once."""
     if not spares:
         return None
-    ordered = sorted(spares)
+    ordered = sorted(spares, key=lambda s: (s in cold, s))
     if topology.empty:
         return ordered[0]
     others = [n for n in job_nodes if n != failed] or [failed]

@@ -52,6 +52,24 @@ _FIRST = {
 }
 #: Reason code that keeps a node out for hardware replacement.
 REPLACE_CODE = "REPLACE"
+#: Our key in the node's ``Extra`` field (``[repair] health_extra``).
+HEALTH_KEY = "slurm_hooks_health"
+
+
+class HealthGrade(enum.StrEnum):
+    """The node's health as the scheduler shows it (``Extra``:
+    ``slurm_hooks_health=<grade>``), so a site's tools and ``sinfo -O
+    NodeList,Extra`` see it without asking us."""
+
+    #: In service after a passed acceptance.
+    OK = "ok"
+    #: In service, watched (reserved for the watcher's WARN findings; the
+    #: repair loop does not write it).
+    OBSERVE = "observe"
+    #: Out of service while we reset, reboot and test it, or left for a human.
+    REPAIR = "repair"
+    #: Out for good: a hardware ticket is open.
+    REPLACE = "replace"
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,10 @@ class RepairConfig:
     #: Resume one of our SPARE nodes for each job requeued off a failed node,
     #: from the same topology block/switch as the job's other nodes.
     resume_spares: bool = False
+    #: Write the node's health grade (ok, repair, replace) into its Slurm
+    #: ``Extra`` field as ``slurm_hooks_health=<grade>``, never touching
+    #: other keys there (free text someone else wrote is left alone).
+    health_extra: bool = False
 
     def validate(self) -> None:
         if self.window_s <= 0 or self.reboot_timeout_s <= 0 or self.reset_timeout_s <= 0:
@@ -209,8 +231,10 @@ def reboot_allowed(
 
 
 __all__ = [
+    "HEALTH_KEY",
     "REPLACE_CODE",
     "Attempt",
+    "HealthGrade",
     "RebootVerdict",
     "RepairConfig",
     "RepairPlan",
