@@ -163,7 +163,8 @@ def test_srun_engine_argv_and_parse(scenarios):
 
     eng = SrunNcclEngine(PreflightConfig(), gpus_per_node=1, run=run)
     m = eng.measure(["n1", "n2"])
-    argv, kw = calls[0]
+    assert calls[0][0] == ["srun", "--mpi=list"]  # mpi = "auto" asks first
+    argv, kw = calls[1]
     assert argv[:4] == ["srun", "--overlap", "--nodes=2", "--nodelist=n[1-2]"]
     assert "all_reduce_perf" in argv and kw["timeout"] == 120.0
     assert m.busbw_gbps is not None and m.busbw_gbps > 40 and m.error is None
@@ -211,3 +212,58 @@ def test_unknown_engine_name_is_a_config_error():
 
     with pytest.raises(ConfigError, match="no-such-engine.*lab:fake"):
         PreflightConfig(engine="no-such-engine").validate()
+
+
+# -- srun's MPI plug-in (mpi = "auto") --------------------------------------------------
+
+#: ``srun --mpi=list`` as printed by Debian's Slurm in the lab (captured 2026-12-03):
+#: 22.05.8 has pmix; 26.05.5 (forky) ships no mpi_pmix.so.
+MPI_LIST_2205 = (
+    "MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+    "specific pmix plugin versions available: pmix_v4\n"
+)
+MPI_LIST_2605 = "MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n"
+
+
+def test_mpi_plugins_parsed_from_srun_list():
+    from slurm_hooks.agent.preflight import mpi_plugins
+
+    assert mpi_plugins(MPI_LIST_2205) == {"pmix", "none", "cray_shasta", "pmi2", "pmix_v4"}
+    assert mpi_plugins(MPI_LIST_2605) == {"none", "cray_shasta", "pmi2"}
+    assert mpi_plugins("srun: error: Unable to establish controller\n") == set()
+
+
+@pytest.mark.parametrize(
+    ("setting", "listing", "expected"),
+    [
+        ("auto", MPI_LIST_2205, ["--mpi=pmix"]),
+        ("auto", MPI_LIST_2605, ["--mpi=pmi2"]),  # no pmix: never name a missing plug-in
+        ("auto", "", []),  # srun could not say: the cluster's MpiDefault
+        ("none", MPI_LIST_2205, []),
+        ("pmix_v4", MPI_LIST_2605, ["--mpi=pmix_v4"]),  # the admin's word goes
+    ],
+)
+def test_srun_engine_picks_the_mpi_plugin_this_slurm_has(setting, listing, expected):
+    from slurm_hooks.agent.preflight import PreflightConfig, SrunNcclEngine
+    from slurm_hooks.detect.probes.commands import CommandResult
+
+    calls: list[list[str]] = []
+
+    def fake_run(argv, **_kw):
+        calls.append(list(argv))
+        return CommandResult(tuple(argv), 0, listing, "", 0.0)
+
+    engine = SrunNcclEngine(PreflightConfig(mpi=setting), run=fake_run)
+    argv = engine.argv(["n1", "n2"])
+    engine.argv(["n1", "n2"])
+    assert [a for a in argv if a.startswith("--mpi")] == expected
+    # asked once per engine, and only for auto
+    assert calls.count(["srun", "--mpi=list"]) == (1 if setting == "auto" else 0)
+
+
+@pytest.mark.parametrize("bad", ["", "pmix;rm", "--mpi=x", "a b"])
+def test_mpi_setting_refuses_anything_but_a_plugin_name(bad):
+    from slurm_hooks.agent.preflight import PreflightConfig
+
+    with pytest.raises(ValueError):
+        PreflightConfig(mpi=bad).validate()

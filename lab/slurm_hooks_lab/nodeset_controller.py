@@ -187,7 +187,10 @@ class NodeSetController:
         if m is None:
             return
         state = self.lab.client().get_node(host)
-        reason = state.reason or ""
+        # A reason on a node in service is what 24.11 leaves behind after a
+        # resume (22.05 and 26.05 clear it): it marks nothing, as for the
+        # ownership rule (slurm_hooks.core.ownership).
+        reason = (state.reason or "") if (state.drained or state.down) else ""
         if reason and not reason.startswith(PREFIX.strip()):
             return  # external: preserved
         if state.down and "NOT_RESPONDING" in state.flags:

@@ -28,8 +28,9 @@ scenario files.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from slurm_hooks.core.model import Action, Component, Finding, Status
@@ -70,8 +71,13 @@ class PreflightConfig:
     iters: int = 20
     #: GPUs (ranks) per node; 0 means the profile's gpu_count (else 1).
     gpus_per_node: int = 0
-    #: Extra srun arguments (e.g. ["--mpi=pmix"]).
-    srun_args: tuple[str, ...] = ("--mpi=pmix",)
+    #: srun's MPI plug-in for all_reduce_perf: auto (pmix where this
+    #: Slurm has it, else pmi2, else the cluster's MpiDefault; Debian's
+    #: 26.05 ships no mpi_pmix), none (MpiDefault), or a plug-in's name
+    #: (pmix, pmix_v4, pmi2, ...).
+    mpi: str = "auto"
+    #: Extra srun arguments, after the MPI choice (e.g. ["--cpu-bind=none"]).
+    srun_args: tuple[str, ...] = ()
     #: Seconds one measurement may take.
     timeout_s: float = 120.0
     #: Drain the culprits (else only report them).
@@ -90,6 +96,42 @@ class PreflightConfig:
             check_name(self.engine, ("auto", "nccl-tests"), key="preflight.engine")
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
+        if not _MPI_NAME.fullmatch(self.mpi):
+            raise ValueError("mpi must be auto, none or an MPI plug-in's name (letters, digits, _)")
+
+
+_MPI_NAME = re.compile(r"[A-Za-z0-9_]{1,32}")
+#: Preference of ``mpi = "auto"`` among what ``srun --mpi=list`` offers.
+_MPI_PREFERENCE = ("pmix", "pmi2")
+
+
+def mpi_plugins(listing: str) -> set[str]:
+    """The plug-in names in ``srun --mpi=list``'s output: one per line after
+    "MPI plugin types are...", plus the "specific pmix plugin versions
+    available: pmix_v4,..." line.  Other text (errors, banners) is ignored."""
+    out: set[str] = set()
+    for line in listing.splitlines():
+        line = line.strip()
+        if ":" in line and "versions" in line:
+            line = line.split(":", 1)[1]
+        for word in re.split(r"[\s,]+", line):
+            if re.fullmatch(r"(none|pmi2|pmix(_v\d+)?|cray_shasta)", word):
+                out.add(word)
+    return out
+
+
+def choose_mpi(setting: str, available: set[str] | None) -> list[str]:
+    """srun's ``--mpi`` argument for ``setting``; for ``auto``, from the
+    plug-ins this Slurm has (``available``; None: could not ask, so leave it
+    to MpiDefault rather than name a plug-in that may be missing)."""
+    if setting == "none":
+        return []
+    if setting != "auto":
+        return [f"--mpi={setting}"]
+    for name in _MPI_PREFERENCE:
+        if available and name in available:
+            return [f"--mpi={name}"]
+    return []
 
 
 # -- pure: pairs and blame -----------------------------------------------------------
@@ -203,6 +245,7 @@ class SrunNcclEngine:
     cfg: PreflightConfig
     gpus_per_node: int = 1
     run: Callable[..., Any] | None = None
+    _mpi: set[str] | None = field(default=None, init=False, repr=False)
 
     def argv(self, nodes: Sequence[str]) -> list[str]:
         from slurm_hooks.core import hostlist
@@ -211,12 +254,30 @@ class SrunNcclEngine:
         return [
             "srun", "--overlap", f"--nodes={len(nodes)}", f"--nodelist={hostlist.fold(nodes)}",
             f"--ntasks-per-node={g}", "--gpus-per-task=1",
+            *choose_mpi(self.cfg.mpi, self._available_mpi()),
             *self.cfg.srun_args,
             self.cfg.all_reduce_perf,
             "-b", self.cfg.min_bytes, "-e", self.cfg.max_bytes, "-f", "2",
             "-g", "1", "-n", str(self.cfg.iters), "-c", "1",
             "-T", str(max(5, int(self.cfg.timeout_s) - 5)),
         ]  # fmt: skip
+
+    def _available_mpi(self) -> set[str] | None:
+        """What ``srun --mpi=list`` offers, asked once per engine (only for
+        ``mpi = "auto"``); None when srun could not say."""
+        if self.cfg.mpi != "auto":
+            return None
+        if self._mpi is None:
+            from slurm_hooks.core.errors import CommandError
+            from slurm_hooks.detect.probes import commands
+
+            run = self.run or commands.run
+            try:
+                res = run(["srun", "--mpi=list"], timeout=15, check=False)
+                self._mpi = mpi_plugins((res.stdout or "") + (res.stderr or ""))
+            except CommandError:
+                self._mpi = set()
+        return self._mpi or None
 
     def measure(self, nodes: Sequence[str]) -> Measurement:
         import time
