@@ -103,3 +103,23 @@ else:
     _hyp_settings.register_profile("ci", derandomize=True, print_blob=True)
     if os.environ.get("CI"):
         _hyp_settings.load_profile("ci")
+
+
+#: Variables that steer our code and Slurm's commands in every later test and
+#: reach lab jobs through ``sbatch --export=ALL`` (a leaked SLURM_HOOKS_CONFIG
+#: once made a later lab test's job read another test's config).
+_STEERING_ENV = ("SLURM_HOOKS_CONFIG", "SLURM_CONF")
+
+
+@pytest.fixture(autouse=True)
+def _no_steering_env_leaks() -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in _STEERING_ENV}
+    yield
+    after = {k: os.environ.get(k) for k in _STEERING_ENV}
+    if after != before:
+        for key, value in before.items():  # put it back for the tests after
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        pytest.fail(f"the test left the environment changed: {before} -> {after}")

@@ -200,8 +200,14 @@ def test_worker_uses_the_factory_and_keeps_slurm_conf(tmp_path, recorded_factory
     path = tmp_path / "config.toml"
     path.write_text(f'[general]\nstate_dir = "{tmp_path}"\n')
     (tmp_path / "incidents").mkdir()
-    monkeypatch.delenv("SLURM_CONF", raising=False)
-    monkeypatch.delenv("SLURM_HOOKS_CONFIG", raising=False)
+    # build_engine puts worker_env into os.environ (the detached worker's
+    # own process); set then delete, so monkeypatch restores "unset" after
+    # (delenv of an unset variable records nothing, and a leaked
+    # SLURM_HOOKS_CONFIG reached later lab jobs' environment through
+    # sbatch --export=ALL: the prolog preflight test read this file).
+    for key in ("SLURM_CONF", "SLURM_HOOKS_CONFIG"):
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     env = {"SLURM_HOOKS_CONFIG": str(path), "SLURM_CONF": "/lab/slurm.conf"}
     engine = worker.build_engine(tmp_path / "incidents" / "i.json", {"worker_env": env})
     assert engine.slurm is sentinel
@@ -220,8 +226,14 @@ def test_worker_passes_no_slurm_conf_to_the_rest_backend(tmp_path, recorded_fact
         'slurm_rest_url = "http://127.0.0.1:6820"\n'
     )
     (tmp_path / "incidents").mkdir()
-    monkeypatch.delenv("SLURM_CONF", raising=False)
-    monkeypatch.delenv("SLURM_HOOKS_CONFIG", raising=False)
+    # build_engine puts worker_env into os.environ (the detached worker's
+    # own process); set then delete, so monkeypatch restores "unset" after
+    # (delenv of an unset variable records nothing, and a leaked
+    # SLURM_HOOKS_CONFIG reached later lab jobs' environment through
+    # sbatch --export=ALL: the prolog preflight test read this file).
+    for key in ("SLURM_CONF", "SLURM_HOOKS_CONFIG"):
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     env = {"SLURM_HOOKS_CONFIG": str(path), "SLURM_CONF": "/lab/slurm.conf"}
     worker.build_engine(tmp_path / "incidents" / "i.json", {"worker_env": env})
     assert calls[0][1] == {}
