@@ -336,13 +336,31 @@ class LabHooks:
 
     # -- cleaning up -------------------------------------------------------------
 
+    def _kill_workers(self) -> None:
+        """End the detached grace/repair workers of this lab's nodes (their
+        argv names an incident file under a node's state dir): one still
+        running would write into the state dir the reset is removing (seen:
+        ``FileExistsError`` on its mkdir in the breaker test's next round)."""
+        roots = tuple(str(nf.state_dir) + os.sep for nf in self.files.values())
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if "slurm_hooks.agent.worker" in argv and any(a.startswith(roots) for a in argv):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry), signal.SIGKILL)
+
     def reset_state(self) -> None:
         """Between tests: watchers stopped, kernel logs emptied, GPUs healthy,
         every node's state, audit log and the shared breaker latch gone."""
         self.stop_watchers()
+        self._kill_workers()
         for nf in self.files.values():
-            shutil.rmtree(nf.state_dir, ignore_errors=True)
-            nf.state_dir.mkdir(parents=True)
+            _fresh_dir(nf.state_dir)
             with contextlib.suppress(FileNotFoundError):
                 nf.audit_log.unlink()
             nf.kern_log.write_bytes(b"")
@@ -664,3 +682,17 @@ def _expand(nodes: str) -> Sequence[str]:
         return list(expand(nodes.strip()))
     except Exception:  # noqa: BLE001 - a plain name list is fine too
         return nodes.strip().split(",")
+
+
+def _fresh_dir(path: Path, tries: int = 20) -> None:
+    """``path`` emptied and recreated, even while a process that was just
+    killed (or one we do not know of) still writes into it for a moment."""
+    for _ in range(tries):
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            path.mkdir(parents=True)
+            return
+        except FileExistsError:
+            time.sleep(0.1)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
