@@ -86,6 +86,14 @@ def test_reset_class_xid_on_idle_node_resets_gpu_and_resumes(rig):
     assert resets.read_text().split() == ["0"]
     assert lab_reboot.reboots(lab.base_dir, node) == 0
     assert not tickets.alerts("hardware_ticket")
+
+    # The journal says "resumed" once the resume call returned: the node can
+    # be seen back in service a moment before (resume_intent until then).
+    def journal_resumed():
+        incs = [i for i in hooks.incidents(node) if i.get("code") == "XID95"]
+        return len(incs) == 1 and (incs[0].get("repair") or {}).get("status") == "resumed"
+
+    lab.wait_for(journal_resumed, 30, what=f"{node}'s repair journalled as resumed")
     outcomes = [(e.get("action"), e.get("outcome")) for e in hooks.audit(node)]
     assert ("repair", "reset") in outcomes and ("repair", "accepted") in outcomes
     assert ("acceptance", "passed") in outcomes
