@@ -29,9 +29,9 @@ line), then growth per node between the sizes.
 ``--records N``: a lab of ``--record-base`` real nodes plus N node records
 with no slurmd (``Lab(extra_records=N)``: DOWN, in a partition of their
 own), so a table read costs what it costs at a site of that size while only
-a few slurmd run.  Goal: faulty one table read plus the breaker rank's one
-re-read (one read alone when the breaker cannot bind), persistent and
-healthy zero calls.  Asserts nothing.  Needs root.
+a few slurmd run.  Goal: faulty paths one table read (the breaker's rank;
+the node decides on its own single-node read), persistent and healthy zero
+calls.  Asserts nothing.  Needs root.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def main() -> int:
     ap.add_argument("--record-base", type=int, default=16, help="real nodes beside the records")
     ap.add_argument(
         "--breaker-off", action="store_true",
-        help="breaker share 1, no node cap: the claim cannot bind (no rank re-read)",
+        help="breaker share 1, no node cap: every claim ranks within the cap",
     )  # fmt: skip
     ap.add_argument("-v", "--verbose", action="store_true", help="print every command line")
     args = ap.parse_args()

@@ -17,6 +17,7 @@ from slurm_hooks.act import claim
 from slurm_hooks.act.engine import Engine
 from slurm_hooks.act.notify.base import Notifier
 from slurm_hooks.core.held import HeldMark, comment_is_ours, format_mark, parse_mark
+from slurm_hooks.core.history import Trip
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.decide import DecisionKind, PolicyConfig
@@ -77,6 +78,46 @@ def test_lent_and_spare_nodes_do_not_count():
     assert rank_claim("n3", fleet[2].reason, fleet, CFG, T0).confirmed
 
 
+def marked(node, key_at):
+    """A node whose claim backed off: in service, our held mark in its Comment."""
+    mark = format_mark(HeldMark("XID79", "gpu0", node + "x", T0, key_at))
+    return NodeState(node, "idle", partitions=("gpu",), comment=mark)
+
+
+def test_a_latch_placed_before_the_claim_refuses_it():
+    t = T0 + timedelta(seconds=10)
+    claim_ = ours("n5", t)
+    for key_at in (T0, t, None):  # earlier, the same second (n4 < n5), no key at all
+        v = rank_claim("n5", claim_.reason, [claim_, marked("n4", key_at)], CFG, t)
+        assert not v.confirmed and v.latched and v.rank == 1, key_at
+        assert "n4" in v.latched_by and "latched" in v.explain()
+
+
+def test_a_latch_placed_after_the_claim_does_not_refuse_it():
+    """The burst: n1 is ranked late, after n9 (past the cap, same second,
+    later by name) backed off and marked: n1 is still one of the first."""
+    claim_ = ours("n1", T0)
+    for later in (marked("n9", T0), marked("n0", T0 + timedelta(seconds=1))):
+        v = rank_claim("n1", claim_.reason, [claim_, later], CFG, T0)
+        assert v.confirmed and not v.latched and v.key_at == T0
+
+
+def test_the_latch_files_trip_is_placed_by_its_key_too():
+    claim_ = ours("n5", T0 + timedelta(seconds=5))
+    fleet = [claim_]
+
+    def trip(at, node="n4", part="gpu"):
+        return {part: Trip(part, T0, node, 2, 2, at)}
+
+    assert not rank_claim("n5", claim_.reason, fleet, CFG, T0, trip(T0)).confirmed
+    assert not rank_claim("n5", claim_.reason, fleet, CFG, T0, trip(None)).confirmed
+    assert not rank_claim("n5", claim_.reason, fleet, CFG, T0, trip(T0, part="*")).confirmed
+    late = trip(T0 + timedelta(seconds=6))
+    assert rank_claim("n5", claim_.reason, fleet, CFG, T0, late).confirmed
+    other = trip(T0, part="cpu")
+    assert rank_claim("n5", claim_.reason, fleet, CFG, T0, other).confirmed
+
+
 class Ticking:
     """A server clock that moves one second every ``every`` reads."""
 
@@ -109,6 +150,9 @@ def test_held_mark_round_trip_and_ownership():
     text = format_mark(m)
     assert text == "slurm-hooks/1 HELD XID79 gpu0 inc=n1-abc since=2026-01-02T03:04:05Z"
     assert parse_mark(text) == m
+    keyed = dataclasses.replace(m, key_at=datetime(2026, 1, 2, 3, 4, 1, tzinfo=UTC))
+    text = format_mark(keyed)
+    assert " inc=n1-abc key=1767323041 since=" in text and parse_mark(text) == keyed
     assert parse_mark("HELD XID79 by admin") is None
     assert comment_is_ours(None) and comment_is_ours(text)
     assert not comment_is_ours("rack 4, PSU swapped")
@@ -177,6 +221,44 @@ def test_a_claim_past_the_cap_is_taken_back_before_any_signal(tmp_path):
     assert engs["n3"].latch.read()  # latched
 
 
+def test_claims_ranked_out_of_order_drain_exactly_the_cap_and_the_latch_holds(tmp_path):
+    """Three claims in one second, cap 2, ranked in the worst order: the
+    last by name first (it backs off and marks), then the two ahead of it,
+    which still confirm.  After both are repaired the partition has room,
+    but a later fault on n5 is latched by n3's mark and held, never
+    signalled; each node decided on its own state (no table before the
+    claim)."""
+    slurm = CommentingSlurm(10)
+    slurm.jobs["9"] = JobInfo("9", "alice", "RUNNING", "n5", "n5", True)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=2)
+    make, clock = engines(tmp_path, slurm, policy)
+    engs = {n: make(n) for n in ("n1", "n2", "n3", "n5")}
+    real_confirm = Engine._confirm_claim
+    Engine._confirm_claim = lambda self, incident, fleet=None: False  # type: ignore[method-assign]
+    try:
+        for n in ("n1", "n2", "n3"):
+            engs[n].handle(n, [xid79(0)])
+    finally:
+        Engine._confirm_claim = real_confirm  # type: ignore[method-assign]
+    assert slurm.count("list_nodes") == 0  # decided on the node alone
+    for n in ("n3", "n1", "n2"):
+        engs[n].handle(n, [])
+    assert [n for n in ("n1", "n2", "n3") if slurm.nodes[n].drained] == ["n1", "n2"]
+    mark = parse_mark(slurm.nodes["n3"].comment)
+    assert mark is not None and mark.key_at == T0
+    for n in ("n1", "n2"):
+        slurm.resume(n)
+    clock.now += timedelta(seconds=30)
+    (d,) = engs["n5"].handle("n5", [xid79(0)])
+    assert d.kind is DecisionKind.BREAKER_TRIPPED and "latched" in d.explanation
+    assert not slurm.nodes["n5"].drained and parse_mark(slurm.nodes["n5"].comment)
+    assert all(c[1] != "9" for c in slurm.calls if c[0] == "signal")
+    # held here: its repeats cost nothing (the latch is kept locally too)
+    before = len(slurm.calls)
+    engs["n5"].handle("n5", [xid79(0)])
+    assert len(slurm.calls) == before
+
+
 def test_held_fault_repeats_cost_no_slurm_call_and_alert_rate_limited(tmp_path):
     slurm = CommentingSlurm(10)
     policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
@@ -219,6 +301,29 @@ def test_reset_elsewhere_is_seen_through_the_cleared_mark_and_retried(tmp_path):
     (d,) = e2.handle("n2", [xid79(0)])
     assert d.kind is DecisionKind.ALREADY_HANDLED
     assert e2.state.held("n2") == {}
+    assert e2.latch.read() == {}  # re-armed: n2's next fault is ranked as usual
+
+
+@pytest.mark.parametrize("seen_by", ["fault", "tick"])
+def test_a_held_node_drained_by_a_reset_elsewhere_re_arms_its_own_latch(tmp_path, seen_by):
+    slurm = CommentingSlurm(10)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
+    make, clock = engines(tmp_path, slurm, policy)
+    make("n1").handle("n1", [xid79(0)])
+    e2 = make("n2")
+    e2.handle("n2", [xid79(0)])
+    assert e2.latch.read()
+    slurm.resume("n1")
+    admin = make("admin")
+    admin.breaker_reset()
+    assert admin.retry_held() == {"n2": "drained"}
+    clock.now += timedelta(seconds=400)
+    e2.handle("n2", [xid79(0)] if seen_by == "fault" else [])
+    assert e2.state.held("n2") == {} and e2.latch.read() == {}
+    slurm.resume("n2")  # repaired; a later fault drains again
+    clock.now += timedelta(seconds=400)
+    (d,) = e2.handle("n2", [xid79(1)])
+    assert d.kind is DecisionKind.DRAIN and slurm.nodes["n2"].drained
 
 
 def test_a_foreign_comment_is_never_overwritten(tmp_path):

@@ -19,7 +19,7 @@ from slurm_hooks.act.notify.base import Notifier
 from slurm_hooks.agent import worker
 from slurm_hooks.core.errors import ForeignReasonError, NodeNotFound, ReasonChanged
 from slurm_hooks.core.incident import IncidentStatus
-from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.core.model import JobInfo
 from slurm_hooks.core.reason import DrainReason, format_reason
 from slurm_hooks.decide import DecisionKind, PolicyConfig
 from slurm_hooks.detect.probes.commands import CommandResult
@@ -52,29 +52,27 @@ def audit(tmp_path):
     return AuditLog(tmp_path / "audit.jsonl").entries()
 
 
-def test_faulty_path_reads_the_table_twice_when_the_breaker_can_bind(fake):
-    slurm, make, _ = fake
+def test_faulty_path_reads_the_table_once_when_the_breaker_can_bind(fake):
+    slurm, make, tmp_path = fake
     (d,) = make(BINDING).handle("n1", [xid79()])
     assert d.kind is DecisionKind.DRAIN
     assert slurm.nodes["n1"].drained
-    # decide's read (fleet view + the node's own state) and the rank's re-read
-    assert slurm.count("list_nodes") == 2
-    # the door's guard before its write: one node, never the table
-    assert slurm.count("get_node") == 1
+    # the claim's rank: the fault path's only table read
+    assert slurm.count("list_nodes") == 1
+    # the node decided on alone, and the door's guard before its write
+    assert slurm.count("get_node") == 2
     assert [c[1] for c in slurm.calls if c[0] == "signal"] == ["101", "101"]
+    claims = [e for e in audit(tmp_path) if e["action"] == "claim"]
+    assert claims[-1]["outcome"] == "confirmed" and claims[-1]["rank"] == 1
 
 
 def test_faulty_path_reads_the_table_once_when_the_breaker_cannot_bind(fake):
     slurm, make, tmp_path = fake
     (d,) = make(UNBOUND).handle("n1", [xid79()])
     assert d.kind is DecisionKind.DRAIN and slurm.nodes["n1"].drained
-    assert slurm.count("list_nodes") == 1
-    # the door's guard, and the claim's check that it is still on the node
-    assert slurm.count("get_node") == 2
+    assert slurm.count("list_nodes") == 1 and slurm.count("get_node") == 2
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
     assert IncidentStatus.parse(doc["status"]) is IncidentStatus.EVACUATING
-    claims = [e for e in audit(tmp_path) if e["action"] == "claim"]
-    assert claims[-1]["outcome"] == "confirmed" and "cannot bind" in claims[-1]["why"]
 
 
 def test_persistent_fault_makes_no_slurm_call(fake):
@@ -86,9 +84,9 @@ def test_persistent_fault_makes_no_slurm_call(fake):
     assert slurm.calls == []
 
 
-def test_an_unbound_claim_lost_before_its_check_is_abandoned(fake):
-    """Breaker off: no rank, but a claim an admin replaced right after our
-    write is still found out (one node read) and no job is signalled."""
+def test_a_claim_lost_before_its_rank_is_abandoned(fake):
+    """Breaker off: the rank cannot refuse, but a claim an admin replaced
+    right after our write is still found out and no job is signalled."""
     slurm, make, tmp_path = fake
     real_drain = slurm.drain
 
@@ -101,23 +99,7 @@ def test_an_unbound_claim_lost_before_its_check_is_abandoned(fake):
     assert slurm.count("signal") == 0
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
     assert IncidentStatus.parse(doc["status"]) is IncidentStatus.ABANDONED
-
-
-def test_cannot_bind_needs_room_for_every_node_of_every_partition():
-    nodes = [NodeState(f"a{i}", "idle", partitions=("a",)) for i in range(4)]
-    nodes += [
-        NodeState("x", "idle", partitions=("a", "b")),
-        NodeState("b1", "idle", partitions=("b",)),
-        NodeState("c1", "idle", partitions=("c",)),
-    ]
-    share_1 = PolicyConfig(breaker_max_share=1.0, breaker_max_nodes=5)
-    assert claim.cannot_bind("x", nodes, share_1)  # a: 5 of 5, b: 2 of 2
-    assert not claim.cannot_bind("x", nodes, dataclasses.replace(share_1, breaker_max_nodes=4))
-    half = PolicyConfig(breaker_max_share=0.5, breaker_max_nodes=100)
-    assert not claim.cannot_bind("x", nodes, half)
-    assert not claim.cannot_bind("b1", nodes, half)  # b: limit 1 of 2
-    assert claim.cannot_bind("c1", nodes, half)  # a partition of one: min_nodes 1
-    assert not claim.cannot_bind("gone", nodes, share_1)  # not in the snapshot: rank it
+    assert slurm.nodes["n1"].reason == "admin: PSU"
 
 
 # -- the door's guard: a snapshot is judged, the write is guarded by one fresh read --------
@@ -145,16 +127,25 @@ def test_door_still_refuses_a_foreign_reason_the_snapshot_already_showed():
     assert slurm.count("drain") == 0
 
 
-def test_engine_refuses_a_foreign_reason_written_after_its_snapshot(fake):
-    slurm, make, tmp_path = fake
+def after_the_decide_read(slurm, reason):
+    """Patch ``slurm.get_node``: the node gets ``reason`` (drained) right
+    after the read the node was decided on, before the door's guard."""
     real_get = slurm.get_node
+    reads = []
 
-    def admin_first(name):
-        slurm.nodes[name] = dataclasses.replace(slurm.nodes[name], flags=frozenset({"DRAIN"}),
-                                                reason="maintenance -- ops")  # fmt: skip
+    def get(name):
+        reads.append(name)
+        if len(reads) == 2:
+            slurm.nodes[name] = dataclasses.replace(slurm.nodes[name], flags=frozenset({"DRAIN"}),
+                                                    reason=reason)  # fmt: skip
         return real_get(name)
 
-    slurm.get_node = admin_first
+    slurm.get_node = get
+
+
+def test_engine_refuses_a_foreign_reason_written_after_its_snapshot(fake):
+    slurm, make, tmp_path = fake
+    after_the_decide_read(slurm, "maintenance -- ops")
     (d,) = make(BINDING).handle("n1", [xid79()])
     assert slurm.nodes["n1"].reason == "maintenance -- ops" and slurm.count("drain") == 0
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
@@ -169,20 +160,11 @@ def test_engine_rejudges_when_a_lend_reason_appeared_after_its_snapshot(fake):
     from a fresh read, the fault's drain replaces it (as without a snapshot)."""
     slurm, make, _ = fake
     lend = format_reason(DrainReason("LEND", "0a0b0c0d", "lent to kubernetes"))
-    real_get = slurm.get_node
-    fired = []
-
-    def lend_first(name):
-        if not fired:
-            fired.append(1)
-            slurm.nodes[name] = dataclasses.replace(slurm.nodes[name], flags=frozenset({"DRAIN"}),
-                                                    reason=lend)  # fmt: skip
-        return real_get(name)
-
-    slurm.get_node = lend_first
+    after_the_decide_read(slurm, lend)
     (d,) = make(BINDING).handle("n1", [xid79()])
     assert slurm.nodes["n1"].reason.startswith("slurm-hooks/1 XID79 gpu3 inc=")
-    assert slurm.count("list_nodes") == 2
+    assert slurm.count("drain") + slurm.count("update_reason") == 1  # once, after a fresh look
+    assert slurm.count("list_nodes") == 1
 
 
 # -- the claim's settle: one read, a sleep computed from it, one confirming read ----------

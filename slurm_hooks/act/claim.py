@@ -1,9 +1,11 @@
 """Claim, settle, rank: the circuit breaker exact under concurrency.
 
-Every node decides on its own, from Slurm's node table.  Evaluating the
-breaker and then draining leaves a window in which F nodes that fault in the
-same second all see room under the cap and all drain.  So a drain is a
-*claim* first (docs/breaker.md has the proof):
+Every node decides on its own.  Evaluating the breaker and then draining
+leaves a window in which F nodes that fault in the same second all see room
+under the cap and all drain.  So a drain is a *claim* first, and the breaker
+judges it only then (docs/breaker.md has the proof).  The node decides on
+its own state alone (one single-node read), so the rank's table read is the
+fault path's only node-table read:
 
 1. CLAIM: write the drain with our reason through the door, before any job
    is signalled (the journal says ``claimed``).  slurmctld processes updates
@@ -16,12 +18,10 @@ same second all see room under the cap and all drain.  So a drain is a
 3. RANK (``decide.breaker.rank_claim``, pure): re-read the node table once;
    order our fault drains of the window by (reason time, node name).  A
    claim that arrives later has a later reason time, so the rank is final.
-   Within the limit in every partition: confirm (signal, grace, requeue).
-   Past it: take the claim back through the door, hold the fault, latch.
-
-A claim the breaker cannot refuse (``cannot_bind``: in every partition of
-the node the limit is at least the partition's size) skips settle and rank:
-one single-node read checks that it is still on the node (``unbound_check``).
+   A latch placed before the claim in that order (a held mark, a trip in
+   the latch file) refuses it.  Within the limit in every partition and not
+   latched: confirm (signal, grace, requeue).  Otherwise take the claim back
+   through the door, hold the fault, latch.
 
 A client without a server clock (a test double) settles at once.
 """
@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 
 from slurm_hooks.core.errors import SlurmError
-from slurm_hooks.core.model import NodeState
-from slurm_hooks.decide.breaker import ALL, ClaimVerdict, limit_for
-from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.slurm.base import ServerClock, SlurmClient
 
 log = logging.getLogger(__name__)
@@ -102,35 +99,3 @@ def settle(
                 f"slurmctld's clock did not pass {first.isoformat()} within {timeout_s:g}s"
             )
         sleep(poll_s)
-
-
-def cannot_bind(node: str, table: Sequence[NodeState], cfg: PolicyConfig) -> bool:
-    """True when no rank could refuse ``node``'s claim: in every partition
-    the node is in (per ``table``, the read the decision was made on) the
-    breaker's limit is at least the partition's size, and a rank never
-    exceeds the size.  Then settling and the rank's table re-read prove
-    nothing and are skipped (docs/breaker.md).  False for a node missing
-    from ``table``: rank it."""
-    me = next((n for n in table if n.name == node), None)
-    if me is None:
-        return False
-    for part in me.partitions or (ALL,):
-        size = sum(1 for n in table if part == ALL or part in n.partitions)
-        if limit_for(size, cfg) < size:
-            return False
-    return True
-
-
-def unbound_check(
-    node: str, claim: str, current: NodeState, table: Sequence[NodeState], cfg: PolicyConfig
-) -> ClaimVerdict:
-    """The verdict on a claim that ``cannot_bind``: lost when ``current``
-    (the node read just now, alone) no longer carries it, else confirmed.
-    Partition, limit and size are those of the node's first partition in
-    ``table``; rank 0: not ranked."""
-    if current.reason != claim or not (current.drained or current.down):
-        return ClaimVerdict(False, lost=True)
-    me = next((n for n in table if n.name == node), current)
-    part = (me.partitions or (ALL,))[0]
-    size = sum(1 for n in table if part == ALL or part in n.partitions)
-    return ClaimVerdict(True, False, part, 0, limit_for(size, cfg), size)

@@ -12,11 +12,10 @@ Rules that keep it safe:
   call at all: hooks run before every job on every node.
 * Every write is preceded by a read of what is there now: a foreign reason is
   never overwritten, our own drain is not written twice.
-* O(1) Slurm work per fault (issue 16): one node-table read decides (the
-  fleet view and the node's own state), the drain is judged on it and the
-  door guards its write with one single-node read (``expect``: the reason
-  decided on); the breaker's rank re-reads the table once, and not at all
-  when the breaker cannot bind (``claim.cannot_bind``).
+* O(1) Slurm work per fault (issue 16): the node is read alone to decide
+  (one single-node RPC), the door guards the write with one more
+  (``expect``: the reason decided on), and the breaker judges the claim on
+  the fault path's one node-table read (``act/claim.py``).
 * Each incident has a journal (``state.StateStore``): a step is written
   *before* the call it announces (intent) and after it (done).  A crash at
   any point is rolled forward by ``resume_pending()``, and a job is requeued
@@ -244,10 +243,15 @@ class Engine:
     def _decide(
         self, node: str, findings: Sequence[Finding], *, acting: bool = False
     ) -> tuple[list[Decision], NodeState | None, tuple[NodeState, ...]]:
-        """Decisions, the node as Slurm showed it and the node table read for
-        them (empty when no decision may drain: no Slurm call then).  The
-        table is handed on to the drain (``_drain``: no second read) and to
-        the claim (``_confirm_unbound``: may the breaker bind at all?)."""
+        """Decisions, the node as Slurm showed it and what was read for them
+        (empty when no decision may drain: no Slurm call then).
+
+        Acting, a node that may drain is read alone (``get_node``: one
+        single-node RPC, not the table) and decided without the breaker:
+        the breaker judges the drain once, on the claim's rank, from the one
+        node-table read of the fault path (act/claim.py, docs/breaker.md).
+        A dry run (``policy explain``) reads the table and shows the
+        breaker's verdict as it stands."""
         now = self.clock()
         history = self.state.history(node)
         first = decide(
@@ -256,16 +260,18 @@ class Engine:
         )  # fmt: skip
         if not any(d.kind.drains for d in first):
             return first, None, ()
-        # One node-table read serves both the node's own state and the fleet
-        # view (on 22.05 ``scontrol show node NAME`` receives the whole table
-        # anyway): O(1) table transfers per fault path.
-        table = tuple(self.slurm.list_nodes())
-        node_state = next((n for n in table if n.name == node), None)
-        if node_state is None:
-            raise NodeNotFound(node)
-        if acting:  # a dry run (policy explain) writes nothing, not even here
+        fleet: FleetView | None = None
+        if acting:
+            node_state = self.slurm.get_node(node)
+            table: tuple[NodeState, ...] = (node_state,)
             self._held_reset_seen(node, node_state)
-        fleet = FleetView(table, self.latch.read())
+        else:  # a dry run writes nothing, not even here
+            table = tuple(self.slurm.list_nodes())
+            found = next((n for n in table if n.name == node), None)
+            if found is None:
+                raise NodeNotFound(node)
+            node_state = found
+            fleet = FleetView(table, self.latch.read())
         decisions = decide(
             findings, node_state, history, fleet, self.policy, now, node=node,
             observe_only=self.observe_only,
@@ -340,10 +346,13 @@ class Engine:
         if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.HELD:
             return d
         claim = doc.get("claim") or {}
+        why = claim.get("why") or (
+            f"claim ranked {claim.get('rank')} past the breaker's limit {claim.get('limit')} "
+            f"in partition {claim.get('partition')}"
+        )
         return Decision(
             DecisionKind.BREAKER_TRIPPED, d.node, d.code,
-            f"{d.explanation}; NOT drained: claim ranked {claim.get('rank')} past the "
-            f"breaker's limit {claim.get('limit')} in partition {claim.get('partition')}: held",
+            f"{d.explanation}; NOT drained: {why}: held",
             d.component, d.reason, d.findings,
             facts={**d.facts, "held": True, "would_be": str(d.kind)},
         )  # fmt: skip
@@ -605,10 +614,7 @@ class Engine:
             log.info("drain node=%s: %s; judged again", d.node, changed)
             self._drain(d)
             return
-        confirmed = self._confirm_unbound(str(d.incident), table)
-        if confirmed is None:
-            confirmed = self._confirm_claim(str(d.incident))
-        if not confirmed:
+        if not self._confirm_claim(str(d.incident)):
             return
         self._after_drain(d, text)
 
@@ -1085,8 +1091,15 @@ class Engine:
     # -- breaker ----------------------------------------------------------------
 
     def _trip(self, d: Decision) -> None:
+        """Latch the partition here.  A claim that backed off because the
+        breaker was already latched elsewhere (a held mark ahead of it)
+        latches here too, with its own key, so that this held node absorbs
+        its repeats at no Slurm cost; the trip's alert went out where it
+        tripped, so none is sent again."""
         part = str(d.facts.get("breaker_partition", "*"))
-        if d.facts.get("breaker_latched"):
+        key_at = d.facts.get("breaker_key_at")
+        latched = bool(d.facts.get("breaker_latched"))
+        if latched and key_at is None:
             return
         trip = Trip(
             part,
@@ -1094,13 +1107,17 @@ class Engine:
             d.node,
             int(d.facts.get("breaker_counted", 0)),
             int(d.facts.get("breaker_limit", 0)),
+            key_at if isinstance(key_at, datetime) else None,
         )
         if not self.latch.trip(trip):
             return
         self.audit.record(
             "breaker_trip", node=d.node, partition=part, code=d.code, why=d.explanation,
             counted=trip.counted, limit=trip.limit, actor=self.actor,
+            outcome="latched_elsewhere" if latched else None,
         )  # fmt: skip
+        if latched:
+            return
         self._alert(
             Alert(
                 "breaker_tripped",
@@ -1131,35 +1148,10 @@ class Engine:
         except SlurmError as exc:
             self._unsettled(node, incident, exc)
             return False
-        verdict = rank_claim(node, doc["reason"], fleet, self.policy, self.clock())
+        verdict = rank_claim(
+            node, doc["reason"], fleet, self.policy, self.clock(), self.latch.read()
+        )
         return self._judged(doc, verdict, verdict.explain())
-
-    def _confirm_unbound(self, incident: str, snapshot: Sequence[NodeState]) -> bool | None:
-        """The claim of a drain decided on ``snapshot`` where that table shows
-        the breaker cannot bind (``claim.cannot_bind``): there is nothing to
-        rank, so no settle and no table read; one node read sees whether the
-        claim is still on the node (docs/breaker.md).  None when the breaker
-        can bind: ``_confirm_claim`` ranks it."""
-        from slurm_hooks.act import claim
-
-        doc = self.state.read_incident(incident)
-        if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.CLAIMED:
-            return None
-        node = doc["node"]
-        if not claim.cannot_bind(node, snapshot, self.policy):
-            return None
-        try:
-            current = self.slurm.get_node(node)
-        except SlurmError as exc:
-            self._unsettled(node, incident, exc)
-            return False
-        verdict = claim.unbound_check(node, doc["reason"], current, snapshot, self.policy)
-        why = verdict.explain() if verdict.lost else (
-            f"the breaker cannot bind (limit {verdict.limit} of {verdict.size} in partition "
-            f"{verdict.partition}, and no smaller in the node's other partitions): "
-            "confirmed without a rank"
-        )  # fmt: skip
-        return self._judged(doc, verdict, why)
 
     def _unsettled(self, node: str, incident: str, exc: SlurmError) -> None:
         log.warning("claim of %s (%s) not ranked yet: %s", node, incident, exc)
@@ -1209,7 +1201,8 @@ class Engine:
             d.setdefault("steps", []).append({"step": "taken_back", "at": iso(self.clock())})
             d.update(status=IncidentStatus.HELD, jobs_done=True, jobs={}, held=True)
             d["claim"] = {"rank": verdict.rank, "limit": verdict.limit,
-                          "partition": verdict.partition, "taken_back": taken}  # fmt: skip
+                          "partition": verdict.partition, "taken_back": taken,
+                          "latched": verdict.latched, "why": verdict.explain()}  # fmt: skip
             (d.get("alerts") or {}).pop("node_drained", None)  # it was never drained
 
         with self.state.incident_lock(incident):
@@ -1223,7 +1216,8 @@ class Engine:
             DecisionKind.BREAKER_TRIPPED, node, str(doc.get("code")),
             f"{doc.get('why')}; NOT drained: {verdict.explain()}", doc.get("component"),
             facts={"breaker_partition": verdict.partition, "breaker_counted": verdict.rank - 1,
-                   "breaker_limit": verdict.limit, "incident": incident},
+                   "breaker_limit": verdict.limit, "incident": incident,
+                   "breaker_key_at": verdict.key_at, "breaker_latched": verdict.latched},
         )  # fmt: skip
         self._trip(d)
         self._hold(d, incident=incident)
@@ -1240,7 +1234,11 @@ class Engine:
         if not marked:
             since = held.since_of(old) if old else None
             try:
-                text = held.mark_text(d.code, d.component, inc, since or now)
+                key_at = d.facts.get("breaker_key_at")
+                text = held.mark_text(
+                    d.code, d.component, inc, since or now,
+                    key_at if isinstance(key_at, datetime) else None,
+                )  # fmt: skip
                 marked = self.door.mark_held(d.node, text)
             except (SlurmError, ValueError) as exc:
                 log.warning("held mark for %s not written in Slurm: %s", d.node, exc)
@@ -1306,10 +1304,12 @@ class Engine:
                 log.info("held faults of %s not verified: %s", node, exc)
             else:
                 cur = our_reason(current)
+                # A mark gone means a reset elsewhere: re-arm here (also when
+                # that reset drained this node: else this node's own latch
+                # would refuse its next fault for good).
+                self._held_reset_seen(node, current)
                 if cur is not None and cur.is_fault:
                     self.state.clear_held(node)
-                else:
-                    self._held_reset_seen(node, current)
                 recs = self.state.held(node)
         metrics.set_held(recs)
         for rec in recs.values():

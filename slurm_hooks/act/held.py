@@ -59,8 +59,16 @@ def record(
     return state.held(node).get(code, rec)
 
 
-def mark_text(code: str, component: str | None, incident: str | None, since: datetime) -> str:
-    return format_mark(HeldMark(code, component, incident or "-", since))
+def mark_text(
+    code: str,
+    component: str | None,
+    incident: str | None,
+    since: datetime,
+    key_at: datetime | None = None,
+) -> str:
+    """The held mark; ``key_at``: the backed-off claim's Slurm reason time,
+    which places the latch in the claims' order (``core/held.py``)."""
+    return format_mark(HeldMark(code, component, incident or "-", since, key_at))
 
 
 def absorbable(held: dict[str, dict[str, Any]], codes: set[str], now: datetime) -> bool:

@@ -69,3 +69,7 @@ class Trip:
     node: str
     counted: int
     limit: int
+    #: The Slurm reason time of the claim that backed off (with ``node``,
+    #: its key in the claims' order: ``decide.breaker.rank_claim``).  A claim
+    #: ahead of it is still ranked; None latches every claim (safe).
+    key_at: datetime | None = None

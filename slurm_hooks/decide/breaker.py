@@ -148,10 +148,21 @@ class ClaimVerdict:
     size: int = 0
     #: Claims ahead of this one in the deciding partition (names).
     ahead: tuple[str, ...] = ()
+    #: Refused by the latch: a trip (a held mark in Slurm, or the latch
+    #: file) placed before this claim in the order; ``latched_by`` names it.
+    latched: bool = False
+    latched_by: str = ""
+    #: The claim's Slurm reason time: the key a back-off latches with.
+    key_at: datetime | None = None
 
     def explain(self) -> str:
         if self.lost:
             return "the claim is no longer on the node"
+        if self.latched:
+            return (
+                f"circuit breaker for partition {self.partition} is tripped (latched by "
+                f"{self.latched_by}); drains stay off until 'slurm-hooks breaker reset'"
+            )
         verb = "within" if self.confirmed else "past"
         return (
             f"claim ranks {self.rank} in partition {self.partition} by (reason time, node), "
@@ -159,18 +170,61 @@ class ClaimVerdict:
         )
 
 
+def latch_key(at: datetime | None, node: str) -> tuple[datetime, str] | None:
+    """A trip's place in the claims' order; None: before every claim."""
+    return (aware(at), node) if at is not None else None
+
+
+def latched_before(
+    key: tuple[datetime, str],
+    partition: str,
+    members: Sequence[NodeState],
+    trips: Mapping[str, Trip],
+) -> str:
+    """Who latched ``partition`` ahead of the claim with ``key`` (empty: no
+    one).  A held mark in a member's Comment, or a trip in the latch file for
+    the partition (or all), whose key is not after the claim's (an equal key
+    is the same node's claim of the same second: latched, to be safe), or
+    that has no key.  A trip placed after the claim does not refuse it: the claim
+    that tripped ranked past the cap behind claims like this one, which are
+    ranked as usual (docs/breaker.md)."""
+    for n in members:
+        mark = parse_mark(n.comment)
+        if mark is None:
+            continue
+        k = latch_key(mark.key_at, n.name)
+        if k is None or k <= key:
+            return f"the held mark on {n.name}"
+    for part in (partition, ALL):
+        trip = trips.get(part)
+        if trip is None:
+            continue
+        k = latch_key(trip.key_at, trip.node)
+        if k is None or k <= key:
+            return f"the latch file's trip by {trip.node}"
+    return ""
+
+
 def rank_claim(
-    node: str, claim: str, fleet: Sequence[NodeState], cfg: PolicyConfig, now: datetime
+    node: str,
+    claim: str,
+    fleet: Sequence[NodeState],
+    cfg: PolicyConfig,
+    now: datetime,
+    trips: Mapping[str, Trip] | None = None,
 ) -> ClaimVerdict:
     """Confirm or refuse ``node``'s claim (its reason ``claim``) against the
     node table ``fleet`` read after slurmctld's clock passed the claim's
-    reason time (docs/breaker.md has the proof).
+    reason time (docs/breaker.md has the proof).  This is the breaker's only
+    judgement on the fault path: the node decided on its own state alone.
 
     In every partition of the node: the claims ahead are our fault drains
     in the window with a smaller (reason time, name); a drain of ours whose
     reason time is later but that carries ``repl=`` (a reason rewritten on a
     node drained earlier, which Slurm re-stamps) counts as ahead too, to be
-    safe.  Confirmed when the rank is within the limit everywhere."""
+    safe.  A latch placed before the claim (``latched_before``: held marks
+    in the table, ``trips`` from the latch file) refuses it.  Confirmed when
+    the rank is within the limit everywhere and nothing latched."""
     me = next((n for n in fleet if n.name == node), None)
     if me is None or me.reason != claim or not (me.drained or me.down):
         return ClaimVerdict(False, lost=True)
@@ -188,9 +242,18 @@ def rank_claim(
                 ahead.append(other.name)
         limit = limit_for(len(members), cfg)
         rank = len(ahead) + 1
+        by = latched_before(key, part, members, trips or {})
         verdicts.append(
             ClaimVerdict(
-                rank <= limit, False, part, rank, limit, len(members), tuple(sorted(ahead))
+                rank <= limit and not by,
+                partition=part,
+                rank=rank,
+                limit=limit,
+                size=len(members),
+                ahead=tuple(sorted(ahead)),
+                latched=bool(by),
+                latched_by=by,
+                key_at=me.reason_time,
             )
         )
     refused = [v for v in verdicts if not v.confirmed]

@@ -410,9 +410,11 @@ class BreakerLatch:
         trips = {}
         for part, t in (data.get("trips") or {}).items():
             try:
+                key = t.get("key_at")
                 trips[part] = Trip(
-                    part, parse_time(t["at"]), t.get("node", "?"), t["counted"], t["limit"]
-                )
+                    part, parse_time(t["at"]), t.get("node", "?"), t["counted"], t["limit"],
+                    parse_time(key) if key else None,
+                )  # fmt: skip
             except (KeyError, TypeError, ValueError):
                 log.warning("breaker latch %s: bad entry for %s ignored", self.path, part)
         return trips
@@ -429,6 +431,7 @@ class BreakerLatch:
                 "node": trip.node,
                 "counted": trip.counted,
                 "limit": trip.limit,
+                "key_at": iso(trip.key_at) if trip.key_at is not None else None,
             }
             atomic_write_json(self.path, data)
             return True
