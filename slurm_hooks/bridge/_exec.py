@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from slurm_hooks.bridge.views import NODE_VIEW
 from slurm_hooks.core.errors import ConflictError, KubernetesError
 from slurm_hooks.k8s.client import KubeClient, eviction_path, nodes_path
 
@@ -22,11 +23,13 @@ def patch_node(
     kube: KubeClient, nodes: dict[str, Obj], name: str, make_patch: Callable[[Obj], dict[str, Any]]
 ) -> Obj:
     """Patch from the object as last read; on 409 read it again and redo.
-    ``nodes[name]`` becomes what the server returned."""
+    ``nodes[name]`` becomes what the server returned, cut to ``NODE_VIEW``
+    like every other node of the table (the parser skips the rest: a real
+    Node's answer is mostly images and managedFields)."""
     obj = nodes[name]
     for attempt in range(PATCH_ATTEMPTS):
         try:
-            new = kube.patch(nodes_path(name), make_patch(obj), "merge")
+            new = kube.patch(nodes_path(name), make_patch(obj), "merge", view=NODE_VIEW)
         except ConflictError:
             if attempt == PATCH_ATTEMPTS - 1:
                 raise

@@ -7,6 +7,8 @@ by one replica and handed back under another still yields one observation.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 #: Seconds to hours: a drain is cordoned within a pass, a replacement can take hours.
@@ -19,6 +21,7 @@ class BridgeMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self._api_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self.incidents = Counter(
             "slurm_hooks_bridge_incidents",
             "Incidents the bridge acted on, by step done.",
@@ -101,8 +104,18 @@ class BridgeMetrics:
         )
 
     def on_api_call(self, verb: str, path: str, status: int, seconds: float) -> None:
-        self.api_calls.labels(verb, str(status)).inc()
-        self.api_seconds.labels(verb).observe(seconds)
+        """Called for every API call (~1,600 in a cold incident pass at
+        50,000 nodes): the labelled children are looked up once per
+        (verb, status), not through ``labels()`` (a lock and a tuple) each
+        time."""
+        child = self._api_children.get((verb, status))
+        if child is None:
+            child = self._api_children[(verb, status)] = (
+                self.api_calls.labels(verb, str(status)),
+                self.api_seconds.labels(verb),
+            )
+        child[0].inc()
+        child[1].observe(seconds)
 
 
 def serve(metrics: BridgeMetrics, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104

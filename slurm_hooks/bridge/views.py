@@ -13,9 +13,9 @@ What is kept was audited against every Node read in ``slurm_hooks/bridge``
 metadata name/labels/annotations/resourceVersion/uid, spec
 unschedulable/taints/providerID, the Ready condition.  A reader that needs
 another field must add it here; the view tests pin the list.  Patches are
-merge patches built from these fields, and a PATCH answer (the full object)
-replaces the view in the pass's node table, so nothing is written back from
-a cut-down object.
+merge patches built from these fields (never a whole object written back),
+and a PATCH answer, cut to the same view as it is decoded, replaces the
+node in the pass's table.
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ class PodItem(TypedDict, total=False):
 
 
 def _finish_node(node: dict[str, Any]) -> dict[str, Any]:
+    """Called for every node of a LIST (50,000): the decoded status and
+    Ready condition are reused (they hold only the schema's fields) rather
+    than built again."""
     if "metadata" not in node:
         node["metadata"] = {}
     if "spec" not in node:
@@ -155,7 +158,9 @@ def _finish_node(node: dict[str, Any]) -> dict[str, Any]:
     if status is not None:
         for c in status.get("conditions") or ():
             if c.get("type") == "Ready":
-                node["status"] = {"conditions": [{"type": "Ready", "status": c.get("status")}]}
+                if "status" not in c:
+                    c["status"] = None
+                status["conditions"] = [c]
                 break
         else:
             del node["status"]

@@ -6,7 +6,8 @@ authentication sources (in-cluster service account, kubeconfig), TLS
 verification always on, and errors that carry the API's Status (code, reason,
 message).
 
-Retries: urllib3's Retry through requests.  Connection failures are retried
+Retries: urllib3's Retry (applied by ``k8s/transport.py``; by requests for
+watches and a caller's own session).  Connection failures are retried
 for every verb (the request never reached the server); 5xx and 429 answers
 only for GET/PUT/DELETE, which are idempotent.  PATCH and POST answers are
 never retried here: a 429 from the Eviction API means "a disruption budget
@@ -48,6 +49,7 @@ from requests.utils import DEFAULT_CA_BUNDLE_PATH, select_proxy
 from urllib3.util.retry import Retry
 
 from slurm_hooks.core.errors import ConfigError, ConflictError, KubernetesError
+from slurm_hooks.k8s.transport import Answer, Transport
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ _list_of = cast(Any, list).__class_getitem__
 
 _page_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 _event_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+_item_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
 def _page_decoder(view: ItemView) -> msgspec.json.Decoder[Any]:
@@ -99,6 +102,13 @@ def _page_decoder(view: ItemView) -> msgspec.json.Decoder[Any]:
             "Page", {"metadata": dict[str, Any], "items": _list_of(view.schema) | None}, total=False
         )
         dec = _page_decoders[view.schema] = msgspec.json.Decoder(page)
+    return dec
+
+
+def _item_decoder(view: ItemView) -> msgspec.json.Decoder[Any]:
+    dec = _item_decoders.get(view.schema)
+    if dec is None:
+        dec = _item_decoders[view.schema] = msgspec.json.Decoder(view.schema)
     return dec
 
 
@@ -154,11 +164,8 @@ def _as_requests_error(exc: urllib3.exceptions.HTTPError) -> requests.RequestExc
     return err
 
 
-@dataclass(frozen=True)
-class _Answer:
-    status: int
-    reason: str
-    content: bytes
+#: An answer read in full (the transport's; requests' answers are copied in).
+_Answer = Answer
 
 
 class KubeClient:
@@ -206,12 +213,12 @@ class KubeClient:
             raise_on_status=False,
         )
         self._retry = retry
-        #: urllib3 straight, for every call but watches (built on first use
-        #: from the session's TLS settings): requests' per-call preparation
-        #: (merging session settings, cookies, hooks) was half of a small
-        #: call's CPU, and an incident pass at 50,000 nodes makes ~1,500.
+        #: ``http.client`` kept alive, for every call but watches (built on
+        #: first use from the session's TLS settings, ``k8s/transport.py``):
+        #: requests' per-call preparation and then urllib3's were most of a
+        #: small call's CPU, and an incident pass at 50,000 nodes makes ~1,600.
         #: None: a caller's own session, or a proxy: requests does it all.
-        self._pool: urllib3.PoolManager | None = None
+        self._transport: Transport | None = None
         self._fast = session is None
         adapter = HTTPAdapter(max_retries=retry, pool_maxsize=8)
         self.session.mount("https://", adapter)
@@ -347,10 +354,12 @@ class KubeClient:
         content_type: str = "application/json",
         url: str | None = None,
         view: ItemView | None = None,
+        answer_view: ItemView | None = None,
     ) -> Obj:
         """One call; the decoded JSON answer, or KubernetesError/ConflictError.
         With ``view``, the answer is a LIST page whose items are decoded
-        into the view (``ItemView``)."""
+        into the view (``ItemView``); with ``answer_view``, the answer is
+        one object, decoded into that view."""
         headers = {"Accept": "application/json"}
         token = self._bearer()
         if token:
@@ -375,6 +384,8 @@ class KubeClient:
         content = resp.content
         if not content:
             return {}
+        if answer_view is not None:
+            return self._decode_object(content, answer_view, method, path, resp.status)
         if view is not None:
             try:
                 page: Obj = _page_decoder(view).decode(content)
@@ -398,6 +409,27 @@ class KubeClient:
             out["items"] = _apply_view(out["items"], view)
         return out if isinstance(out, dict) else {"items": out}
 
+    @staticmethod
+    def _decode_object(content: bytes, view: ItemView, method: str, path: str, status: int) -> Obj:
+        """One object decoded straight into ``view`` (its other fields are
+        skipped by the parser); in full and cut by ``view.fallback`` when
+        it does not fit the view's types."""
+        try:
+            obj: Obj = _item_decoder(view).decode(content)
+        except msgspec.ValidationError:
+            log.debug("%s %s: the answer does not fit the view, decoding in full", method, path)
+        except msgspec.DecodeError as exc:
+            raise KubernetesError(f"{method} {path}: answer is not JSON", status=status) from exc
+        else:
+            return view.finish(obj) if view.finish is not None else obj
+        try:
+            full = _decode_any(content)
+        except msgspec.DecodeError as exc:
+            raise KubernetesError(f"{method} {path}: answer is not JSON", status=status) from exc
+        if not isinstance(full, dict):
+            raise KubernetesError(f"{method} {path}: answer is not an object", status=status)
+        return view.fallback(full)
+
     def _send(
         self,
         method: str,
@@ -406,27 +438,20 @@ class KubeClient:
         data: bytes | None,
         headers: dict[str, str],
     ) -> _Answer:
-        pool = self._pool if self._pool is not None else self._make_pool()
-        if pool is None:
+        transport = self._transport if self._transport is not None else self._make_transport()
+        target = url[len(self.server) :]
+        if transport is None or not url.startswith(self.server) or target[:1] not in ("", "/"):
+            # requests does it all (and a caller's ``url`` elsewhere goes there)
             resp = self.session.request(
                 method, url, params=params, data=data, headers=headers, timeout=self.timeout
             )
             return _Answer(resp.status_code, resp.reason or "", resp.content)
         if params:
-            url = f"{url}?{urlencode(params)}"
-        r = pool.request(
-            method,
-            url,
-            body=data,
-            headers=headers,
-            timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
-            retries=self._retry,
-            redirect=False,
-        )
-        return _Answer(r.status, r.reason or "", r.data)
+            target = f"{target}?{urlencode(params)}"
+        return transport.send(method, target, data, headers)
 
-    def _make_pool(self) -> urllib3.PoolManager | None:
-        """The urllib3 pool for ``_send``, with the session's CA and client
+    def _make_transport(self) -> Transport | None:
+        """The transport for ``_send``, with the session's CA and client
         certificate (verification stays on); None where requests must do
         the call (a caller's session, or a proxy for the server)."""
         if not self._fast or select_proxy(self.server, self.session.proxies or {}):
@@ -434,18 +459,21 @@ class KubeClient:
             return None
         verify = self.session.verify
         ca = verify if isinstance(verify, str) else DEFAULT_CA_BUNDLE_PATH
-        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED"}
-        if os.path.isdir(ca):
-            tls["ca_cert_dir"] = ca
-        else:
-            tls["ca_certs"] = ca
         cert = self.session.cert
+        client_cert: tuple[str, str | None] | None = None
         if isinstance(cert, tuple):
-            tls["cert_file"], tls["key_file"] = cert
+            client_cert = (cert[0], cert[1])
         elif isinstance(cert, str):
-            tls["cert_file"] = cert
-        self._pool = urllib3.PoolManager(maxsize=8, retries=self._retry, **tls)
-        return self._pool
+            client_cert = (cert, None)
+        self._transport = Transport(
+            self.server,
+            timeout=self.timeout,
+            retry=self._retry,
+            ca_file=None if os.path.isdir(ca) else ca,
+            ca_dir=ca if os.path.isdir(ca) else None,
+            client_cert=client_cert,
+        )
+        return self._transport
 
     def _count(self, method: str, path: str, status: int, started: float) -> None:
         verb = method
@@ -601,9 +629,15 @@ class KubeClient:
             except requests.RequestException as exc:
                 raise KubernetesError(f"WATCH {path}: {exc}") from exc
 
-    def patch(self, path: str, body: Any, patch_type: str = "merge") -> Obj:
-        """``patch_type``: merge (RFC 7386), strategic, or json (RFC 6902)."""
-        return self.request("PATCH", path, body=body, content_type=PATCH_TYPES[patch_type])
+    def patch(
+        self, path: str, body: Any, patch_type: str = "merge", *, view: ItemView | None = None
+    ) -> Obj:
+        """``patch_type``: merge (RFC 7386), strategic, or json (RFC 6902).
+        ``view``: the patched object is returned cut to it (as a LIST's
+        items are), not in full."""
+        return self.request(
+            "PATCH", path, body=body, content_type=PATCH_TYPES[patch_type], answer_view=view
+        )
 
     def create(self, path: str, body: Obj) -> Obj:
         return self.request("POST", path, body=body)
@@ -617,8 +651,8 @@ class KubeClient:
 
     def close(self) -> None:
         self.session.close()
-        if self._pool is not None:
-            self._pool.clear()
+        if self._transport is not None:
+            self._transport.close()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
