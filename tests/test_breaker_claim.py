@@ -282,30 +282,12 @@ def test_held_fault_repeats_cost_no_slurm_call_and_alert_rate_limited(tmp_path):
     assert [a.kind for a in alerts].count("fault_held") == 2
 
 
-def test_reset_elsewhere_is_seen_through_the_cleared_mark_and_retried(tmp_path):
-    slurm = CommentingSlurm(10)
-    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
-    make, clock = engines(tmp_path, slurm, policy)
-    make("n1").handle("n1", [xid79(0)])
-    e2 = make("n2")
-    e2.handle("n2", [xid79(0)])
-    slurm.resume("n1")  # repaired
-    # An admin host resets: it clears the mark and claims the held fault itself.
-    admin = make("admin")
-    admin.breaker_reset()
-    out = admin.retry_held()
-    assert out == {"n2": "drained"} and slurm.nodes["n2"].drained
-    assert slurm.nodes["n2"].comment is None
-    # The node's own hook, past VERIFY_S: sees our drain, forgets the held fault.
-    clock.now += timedelta(seconds=400)
-    (d,) = e2.handle("n2", [xid79(0)])
-    assert d.kind is DecisionKind.ALREADY_HANDLED
-    assert e2.state.held("n2") == {}
-    assert e2.latch.read() == {}  # re-armed: n2's next fault is ranked as usual
-
-
 @pytest.mark.parametrize("seen_by", ["fault", "tick"])
-def test_a_held_node_drained_by_a_reset_elsewhere_re_arms_its_own_latch(tmp_path, seen_by):
+def test_reset_elsewhere_is_seen_and_the_held_node_re_arms_its_own_latch(tmp_path, seen_by):
+    """An admin host resets and claims the held fault itself.  The node's
+    own hook, past VERIFY_S (its fault seen again, or a plain tick), sees
+    our drain: it forgets the held fault and re-arms its own latch, else
+    that latch would refuse its next fault for good."""
     slurm = CommentingSlurm(10)
     policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=1)
     make, clock = engines(tmp_path, slurm, policy)
@@ -313,12 +295,15 @@ def test_a_held_node_drained_by_a_reset_elsewhere_re_arms_its_own_latch(tmp_path
     e2 = make("n2")
     e2.handle("n2", [xid79(0)])
     assert e2.latch.read()
-    slurm.resume("n1")
+    slurm.resume("n1")  # repaired
     admin = make("admin")
     admin.breaker_reset()
-    assert admin.retry_held() == {"n2": "drained"}
+    assert admin.retry_held() == {"n2": "drained"} and slurm.nodes["n2"].drained
+    assert slurm.nodes["n2"].comment is None
     clock.now += timedelta(seconds=400)
-    e2.handle("n2", [xid79(0)] if seen_by == "fault" else [])
+    out = e2.handle("n2", [xid79(0)] if seen_by == "fault" else [])
+    if seen_by == "fault":
+        assert [d.kind for d in out] == [DecisionKind.ALREADY_HANDLED]
     assert e2.state.held("n2") == {} and e2.latch.read() == {}
     slurm.resume("n2")  # repaired; a later fault drains again
     clock.now += timedelta(seconds=400)
