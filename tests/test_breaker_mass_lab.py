@@ -65,10 +65,10 @@ def big_lab():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def cli(hooks, node: str, *args: str) -> tuple[int, str]:
+def cli(hooks, node: str, *args: str, timeout: float = 120) -> tuple[int, str]:
     env = {**os.environ, "SLURM_CONF": str(hooks.lab.slurm_conf),
            "SLURM_HOOKS_CONFIG": str(hooks.node(node).config)}  # fmt: skip
-    res = run([".venv/bin/python", "-m", "slurm_hooks", *args], timeout=120, check=False,
+    res = run([".venv/bin/python", "-m", "slurm_hooks", *args], timeout=timeout, check=False,
               env=env, cwd=str(Path(__file__).resolve().parents[1]))  # fmt: skip
     return res.rc, res.stdout + res.stderr
 
@@ -153,7 +153,7 @@ def test_simultaneous_faults_drain_exactly_the_cap_hold_the_rest_and_reset_drain
                 # The 20 are repaired; a human resets: the held are re-examined at once.
                 for n in drained:
                     lab.client().resume(n)
-                rc, out = cli(hooks, lab.node_names[-1], "breaker", "reset")
+                rc, out = cli(hooks, lab.node_names[-1], "breaker", "reset", timeout=600)
                 assert rc == 0, out
                 again, still = split(lab, faulty)
                 assert len(again) == CAP and len(still) == FAULTS - 2 * CAP, out

@@ -140,6 +140,25 @@ def test_slow_drain_fails_the_verdict():
     assert not goals["detect_to_drain"].ok and goals["detect_to_drain"].value == pytest.approx(0.82)
 
 
+def test_a_slow_drain_fails_the_verdict_but_the_loop_behaved():
+    """What the e2e tests assert: the timed goals are the bench's, so a slow
+    but measured drain still behaved; an unmeasured or a missing step did not."""
+    tc = check_training(metrics(40, 40, 50), FAULT)
+    slow = [s if s.key != "drained" else StepRecord("drained", "drained", FAULT + 0.9, "", "t")
+            for s in all_steps()]  # fmt: skip
+    r = build_report(grace=5, node="n2", job="1", spare="n5", steps=slow, fault_t=FAULT,
+                     missing=[], training=tc)  # fmt: skip
+    assert not r.passed and r.behaved
+    unmeasured = [s for s in all_steps() if s.key != "drained"]
+    r = build_report(grace=5, node="n2", job="1", spare="n5", steps=unmeasured, fault_t=FAULT,
+                     missing=[], training=tc)  # fmt: skip
+    assert not r.behaved
+    gone = [s for s in all_steps() if s.key != "accepted"]
+    r = build_report(grace=5, node="n2", job="1", spare="n5", steps=gone, fault_t=FAULT,
+                     missing=["accepted"], training=tc)  # fmt: skip
+    assert not r.behaved
+
+
 def test_missing_required_step_fails_and_is_listed():
     steps = [s for s in all_steps() if s.key not in ("accepted", "node_resumed", "uncordoned")]
     r = build_report(grace=5, node="n2", job="1", spare="n5", steps=steps, fault_t=FAULT,
@@ -218,7 +237,8 @@ def test_demo_end_to_end_short_grace(tmp_path):
         echo=lines.append,
     )
     text = "\n".join(lines)
-    assert report.passed, summary_table(report) + "\n" + text
+    # Timed goals are bench/bench_demo.py's; here each must be measured.
+    assert report.behaved, summary_table(report) + "\n" + text
     keys = {s.key for s in report.steps}
     assert {s.key for s in STEPS if s.required} <= keys
     tc = report.training

@@ -216,7 +216,8 @@ def test_slinky_demo_end_to_end_short_grace(tmp_path):
                        json_path=tmp_path / "report.json")  # fmt: skip
     r = demo.run_demo(opts, echo=lines.append)
     text = "\n".join(lines)
-    assert r.passed, demo.summary_table(r) + "\n" + text
+    # Timed goals are bench/bench_demo.py's; here each must be measured.
+    assert r.behaved, demo.summary_table(r) + "\n" + text
     assert {s.key for s in SLINKY_STEPS if s.required} <= {s.key for s in r.steps}
     t = r.times
     # The pod moves once Slurm runs nothing on n2: after the job ended on
