@@ -1214,14 +1214,18 @@ class Demo:
             e = self._audit_find(
                 lambda e: e.get("action") == "signal" and e.get("job") == self.job_id
             )
+            # USR1 reaches rank 0 through the batch shell's forward, TERM to the
+            # steps directly: under load either may be the first it sees at a
+            # step boundary, and both make it checkpoint.
             got = next(
                 (r for r in m0 if r.get("event") == "signal" and float(r["time"]) >= fault
-                 and any("USR1" in s for s in r.get("signals", []))),
+                 and any("USR1" in s or "TERM" in s for s in r.get("signals", []))),
                 None,
             )  # fmt: skip
             if e and got:
+                names = "+".join(got.get("signals", []))
                 self._record("signalled", audit_time(e) or now,
-                             f"{', '.join(e.get('signals') or [])}; rank 0 got SIGUSR1 at step "
+                             f"{', '.join(e.get('signals') or [])}; rank 0 got {names} at step "
                              f"{got['step']}", "audit log + job metrics", now)  # fmt: skip
         if "checkpoint" not in have and "signalled" in have:
             ck = next(
