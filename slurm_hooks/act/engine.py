@@ -99,6 +99,13 @@ RESTARTABLE_END_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_
 _STILL_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 
 
+def _key_at(d: Decision) -> datetime | None:
+    """The backed-off claim's Slurm reason time a refusal carries (its key in
+    the claims' order: decide.breaker.rank_claim); None when it has none."""
+    key_at = d.facts.get("breaker_key_at")
+    return key_at if isinstance(key_at, datetime) else None
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -237,14 +244,14 @@ class Engine:
     def evaluate(self, node: str, findings: Sequence[Finding]) -> list[Decision]:
         """Decisions without acting (dry run, ``policy explain``).  Asks Slurm
         only when a decision may drain the node."""
-        decisions, _, _ = self._decide(node, findings)
+        decisions, _ = self._decide(node, findings)
         return decisions
 
     def _decide(
         self, node: str, findings: Sequence[Finding], *, acting: bool = False
-    ) -> tuple[list[Decision], NodeState | None, tuple[NodeState, ...]]:
-        """Decisions, the node as Slurm showed it and what was read for them
-        (empty when no decision may drain: no Slurm call then).
+    ) -> tuple[list[Decision], NodeState | None]:
+        """Decisions and the node as Slurm showed it (None when no decision
+        may drain: no Slurm call then).
 
         Acting, a node that may drain is read alone (``get_node``: one
         single-node RPC, not the table) and decided without the breaker:
@@ -259,11 +266,10 @@ class Engine:
             observe_only=self.observe_only,
         )  # fmt: skip
         if not any(d.kind.drains for d in first):
-            return first, None, ()
+            return first, None
         fleet: FleetView | None = None
         if acting:
             node_state = self.slurm.get_node(node)
-            table: tuple[NodeState, ...] = (node_state,)
             self._held_reset_seen(node, node_state)
         else:  # a dry run writes nothing, not even here
             table = tuple(self.slurm.list_nodes())
@@ -276,7 +282,7 @@ class Engine:
             findings, node_state, history, fleet, self.policy, now, node=node,
             observe_only=self.observe_only,
         )  # fmt: skip
-        return decisions, node_state, table
+        return decisions, node_state
 
     # -- the loop -----------------------------------------------------------------
 
@@ -296,7 +302,7 @@ class Engine:
             absorbed = self._absorb_held(node, findings)
         if absorbed is not None:
             return absorbed
-        decisions, _, table = self._decide(node, findings, acting=True)
+        decisions, seen = self._decide(node, findings, acting=True)
         self._remember_drained(node, decisions)
         try:
             self._record_faults(node, decisions)
@@ -324,7 +330,7 @@ class Engine:
             if d.observe_only:
                 continue
             try:
-                self._act(d, table)
+                self._act(d, seen)
             except SlurmHooksError as exc:
                 log.error("acting on %s for %s failed: %s", d.kind, node, exc)
                 self.audit.record(
@@ -483,9 +489,9 @@ class Engine:
         # must not hold up the drain (StateError is caught by the caller).
         self.state.record_faults(node, events, timeout=BOOKKEEPING_WAIT_S)
 
-    def _act(self, d: Decision, table: Sequence[NodeState] = ()) -> None:
+    def _act(self, d: Decision, seen: NodeState | None = None) -> None:
         if d.kind.drains:
-            self._drain(d, table)
+            self._drain(d, seen)
         elif d.kind is DecisionKind.BREAKER_TRIPPED:
             self._trip(d)
             self._hold(d)
@@ -494,9 +500,9 @@ class Engine:
 
     # -- drain ------------------------------------------------------------------
 
-    def _drain(self, d: Decision, table: Sequence[NodeState] = ()) -> None:
+    def _drain(self, d: Decision, seen: NodeState | None = None) -> None:
         """Claim the drain (journal, write, settle and rank: act/claim.py)
-        and carry it out.  ``table``: the node table ``d`` was decided on;
+        and carry it out.  ``seen``: the node as read when ``d`` was decided;
         the node is judged on it instead of being read again, and the door's
         write is guarded by its reason (``expect``): when the node carries
         another one by then, nothing is written and the drain is judged
@@ -504,7 +510,8 @@ class Engine:
         over)."""
         assert d.reason is not None
         now = self.clock()
-        seen = next((n for n in table if n.name == d.node), None)
+        if seen is not None and seen.name != d.node:
+            seen = None
         # read before writing (or the read the decision was made on)
         view = NodeView.of(seen) if seen is not None else self.door.look(d.node)
         expect: str | None | Unset = view.node.reason if seen is not None else UNSET
@@ -608,8 +615,8 @@ class Engine:
         finally:
             lock.__exit__(None, None, None)
         if changed is not None:
-            # Nothing was written: the node changed since the table was read.
-            # Judge again from a fresh read, as a drain without a table does.
+            # Nothing was written: the node changed since it was read.
+            # Judge again from a fresh read, as a drain without ``seen`` does.
             self.state.clear_open_incident(d.node, str(d.incident))
             log.info("drain node=%s: %s; judged again", d.node, changed)
             self._drain(d)
@@ -1097,7 +1104,7 @@ class Engine:
         its repeats at no Slurm cost; the trip's alert went out where it
         tripped, so none is sent again."""
         part = str(d.facts.get("breaker_partition", "*"))
-        key_at = d.facts.get("breaker_key_at")
+        key_at = _key_at(d)
         latched = bool(d.facts.get("breaker_latched"))
         if latched and key_at is None:
             return
@@ -1107,7 +1114,7 @@ class Engine:
             d.node,
             int(d.facts.get("breaker_counted", 0)),
             int(d.facts.get("breaker_limit", 0)),
-            key_at if isinstance(key_at, datetime) else None,
+            key_at,
         )
         if not self.latch.trip(trip):
             return
@@ -1234,11 +1241,7 @@ class Engine:
         if not marked:
             since = held.since_of(old) if old else None
             try:
-                key_at = d.facts.get("breaker_key_at")
-                text = held.mark_text(
-                    d.code, d.component, inc, since or now,
-                    key_at if isinstance(key_at, datetime) else None,
-                )  # fmt: skip
+                text = held.mark_text(d.code, d.component, inc, since or now, _key_at(d))
                 marked = self.door.mark_held(d.node, text)
             except (SlurmError, ValueError) as exc:
                 log.warning("held mark for %s not written in Slurm: %s", d.node, exc)
