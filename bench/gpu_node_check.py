@@ -14,6 +14,9 @@ Stages:
   nccl     all_reduce_perf when installed, else torch.distributed (NCCL);
            skipped with one GPU (an all-reduce over one rank moves nothing)
   copy     device-to-device copy bandwidth per GPU (always, cheap)
+  checks   the product's own GPU health checks (healthcheck, epilog, watch and
+           acceptance-without-engines phases) on the real NVML, each check
+           alone: its findings, its wall time and the NVML calls it made
 
 On a machine without GPUs it prints ``"status": "no GPU"`` and exits 0.
 Exit code: 0 when every finding is OK (or no GPU), 1 otherwise.
@@ -101,6 +104,10 @@ def stage_burnin(args: argparse.Namespace) -> dict[str, Any]:
     run = run_torch_burnin(cfg, nvml=default_nvml())
     name = run.gpus[0].name if run.gpus else None
     profile = _profile_for(name)
+    if run.gpus and profile.get("gpu_count", 0) > len(run.gpus):
+        # A machine with part of the SKU's GPUs (a cloud slice, a sandbox):
+        # judge each GPU it has, not the baseboard's count.
+        profile["gpu_count"] = len(run.gpus)
     findings = judge_burnin(run, thresholds_from(profile, {}))
     return {
         "seconds": round(time.monotonic() - t0, 2),
@@ -182,7 +189,172 @@ def stage_nccl(args: argparse.Namespace) -> dict[str, Any]:
     return {"engine": run.engine, "run": run.to_dict(), "findings": [f.to_dict() for f in findings]}
 
 
-STAGES = {"detect": stage_detect, "burnin": stage_burnin, "copy": stage_copy, "nccl": stage_nccl}
+class _CountingNvml:
+    """pynvml with every ``nvml*`` call counted (name -> calls, seconds)."""
+
+    def __init__(self, real: Any):
+        self._real = real
+        self.calls: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._real, name)
+        if not (name.startswith("nvml") and callable(attr)):
+            return attr
+
+        def counted(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return attr(*a, **k)
+            finally:
+                self.calls[name] = self.calls.get(name, 0) + 1
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+        return counted
+
+    def reset(self) -> tuple[dict[str, int], float]:
+        calls, secs = dict(self.calls), sum(self.seconds.values())
+        self.calls.clear()
+        self.seconds.clear()
+        return calls, secs
+
+
+def _check_config(tmp: Path, gpus: int, base: str | None, nvml: str = "counting") -> Path:
+    """A config for this machine: its GPU count, no IB, the kernel log an
+    empty file (a sandboxed GPU machine may have no /dev/kmsg)."""
+    klog = tmp / "kern.log"
+    klog.write_text("")
+    lines = [
+        "[general]",
+        f'state_dir = "{tmp / "state"}"',
+        "observe_only = true",
+        "[checks]",
+        f'nvml = "{nvml}"',
+        "[checks.xid]",
+        'source = "file"',
+        f'path = "{klog}"',
+        "[profiles.here]",
+        'nodes = "gpu-node"',
+    ]
+    if base:
+        lines.append(f'base = "{base}"')
+    # This machine's RAM, not the SKU's 2 TB; no IB ports expected.
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    lines += [f"gpu_count = {gpus}", f"memory_gb = {mem_gb:.1f}", "[profiles.here.ib]", "count = 0"]
+    path = tmp / f"config-{nvml}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def stage_checks(args: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    import pynvml
+
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.detect import runner
+    from slurm_hooks.detect.probes import nvml as nvml_probe
+
+    counting = _CountingNvml(pynvml)
+    nvml_probe.BACKENDS["counting"] = lambda scenario=None: counting
+    pynvml.nvmlInit()
+    n = pynvml.nvmlDeviceGetCount()
+    name = str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))) if n else ""
+    pynvml.nvmlShutdown()
+    base = _profile_for(name).get("name")
+    tmp = Path(tempfile.mkdtemp(prefix="gpu-node-checks-"))
+    cfg = config_mod.load(str(_check_config(tmp, n, base)), validate=False)
+    out: dict[str, Any] = {"gpus": n, "gpu_name": name, "profile_base": base, "phases": {}}
+    for phase in ("healthcheck", "epilog", "watch"):
+        rs = runner.setup(cfg, node="gpu-node")
+        names = runner.plan(phase, rs.checks)
+        per_check: dict[str, Any] = {}
+        for check in names:
+            counting.reset()
+            res = runner.run_phase(phase, only=[check], run_setup=rs)
+            calls, nvml_s = counting.reset()
+            per_check[check] = {
+                "ms": round(res.seconds * 1000, 2),
+                "nvml_calls": sum(calls.values()),
+                "nvml_ms": round(nvml_s * 1000, 2),
+                "calls_by_function": calls,
+                "findings": [
+                    f"{f.status} {f.code} {f.component.short()}: {f.message}"[:300]
+                    for f in res.findings
+                ],
+            }
+        # The whole phase as a hook runs it (checks in parallel), three times.
+        walls = []
+        for _ in range(3):
+            counting.reset()
+            res = runner.run_phase(phase, run_setup=rs)
+            walls.append(round(res.seconds * 1000, 2))
+        calls, nvml_s = counting.reset()
+        rs.close()
+        out["phases"][phase] = {
+            "checks": per_check,
+            "phase_ms_runs": walls,
+            "phase_nvml_calls": sum(calls.values()),
+            "status": str(res.status),
+            "problems": [f"{f.status} {f.code} {f.message}"[:300] for f in res.problems],
+        }
+    return out
+
+
+def _median_ms(samples: list[float]) -> float:
+    return round(sorted(samples)[len(samples) // 2] * 1000, 1)
+
+
+def stage_startup(args: argparse.Namespace) -> dict[str, Any]:
+    """Whole-process start-up on the real driver, interleaved rounds:
+    ``python -c pass``, pynvml's import + nvmlInit, and the healthy
+    healthcheck phase (``python -m slurm_hooks.detect.runner``)."""
+    import tempfile
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    n = pynvml.nvmlDeviceGetCount()
+    name = str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))) if n else ""
+    pynvml.nvmlShutdown()
+    tmp = Path(tempfile.mkdtemp(prefix="gpu-node-startup-"))
+    cfg = _check_config(tmp, n, _profile_for(name).get("name"), nvml="pynvml")
+    env = {**os.environ, "SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "gpu-node"}
+    cmds = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "import pynvml + nvmlInit": [
+            sys.executable, "-c", "import pynvml; pynvml.nvmlInit(); pynvml.nvmlShutdown()"
+        ],
+        "healthcheck phase": [sys.executable, "-m", "slurm_hooks.detect.runner", "healthcheck"],
+    }  # fmt: skip
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    rcs: dict[str, int] = {}
+    for _ in range(args.rounds):
+        for key, argv in cmds.items():
+            t0 = time.perf_counter()
+            p = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=60)
+            times[key].append(time.perf_counter() - t0)
+            rcs[key] = p.returncode
+    base = _median_ms(times["python -c pass"])
+    return {
+        "rounds": args.rounds,
+        "median_ms": {k: _median_ms(v) for k, v in times.items()},
+        "over_python_ms": {k: round(_median_ms(v) - base, 1) for k, v in times.items()},
+        "min_max_ms": {
+            k: [round(min(v) * 1000, 1), round(max(v) * 1000, 1)] for k, v in times.items()
+        },
+        "last_rc": rcs,
+    }
+
+
+STAGES = {
+    "detect": stage_detect,
+    "checks": stage_checks,
+    "startup": stage_startup,
+    "burnin": stage_burnin,
+    "copy": stage_copy,
+    "nccl": stage_nccl,
+}
 
 
 def find_all_reduce_perf() -> str | None:
@@ -240,6 +412,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--nccl-timeout", type=float, default=60.0, help="all-reduce seconds (default 60)"
     )
+    ap.add_argument("--rounds", type=int, default=11, help="start-up rounds (default 11)")
     args = ap.parse_args(argv)
     args.passthrough = [
         f"--burn-s={args.burn_s}",
@@ -247,6 +420,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"--copy-mib={args.copy_mib}",
         f"--nccl-max={args.nccl_max}",
         f"--nccl-timeout={args.nccl_timeout}",
+        f"--rounds={args.rounds}",
     ]
     return args
 
@@ -281,12 +455,19 @@ def main(argv: list[str] | None = None) -> int:
         report["status"] = "GPU present but torch cannot use it"
         print(json.dumps(report, indent=2))
         return 1
+    if n_nvml:
+        report["checks"] = run_stage("checks", args, min(60.0, left() - 90))
+        report["startup"] = run_stage("startup", args, min(60.0, left() - 90))
     report["burnin"] = run_stage("burnin", args, min(args.burn_s + 75.0, left() - 45))
     report["copy"] = run_stage("copy", args, min(30.0, left() - 35))
     report["nccl"] = run_stage("nccl", args, min(args.nccl_timeout + 20, left() - 2))
     findings = [f for st in ("burnin", "nccl") for f in report.get(st, {}).get("findings", [])]
     problems = [f for f in findings if f["status"] != "OK"]
-    errors = [st for st in ("burnin", "copy", "nccl") if "error" in report.get(st, {})]
+    errors = [
+        st
+        for st in ("checks", "startup", "burnin", "copy", "nccl")
+        if "error" in report.get(st, {})
+    ]
     report["summary"] = {
         "seconds": round(args.budget - left(), 1),
         "findings": len(findings),
