@@ -188,6 +188,8 @@ class StateStore:
                 f.get("component"),
                 f.get("severity", "log"),
                 f.get("incident"),
+                f.get("trusted", True) is not False,
+                f.get("user") if isinstance(f.get("user"), str) else None,
             )
             for f in data.get("faults", ())
         )
@@ -218,6 +220,8 @@ class StateStore:
                     "component": e.component,
                     "severity": e.severity,
                     "incident": e.incident,
+                    **({} if e.trusted else {"trusted": False}),
+                    **({"user": e.user} if e.user else {}),
                 }
                 for e in events
             )
