@@ -390,3 +390,38 @@ def test_own_job_requeue_touches_that_job_once_and_only_the_owners(owner, restar
     assert eng.requeued == requeued
     [(args, kw)] = eng.audited
     assert args == ("job_requeue",) and kw["outcome"] == outcome and kw["job"] == "7"
+
+
+# -- through the engine ------------------------------------------------------------------------
+
+
+def test_engine_requeues_the_opted_in_job_alone_and_records_user_side_history(tmp_path):
+    """The engine's whole part: REQUEUE_JOB -> act/own_job.py, nothing drained,
+    the other user's job on the node untouched, the event kept as user-side."""
+    from test_actions import Clock, FakeSlurm, Recorder
+
+    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.notify.base import Notifier
+    from slurm_hooks.store.audit import AuditLog
+    from slurm_hooks.store.state import StateStore
+
+    slurm = FakeSlurm()
+    slurm.jobs["7"] = JobInfo("7", "mallory", "RUNNING", "n1", "n1", True)
+    slurm.jobs["8"] = JobInfo("8", "alice", "RUNNING", "n1", "n1", True)
+    state = StateStore(tmp_path / "state")
+    engine = Engine(slurm, PolicyConfig(grace_seconds=0), state, AuditLog(tmp_path / "a.jsonl"),
+                    Notifier([Recorder()]), clock=Clock(), spawn=None)  # fmt: skip
+    [d] = engine.handle("n1", [hang(opt_in=True)])
+    assert d.kind is DecisionKind.REQUEUE_JOB
+    assert [c[:2] for c in slurm.calls if c[0] in ("drain", "signal", "requeue", "cancel")] == [
+        ("requeue", "7")
+    ]
+    assert slurm.jobs["8"].restart_count == 0 and slurm.nodes["n1"].reason is None
+    [ev] = state.history("n1").faults
+    assert (ev.code, ev.severity, ev.trusted, ev.user) == ("HANG", "requeue_job", False, "mallory")
+    assert [e["action"] for e in AuditLog(tmp_path / "a.jsonl").entries()] == [
+        "decision", "job_requeue"
+    ]  # fmt: skip
+    # The same finding again (a later pass): requeued once only.
+    engine.handle("n1", [hang(opt_in=True)])
+    assert slurm.count("requeue") == 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,7 +26,9 @@ from slurm_hooks.detect.probes.commands import run
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 VICTIM_USER = "sltest2"
-TRAIN = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train/train.py"
+REPO = Path(__file__).resolve().parent.parent
+TRAIN = REPO / "lab/slurm_hooks_lab/train/train.py"
+USER_PYTHON = "/usr/bin/python3"
 PROGRESS = {"hang_s": 4.0, "first_step_allowance_s": 2.0, "interval_s": 0.5,
             "no_culprit_report_s": 2.0}  # fmt: skip
 #: The NVML poll runs once, at the watcher's start: a GPU lost later is found
@@ -204,8 +205,10 @@ for i in $(seq 600); do sleep 1; done
 
 
 def train(lab, job_dir: Path, pdir: Path, *extra: str) -> str:
-    env = {"PYTHON": sys.executable, "TRAIN_PY": str(TRAIN), "CKPT_DIR": str(job_dir / "ckpt"),
-           "SLURM_HOOKS_PROGRESS_DIR": str(pdir)}  # fmt: skip
+    # The job runs as the unprivileged user: the system's python (numpy), and
+    # the progress writer (standard library only) from this checkout.
+    env = {"PYTHON": USER_PYTHON, "PYTHONPATH": str(REPO), "TRAIN_PY": str(TRAIN),
+           "CKPT_DIR": str(job_dir / "ckpt"), "SLURM_HOOKS_PROGRESS_DIR": str(pdir)}  # fmt: skip
     s = TRAIN.with_name("train.sbatch")
     argv = ["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-N2", *extra,
             f"--output={job_dir}/train.out", f"--chdir={job_dir}", str(s), "--backend", "numpy",
@@ -228,8 +231,16 @@ def _stop_rank1(lab, pdir: Path, job: str) -> tuple[str, int]:
     return rec["node"], int(rec["pid"])
 
 
+def _user_python() -> None:
+    res = run(["runuser", "-u", TEST_USER, "--", USER_PYTHON, "-c", "import numpy"], timeout=30,
+              check=False)  # fmt: skip
+    if not res.ok:
+        pytest.skip(f"{USER_PYTHON} with numpy is not usable by {TEST_USER}")
+
+
 def test_rank_stopped_by_its_owner_requeues_only_that_job_when_opted_in(rig, job_dir):
     lab, hooks, pdir = rig
+    _user_python()
     job = train(lab, job_dir, pdir, "--comment", "slurm-hooks:requeue-on-hang")
     victims: list[tuple[str, Path]] = []
     pid = 0
@@ -248,8 +259,8 @@ def test_rank_stopped_by_its_owner_requeues_only_that_job_when_opted_in(rig, job
         lab.wait_for(lambda: lab.client().get_job(job).restart_count >= 1, 60, what="requeue")
         assert_untouched(lab, hooks, victims)
     finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL) if _alive(pid) else None
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
         run(["scancel", job, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
@@ -265,6 +276,7 @@ def test_hung_rank_with_its_gpu_lost_drains_its_node_and_requeues_the_job(rig, j
     """The real case: trusted evidence (NVML: the rank's node lost a GPU) beside
     the hang -> that node drained with HANG, the job requeued, the other node kept."""
     lab, hooks, pdir = rig
+    _user_python()
     job = train(lab, job_dir, pdir)
     try:
         lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
