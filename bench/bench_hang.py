@@ -10,7 +10,9 @@
   against NCCL's 600 s default the ratio is (hang_s + interval_s) / 600;
 * end to end on a lab it starts itself (real slurmctld/slurmd, our watchers
   on every node, ``train.sbatch`` with its file barrier, lab thresholds
-  ``hang_s`` 4 s): a rank SIGSTOPped mid-run -> its node drained with HANG ->
+  ``hang_s`` 4 s): a rank SIGSTOPped mid-run on a node whose GPU NVML reports
+  lost (the trusted evidence; a stop alone is the owner's doing and drains
+  nothing, docs/security.md) -> its node drained with HANG ->
   the job RUNNING again elsewhere -> its first step after the restart, each
   from the stop, against the collective timeout the job would otherwise
   wait for (print the ratio; ``--no-lab`` skips it).
@@ -117,6 +119,7 @@ def e2e_trial(lab: Any, hooks: Any, base: Path, n: int, nodes: int) -> dict[str,
     try:
         lab.wait_for(lambda: int(_last(rank_log).get("step", 0)) >= 5, 90, what="progress")
         rec = _last(rank_log)
+        hooks.lose_gpu(rec["node"], 0)
         t0 = time.monotonic()
         os.kill(int(rec["pid"]), signal.SIGSTOP)
         wait_drained(lab, rec["node"], timeout=60)
@@ -154,7 +157,8 @@ def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
             pdir.mkdir(parents=True)
             for d in (work, pdir):
                 os.chmod(d, 0o1777)
-            hooks = install(lab, grace_s=3.0, progress={**LAB_PROGRESS, "dir": str(pdir)})
+            hooks = install(lab, grace_s=3.0, progress={**LAB_PROGRESS, "dir": str(pdir)},
+                            watch={"nvml_interval_s": 3600.0})  # fmt: skip
             try:
                 for node in lab.node_names:
                     hooks.start_watcher(node)

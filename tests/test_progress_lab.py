@@ -40,7 +40,11 @@ def rig(fresh_lab, job_dir):
     lab = fresh_lab
     pdir = job_dir / "progress"
     pdir.mkdir(mode=0o1777)
-    hooks = install(lab, grace_s=3.0, progress={**PROGRESS, "dir": str(pdir)})
+    # The NVML poll runs once, at the watcher's start: a GPU lost later is found
+    # by the progress pass's own look (its trusted evidence), not drained as
+    # GPU_LOST first.
+    hooks = install(lab, grace_s=3.0, progress={**PROGRESS, "dir": str(pdir)},
+                    watch={"nvml_interval_s": 3600.0})  # fmt: skip
     try:
         for node in lab.node_names:
             hooks.start_watcher(node)
@@ -74,7 +78,9 @@ def last_record(path: Path) -> dict[str, str]:
     return dict(tok.split("=", 1) for tok in lines[-1].split()[1:]) if lines else {}
 
 
-def test_sigstopped_rank_blocks_the_job_and_its_node_is_drained_and_job_resumes(rig, job_dir):
+def test_hung_rank_on_a_lost_gpu_blocks_the_job_its_node_is_drained_and_job_resumes(rig, job_dir):
+    """A stopped rank alone is the owner's doing (tests/test_trust_lab.py): here
+    its node's GPU is lost as NVML sees it, the trusted evidence that blames it."""
     lab, hooks, pdir = rig
     job = sbatch(lab, job_dir, pdir, "--max-steps", "40", "--step-seconds", "0.2",
                  "--ckpt-every", "1000")  # fmt: skip
@@ -84,10 +90,11 @@ def test_sigstopped_rank_blocks_the_job_and_its_node_is_drained_and_job_resumes(
                      what="training progress")  # fmt: skip
         rec = last_record(rank_file(pdir, job, 1))
         culprit, pid = rec["node"], int(rec["pid"])
+        hooks.lose_gpu(culprit, 0)
         os.kill(pid, signal.SIGSTOP)
         reason = parse_reason(wait_drained(lab, culprit, timeout=30))
         assert reason.code == "HANG" and reason.component == f"job:{job}/rank1"
-        assert "process stopped" in reason.text
+        assert "process stopped" in reason.text and "GPU_IS_LOST" in reason.text
         # The other rank was blocked: it went no further than one step past the culprit.
         stopped_at = int(last_record(rank_file(pdir, job, 1))["step"])
         rank0 = read_metrics(ckpt / "metrics.rank0.jsonl")
@@ -144,7 +151,8 @@ def test_slow_rank_reported_not_drained_opted_out_and_slow_start_never_touched(r
 
 
 def test_four_node_job_one_rank_stopped_others_blocked_drained_requeued(rig, job_dir):
-    """Four nodes, rank 2 SIGSTOPped: the three others block in the barrier,
+    """Four nodes, rank 2 SIGSTOPped on a node whose GPU NVML reports lost
+    (the trusted evidence): the three others block in the barrier,
     rank 2's node is drained with HANG job:<id>/rank2 and the job requeued.
     The lab has four nodes, so the job waits for one; an admin returns the
     node, and the job resumes from its checkpoint with no lost or repeated step."""
@@ -159,6 +167,7 @@ def test_four_node_job_one_rank_stopped_others_blocked_drained_requeued(rig, job
                                  for r in range(4)), 90, what="4-rank progress")  # fmt: skip
         rec = last_record(rank_file(pdir, job, 2))
         culprit = rec["node"]
+        hooks.lose_gpu(culprit, 0)
         os.kill(int(rec["pid"]), signal.SIGSTOP)
         reason = parse_reason(wait_drained(lab, culprit, timeout=30))
         assert reason.code == "HANG" and reason.component == f"job:{job}/rank2"
@@ -170,6 +179,7 @@ def test_four_node_job_one_rank_stopped_others_blocked_drained_requeued(rig, job
         others = [n for n in lab.node_names if n != culprit]
         assert all(lab.client().get_node(n).reason is None for n in others)
         lab.wait_for(lambda: lab.client().get_job(job).restart_count >= 1, 60, what="requeue")
+        hooks.heal_gpus(culprit)  # repaired
         run(["scontrol", "update", f"nodename={culprit}", "state=resume"], timeout=30,
             env=lab.env())  # fmt: skip
         try:

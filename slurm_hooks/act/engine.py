@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_hooks.act import alerts, deferred
+from slurm_hooks.act import alerts, deferred, own_job
 from slurm_hooks.act.notify.base import Alert, Notifier
 from slurm_hooks.core.errors import (
     ForeignReasonError,
@@ -484,7 +484,9 @@ class Engine:
                 comp = d.component if i == 0 else None
                 if comp is None and f.component.kind != "node":
                     comp = f.component.short()
-                events.append(FaultEvent(now, f.code, comp, severity, d.incident))
+                user = f.values.get("user") if f.user_side else None
+                events.append(FaultEvent(now, f.code, comp, severity, d.incident,
+                                         not f.user_side, user if isinstance(user, str) else None))  # fmt: skip
         # Bookkeeping on the way to a drain: a lock held by a stuck process
         # must not hold up the drain (StateError is caught by the caller).
         self.state.record_faults(node, events, timeout=BOOKKEEPING_WAIT_S)
@@ -497,6 +499,8 @@ class Engine:
             self._hold(d)
         elif d.kind is DecisionKind.FOREIGN_REASON and deferred.wanted(d):
             deferred.evacuate(self, d)  # their reason stays; the jobs still leave
+        elif d.kind is DecisionKind.REQUEUE_JOB:
+            own_job.requeue(self, d)  # that one job, never the node (decide/trust.py)
 
     # -- drain ------------------------------------------------------------------
 

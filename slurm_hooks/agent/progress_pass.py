@@ -11,7 +11,15 @@ says, because the records were written by the job's user:
   carry, and only record files owned by the job's owner count;
 * a culprit is acted on only by the node that hosts it, and only when its
   process (same uid, started before its first record) is gone, stopped or
-  in D state, or when it is visibly the rank the others wait for.
+  in D state, or when it is visibly the rank the others wait for;
+* every such finding names its provenance (core.model.Provenance): the
+  records and the process state are the user's (USER_FILE, USER_PROCESS);
+  trusted evidence found on this node beside them (NVML: a GPU lost;
+  the kernel: a process of the job, per Slurm, stuck inside the nvidia
+  driver; ``detect/progress/corroborate.py``) is added.  The policy
+  (``decide/trust.py``) drains only on trusted evidence; user-side alone
+  reports to the owner, or requeues that job when it opted in
+  (``OPT_IN`` in its comment).
 
 Across nodes (docs/progress.md): each watcher judges the records it can
 see - its own ranks' on a node-local ``[progress] dir``, every rank's when
@@ -33,9 +41,10 @@ from typing import Any
 
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
-from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Status
+from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Provenance, Status
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
+from slurm_hooks.detect.progress import corroborate
 from slurm_hooks.detect.progress.gather import job_dirs, proc_state, read_hints, read_job
 from slurm_hooks.detect.progress.judge import (
     HangVerdict,
@@ -53,6 +62,19 @@ log = logging.getLogger(__name__)
 CHECK = "progress"
 #: Job directories whose newest record is older than this are not read.
 FORGET_S = 86400.0
+#: A job whose ``--comment`` carries this token (whitespace or comma apart)
+#: asks to be requeued when a hang or straggler of its own is found on its
+#: own evidence alone (docs/progress.md).  It can only ever affect that job.
+OPT_IN = "slurm-hooks:requeue-on-hang"
+#: Culprit causes read from a pid the job wrote (the user can cause each).
+_PROC_CAUSES = frozenset(("process gone", "process stopped (state T)",
+                          "process in uninterruptible sleep (state D)"))  # fmt: skip
+
+
+def opted_in(info: JobInfo) -> bool:
+    """Whether the job's owner asked for a requeue on their own evidence."""
+    text = (info.comment or "").replace(",", " ")
+    return OPT_IN in text.split()
 
 
 @dataclass
@@ -92,6 +114,9 @@ def skew(views: Mapping[int, RankView], last: int = 20) -> float | None:
 
 
 class ProgressPass:
+    #: The job's processes on this node as Slurm knows them (tests replace it).
+    step_pids: Callable[[str, str], list[int]] = staticmethod(corroborate.step_pids)
+
     def __init__(
         self,
         settings: ProgressConfig,
@@ -226,29 +251,58 @@ class ProgressPass:
         if not self._once(info, f"hang/{v.rank}"):
             return []
         drain = self.s.drain_hang
+        sources = [Provenance.USER_FILE]
+        if v.cause in _PROC_CAUSES:
+            sources.append(Provenance.USER_PROCESS)
+        trusted = self._hang_evidence(info)
+        sources += [p for p, _ in trusted]
+        values = self._job_values(info, v.rank)
+        values.update({"cause": v.cause or "", "stalled_s": round(v.stalled_s, 1)})
+        message = v.explanation
+        if trusted:
+            values["corroborated_by"] = "; ".join(why for _, why in trusted)[:300]
+            message += f"; {values['corroborated_by']}"
         finding = Finding(
             check=CHECK,
             status=Status.FAIL if drain else Status.WARN,
             code="HANG",
-            message=v.explanation,
+            message=message,
             component=Component("job", name=job_component(info.job_id, v.rank)[4:]),
             action=Action.DRAIN if drain else Action.NONE,
-            values={
-                "job": info.job_id,
-                "rank": v.rank,
-                "cause": v.cause or "",
-                "stalled_s": round(v.stalled_s, 1),
-            },  # fmt: skip
+            values=values,
+            provenance=tuple(sources),
         )
-        log.warning("progress node=%s: HANG %s", self.node, v.explanation)
-        self._tell(info, "job_hang", f"job {info.job_id}: {v.explanation}"
-                   + ("; the node is drained and the job requeued" if drain else ""),
-                   "HANG", {"rank": v.rank, "cause": v.cause, "steps": v.evidence.get("steps")})  # fmt: skip
+        log.warning("progress node=%s: HANG %s", self.node, message)
         try:
-            return list(self.engine.handle(self.node, [finding]))
+            decisions = list(self.engine.handle(self.node, [finding]))
         except SlurmError:
             self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
             raise
+        self._tell(info, "job_hang", f"job {info.job_id}: {message}{_outcome(decisions)}",
+                   "HANG", {"rank": v.rank, "cause": v.cause, "steps": v.evidence.get("steps"),
+                            "provenance": [str(p) for p in sources]})  # fmt: skip
+        return decisions
+
+    def _job_values(self, info: JobInfo, rank: int) -> dict[str, Any]:
+        """What the policy needs to act on the job alone (decide/trust.py)."""
+        return {
+            "job": info.job_id,
+            "rank": rank,
+            "user": info.user or "",
+            "restart_count": info.restart_count,
+            "requeue_opt_in": opted_in(info),
+        }
+
+    def _hang_evidence(self, info: JobInfo) -> list[tuple[Provenance, str]]:
+        """Trusted evidence on this node that it, not the job, hung the job."""
+        out: list[tuple[Provenance, str]] = []
+        seen = corroborate.nvml_evidence(self.gpu_view() if self.gpu_view else [])
+        if seen is not None:
+            out.append((Provenance.NVML, seen))
+        stuck = corroborate.driver_stuck(self.step_pids(info.job_id, self.node), self.proc)
+        if stuck is not None:
+            out.append((Provenance.KERNEL, stuck))
+        return out
 
     def _stalled(self, info: JobInfo, v: HangVerdict, now: float) -> None:
         """No culprit here: the batch host tells the owner and the admins, late
@@ -296,6 +350,12 @@ class ProgressPass:
         }  # fmt: skip
         if policy == "drain_at_end":
             values["evacuate"] = False
+        values.update({k: v for k, v in self._job_values(info, st.rank).items() if k != "rank"})
+        sources = [Provenance.USER_FILE]
+        backed = corroborate.slow_evidence(view)
+        if backed is not None:
+            sources.append(Provenance.NVML)
+            values["corroborated_by"] = backed[:300]
         finding = Finding(
             check=CHECK,
             status=Status.WARN if policy == "report" else Status.FAIL,
@@ -304,11 +364,15 @@ class ProgressPass:
             component=Component("job", name=job_component(info.job_id, st.rank)[4:]),
             action=Action.NONE if policy == "report" else Action.DRAIN,
             values=values,
+            provenance=tuple(sources),
         )
         log.warning("progress node=%s: SLOW %s", self.node, text)
-        self._tell(info, "job_straggler", f"job {info.job_id}: {text} (policy: {policy})", "SLOW",
-                   {"rank": st.rank, "windows": [list(w) for w in st.windows], "gpus": view})  # fmt: skip
-        return list(self.engine.handle(self.node, [finding]))
+        decisions = list(self.engine.handle(self.node, [finding]))
+        self._tell(info, "job_straggler",
+                   f"job {info.job_id}: {text} (policy: {policy}){_outcome(decisions)}", "SLOW",
+                   {"rank": st.rank, "windows": [list(w) for w in st.windows], "gpus": view,
+                    "provenance": [str(p) for p in sources]})  # fmt: skip
+        return decisions
 
     def _tell(self, info: JobInfo, kind: str, text: str, code: str, fields: dict[str, Any]) -> None:
         from slurm_hooks.act.notify.base import Alert
@@ -317,5 +381,24 @@ class ProgressPass:
                                  code=code, fields=fields))  # fmt: skip
         self.engine.audit.record(
             kind, node=self.node, job=info.job_id, user=info.user, code=code, why=text,
-            actor=self.engine.actor, **{k: v for k, v in fields.items() if k in ("rank", "steps")},
+            actor=self.engine.actor,
+            **{k: v for k, v in fields.items() if k in ("rank", "steps", "provenance")},
         )  # fmt: skip
+
+
+def _outcome(decisions: list[Any]) -> str:
+    """What came of a finding, for the owner's alert."""
+    from slurm_hooks.decide.decision import DecisionKind
+
+    kinds = {getattr(d, "kind", None) for d in decisions}
+    if any(k is not None and k.drains for k in kinds):
+        return "; the node is drained and the job requeued"
+    if DecisionKind.REQUEUE_JOB in kinds:
+        return ("; the evidence is the job's own: the node stays in service, the job is "
+                "requeued (it opted in)")  # fmt: skip
+    if DecisionKind.REPORT_JOB in kinds:
+        return ("; the evidence is the job's own (no trusted sign on the node): no node "
+                "drained, no other job touched")  # fmt: skip
+    if DecisionKind.BREAKER_TRIPPED in kinds:
+        return "; the node is held by the circuit breaker"
+    return ""

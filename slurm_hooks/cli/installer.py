@@ -671,11 +671,16 @@ def install_shims(
 
 
 def install_config(path: str | os.PathLike[str], text: str, *, dry_run: bool = False) -> FileChange:
-    """Write the commented default config, but never over an existing file."""
+    """Write the commented default config, but never over an existing file.
+    Mode 0640: it will hold the webhook URL (a credential) once filled in."""
     p = Path(path)
     if p.exists():
         return FileChange(p, "kept")
-    return write_file(p, text, 0o644, dry_run=dry_run)
+    return write_file(p, text, CONFIG_MODE, dry_run=dry_run)
+
+
+#: The config's mode: root writes it, the admins' group may read it, nobody else.
+CONFIG_MODE = 0o640
 
 
 def hook_budget_s(cfg: Any = None) -> float:

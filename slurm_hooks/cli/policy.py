@@ -20,7 +20,7 @@ from slurm_hooks.cli._common import EXIT_OK, EXIT_UNHEALTHY, config_option, exit
 
 def _findings_from_file(path: str) -> list[Any]:
     from slurm_hooks.core.errors import ConfigError
-    from slurm_hooks.core.model import Action, Component, Finding, Status
+    from slurm_hooks.core.model import Action, Component, Finding, Provenance, Status
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -42,6 +42,10 @@ def _findings_from_file(path: str) -> list[Any]:
                     component=Component(**comp),
                     action=Action(row.get("action", "none")),
                     values=row.get("values") or {},
+                    # What `check --json` wrote; a file without it is a root probe's.
+                    provenance=tuple(Provenance(p) for p in row["provenance"])
+                    if "provenance" in row
+                    else (Provenance.ROOT_PROBE,),
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -125,6 +129,8 @@ def explain(
         policy = cfg.section("policy", PolicyConfig)
         decisions = decide(findings, None, None, None, policy, datetime.now(UTC), node=name,
                            observe_only=cfg.general.observe_only)  # fmt: skip
+    from slurm_hooks.decide import DecisionKind
+
     if as_json:
         click.echo(json.dumps([d.to_dict() for d in decisions], indent=2))
     else:
@@ -134,19 +140,26 @@ def explain(
             tag = " (observe-only: would not act)" if d.observe_only else ""
             click.echo(f"{name}: {str(d.kind).upper()} {d.code}{tag}")
             click.echo(f"  why: {d.explanation}")
+            for f in d.findings:
+                trust = "user-side only" if f.user_side else "trusted"
+                click.echo(
+                    f"  evidence: {f.code} from {', '.join(map(str, f.provenance))} ({trust})"
+                )
             if d.reason is not None:
                 from slurm_hooks.core.reason import format_reason
 
                 click.echo(f"  reason: {format_reason(d.reason)}")
             if d.evacuate:
                 click.echo("  jobs: signal, wait the grace period, requeue (or cancel)")
+            if d.kind is DecisionKind.REQUEUE_JOB:
+                click.echo(f"  jobs: requeue job {d.facts.get('job')} only (it opted in)")
+            elif d.kind is DecisionKind.REPORT_JOB:
+                click.echo("  jobs: none touched; the job's owner and the admins are told")
             for key, value in sorted(d.facts.items()):
                 click.echo(f"  {key}: {value}")
         if not live:
             click.echo(
                 "(offline: node assumed in service, breaker not checked; --live to ask Slurm)"
             )
-    from slurm_hooks.decide import DecisionKind
-
     unhealthy = any(d.kind.drains or d.kind is DecisionKind.BREAKER_TRIPPED for d in decisions)
     raise SystemExit(EXIT_UNHEALTHY if unhealthy else EXIT_OK)

@@ -426,4 +426,27 @@ def load(path: str | os.PathLike[str] | None = None, *, validate: bool = True) -
         return Config(path=None, data={})
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(p)) from exc
+    _check_owner(p)
     return parse(text, path=str(p), validate=validate)
+
+
+def _check_owner(p: Path) -> None:
+    """The config names commands root runs (``[notify] mail_argv``) and
+    holds credentials (``webhook_url``): a file anyone can write is refused,
+    and so is, for root, a file another user owns (docs/security.md)."""
+    try:
+        st = p.stat()
+    except OSError:
+        return
+    if st.st_mode & 0o002:
+        raise ConfigError(
+            f"world-writable (mode {st.st_mode & 0o7777:04o}): anyone could make slurm-hooks "
+            "run a command as root; chmod o-w it",
+            path=str(p),
+        )
+    if os.geteuid() == 0 and st.st_uid != 0:
+        raise ConfigError(
+            f"owned by uid {st.st_uid}, not root: that user could make slurm-hooks run a "
+            "command as root; chown root it",
+            path=str(p),
+        )

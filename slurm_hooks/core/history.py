@@ -18,6 +18,12 @@ class FaultEvent:
     #: The action the policy mapped it to ("log", "drain", "replace", ...).
     severity: str = "log"
     incident: str | None = None
+    #: False when the finding's evidence was user-side only (core.model.Provenance):
+    #: such an event never corroborates a fault of the node by itself.
+    trusted: bool = True
+    #: The job's owner, for user-side findings about a job (HANG, SLOW): the
+    #: policy counts distinct users whose jobs this node hung.
+    user: str | None = None
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,41 @@ class Component:
 NODE = Component("node")
 
 
+class Provenance(enum.StrEnum):
+    """Where the evidence of a fault came from: who could have written it.
+
+    The policy (``decide/``) owns the rule built on it (docs/security.md):
+    evidence the job's user can write or cause alone acts only on that
+    user's own job, never on the node or anyone else's job.  A finding lists
+    the sources of the *fault* evidence, not of facts around it (Slurm saying
+    where a job runs does not corroborate that the node hung it).
+    """
+
+    #: The kernel: kmsg (XID/SXID), /proc of a process Slurm says is the job's.
+    KERNEL = "kernel"
+    #: NVML / the GPU driver answering (or not) for a GPU.
+    NVML = "nvml"
+    #: sysfs (PCIe, InfiniBand, memory counters).
+    SYSFS = "sysfs"
+    #: Slurm's own records (node state, job steps).
+    SLURM = "slurm"
+    #: A probe slurm-hooks runs as root (burn-in, NCCL test, mounts, DCGM).
+    ROOT_PROBE = "root_probe"
+    #: A file the job's user wrote (progress records, RAS output, dumps).
+    USER_FILE = "user_file"
+    #: A process state the job's user can set (stopped, exited, a pid it named).
+    USER_PROCESS = "user_process"
+    #: The job's environment, name, comment or output.
+    JOB_ENV = "job_env"
+
+    @property
+    def trusted(self) -> bool:
+        return self not in USER_SIDE
+
+
+USER_SIDE = frozenset({Provenance.USER_FILE, Provenance.USER_PROCESS, Provenance.JOB_ENV})
+
+
 @dataclass(frozen=True)
 class Finding:
     """The one result type that crosses from checks to policy.
@@ -103,16 +138,28 @@ class Finding:
     component: Component = NODE
     action: Action = Action.NONE
     values: Mapping[str, Value] = field(default_factory=dict)
+    #: Where the fault evidence came from; the checks that read the machine
+    #: as root keep the default.  Anything reading user-writable input names
+    #: its user-side sources (and any trusted corroboration beside them).
+    provenance: tuple[Provenance, ...] = (Provenance.ROOT_PROBE,)
 
     @property
     def is_problem(self) -> bool:
         return self.status in (Status.WARN, Status.FAIL)
+
+    @property
+    def user_side(self) -> bool:
+        """True when every source of the evidence is one the job's user
+        controls: such a finding alone never blames the node."""
+        return bool(self.provenance) and all(not p.trusted for p in self.provenance)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["status"] = str(self.status)
         d["action"] = str(self.action)
         d["values"] = dict(self.values)
+        d["provenance"] = [str(p) for p in self.provenance]
+        d["trusted"] = not self.user_side
         return d
 
 

@@ -89,12 +89,24 @@ class PolicyConfig:
     #: Seconds back over which our resumes of the node are counted (default 1 day).
     flap_window_s: float = 86400.0
 
+    #: Evidence a job's user can write or cause (progress records, a process
+    #: state, RAS/flight-recorder files) blames the node only with trusted
+    #: corroboration on it within this many seconds (docs/security.md).
+    user_evidence_window_s: float = 3600.0
+    #: ... or when hangs of jobs of at least this many different users named
+    #: this node as the culprit within that window (0 turns the rule off).
+    cross_user_hangs: int = 2
+
     #: Resume our drained nodes automatically once acceptance passed after the fault.
     auto_resume: bool = True
     #: Audit log path; empty means ``<state_dir>/audit.jsonl``.
     audit_log: str = ""
 
     def validate(self) -> None:
+        if self.user_evidence_window_s < 0:
+            raise ValueError("user_evidence_window_s must be >= 0")
+        if self.cross_user_hangs == 1 or self.cross_user_hangs < 0:
+            raise ValueError("cross_user_hangs must be 0 (off) or >= 2")
         if self.grace_seconds < 0:
             raise ValueError("grace_seconds must be >= 0")
         if not 0 < self.breaker_max_share <= 1:

@@ -16,6 +16,11 @@ Order of the gates for a node that needs draining, first match wins:
    with code FLAPPING and hold it for a human;
 4. the circuit breaker: no drain past the partition's limit;
 5. drain (or replace) and evacuate the jobs.
+
+Before any of them, the trust rule (``decide/trust.py``): a finding whose
+evidence is user-side only and that would take the node out acts on its
+job alone (REPORT_JOB, REQUEUE_JOB) unless trusted evidence on the node
+corroborates it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from slurm_hooks.core.model import Action, Finding, NodeState, ReasonOwner, Stat
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, our_reason
 from slurm_hooks.core.reason import DrainReason
 from slurm_hooks.decide import breaker as breaker_mod
+from slurm_hooks.decide import trust
 from slurm_hooks.decide.breaker import FleetView
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.decision import Decision, DecisionKind
@@ -159,6 +165,15 @@ def decide(
     drivers: list[tuple[DecisionKind, Finding, str, dict[str, object]]] = []
     for f in findings:
         kind, why, facts = _finding_verdict(f, name, history, config, now)
+        if f.is_problem and f.user_side:
+            facts = {**facts, "provenance": [str(p) for p in f.provenance]}
+            if kind in (DecisionKind.DRAIN, DecisionKind.REPLACE):
+                backed = trust.corroboration(f, history, config, now)
+                if backed is None:
+                    out.append(_job_only(f, name, kind, why, facts))
+                    continue
+                why += f"; user-side evidence corroborated: {backed}"
+                facts["corroborated_by"] = backed
         if kind in (DecisionKind.DRAIN, DecisionKind.REPLACE):
             drivers.append((kind, f, why, facts))
         elif f.status is not Status.OK:
@@ -170,6 +185,29 @@ def decide(
     if observe:
         out = [d.observed() for d in out]
     return out
+
+
+def _job_only(
+    f: Finding, name: str, kind: DecisionKind, why: str, facts: dict[str, object]
+) -> Decision:
+    """User-side evidence alone: its job, never the node (decide/trust.py)."""
+    job_kind = trust.job_only_kind(f)
+    act = (
+        "that job (opted in) is requeued"
+        if job_kind is DecisionKind.REQUEUE_JOB
+        else "the owner and the admins are told"
+    )
+    return Decision(
+        job_kind,
+        name,
+        reason_code(f.code),
+        f"{why}; but its evidence is user-side only ({', '.join(map(str, f.provenance))}) "
+        f"with no trusted corroboration on {name}: the node stays in service, no other job "
+        f"is touched; {act}",
+        component_token(f),
+        findings=(f,),
+        facts={**facts, **trust.job_facts(f), "would_be": str(kind)},
+    )
 
 
 def _node_decision(

@@ -33,11 +33,22 @@ class DecisionKind(enum.StrEnum):
     ALREADY_HANDLED = "already_handled"
     #: Someone else's reason (admin, NHC, operator, Slurm): never touched.
     FOREIGN_REASON = "foreign_reason"
+    #: User-side evidence alone (core.model.Provenance): tell the job's owner
+    #: and the admins; the node and every other job are left alone.
+    REPORT_JOB = "report_job"
+    #: As REPORT_JOB, and the job opted in to be requeued on such a verdict:
+    #: requeue that job (only it, exactly once).  Never a drain.
+    REQUEUE_JOB = "requeue_job"
 
     @property
     def drains(self) -> bool:
         """Whether acting on it writes a drain (so it needs Slurm's view first)."""
         return self in (DecisionKind.DRAIN, DecisionKind.REPLACE, DecisionKind.HOLD_FOR_HUMAN)
+
+    @property
+    def job_only(self) -> bool:
+        """Whether it acts on one user's own job and nothing else."""
+        return self in (DecisionKind.REPORT_JOB, DecisionKind.REQUEUE_JOB)
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,9 @@ class Decision:
     @property
     def acts(self) -> bool:
         """Whether the engine would change Slurm for this decision."""
-        return not self.observe_only and (self.kind.drains or self.kind is DecisionKind.RESUME)
+        return not self.observe_only and (
+            self.kind.drains or self.kind in (DecisionKind.RESUME, DecisionKind.REQUEUE_JOB)
+        )
 
     def observed(self) -> Decision:
         return replace(self, observe_only=True)

@@ -13,6 +13,27 @@ import os
 import time
 
 
+def ensure_dir(path: str | os.PathLike[str], mode: int = 0o755) -> None:
+    """``mkdir -p`` where every directory created gets ``mode`` at most,
+    whatever the caller's umask (slurmd's may be 0; ``os.makedirs`` gives
+    the parents 0777 & umask): a directory a user can write would let them
+    plant what root reads back (docs/security.md).  Existing ones are kept."""
+    path = os.path.abspath(os.fspath(path))
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            continue
+        os.chmod(d, mode)  # mkdir's mode is masked by the umask, never widened by it
+
+
 def write_atomic(
     path: str | os.PathLike[str], text: str, *, mode: int = 0o644, durable: bool = True
 ) -> None:
@@ -21,7 +42,7 @@ def write_atomic(
     propagates (callers decide whether a failed write matters)."""
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    ensure_dir(directory)
     tmp = os.path.join(
         directory, f".{os.path.basename(path)}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     )

@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from slurm_hooks.store.atomicfile import ensure_dir
+
 log = logging.getLogger(__name__)
 
 #: Names a shared audit file may take (a Slurm node name or a host name):
@@ -89,7 +91,7 @@ class AuditLog:
         line = json.dumps(entry, sort_keys=False, default=str, ensure_ascii=False) + "\n"
         data = line.encode("utf-8")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.path.parent)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
             try:
                 os.write(fd, data)

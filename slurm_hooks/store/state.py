@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.core.errors import StateError
-from slurm_hooks.store.atomicfile import write_atomic
+from slurm_hooks.store.atomicfile import ensure_dir, write_atomic
 
 if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
     # on a healthy node open the state store but never decide anything.
@@ -99,7 +99,7 @@ def locked(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
     timeout or an unwritable folder, is a StateError: no caller waits forever
     and none sees a raw OSError."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(path.parent, 0o700)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     except OSError as exc:
         raise StateError(f"cannot open lock {path}: {exc}") from exc
@@ -188,6 +188,8 @@ class StateStore:
                 f.get("component"),
                 f.get("severity", "log"),
                 f.get("incident"),
+                f.get("trusted", True) is not False,
+                f.get("user") if isinstance(f.get("user"), str) else None,
             )
             for f in data.get("faults", ())
         )
@@ -218,6 +220,8 @@ class StateStore:
                     "component": e.component,
                     "severity": e.severity,
                     "incident": e.incident,
+                    **({} if e.trusted else {"trusted": False}),
+                    **({"user": e.user} if e.user else {}),
                 }
                 for e in events
             )

@@ -31,17 +31,33 @@ def gpu_view(session: Any) -> list[dict[str, Any]]:
     """One dict per GPU (index, sm_clock_mhz, throttle, pcie_width, pcie_max_width,
     nvlink_errors)."""
     from slurm_hooks.detect.checks.throttle import REASONS
+    from slurm_hooks.detect.probes.nvml import (
+        ERROR_GPU_IS_LOST,
+        ERROR_TIMEOUT,
+        ERROR_UNKNOWN,
+        error_name,
+        is_nvml_error,
+    )
 
     try:
         nvml = session.nvml
         count = session.device_count()
     except Exception as exc:  # noqa: BLE001 - see the module docstring
         log.info("no NVML view for the evidence: %s", exc)
+        # A driver that stopped answering is evidence (docs/security.md);
+        # a node without NVML at all is not.
+        if is_nvml_error(exc, ERROR_GPU_IS_LOST, ERROR_UNKNOWN, ERROR_TIMEOUT):
+            return [{"index": -1, "nvml_error": error_name(exc)}]
         return []
     out = []
     for i in range(count):
-        h = _try(session.handle, i)
-        if h is None:
+        try:
+            h = session.handle(i)
+            # The memory query reaches the GPU (detect/checks/gpu_lost.py).
+            nvml.nvmlDeviceGetMemoryInfo(h)
+        except Exception as exc:  # noqa: BLE001 - NVML raises its own classes
+            if is_nvml_error(exc, ERROR_GPU_IS_LOST, ERROR_UNKNOWN):
+                out.append({"index": i, "lost": error_name(exc)})
             continue
         row: dict[str, Any] = {"index": i}
         clock = getattr(nvml, "nvmlDeviceGetClockInfo", None)
@@ -69,6 +85,12 @@ def summary(view: list[dict[str, Any]]) -> str:
     """One short line for a reason or an alert: ``gpu0 1980MHz x16/16 nvl_err=0 thr=hw_slowdown``."""
     parts = []
     for g in view:
+        if g.get("nvml_error"):
+            parts.append(f"NVML not answering ({g['nvml_error']})")
+            continue
+        if g.get("lost"):
+            parts.append(f"gpu{g['index']} LOST ({g['lost']})")
+            continue
         bits = [f"gpu{g['index']}"]
         if g.get("sm_clock_mhz") is not None:
             bits.append(f"{g['sm_clock_mhz']}MHz")

@@ -1,0 +1,369 @@
+"""Evidence a user cannot forge (issue 27), on the real lab: an unprivileged
+user (``sltest``) does what any user can - backdated records naming pid 1,
+a rank that exits, a rank stopped by its owner, a planted symlink, records
+naming other jobs and other nodes, an XID line through ``logger`` - beside a
+job of another user (``sltest2``) on the same node.  In each: no node
+drained (sinfo), the other user's job untouched (running, restart count 0,
+no signal), the owner told (audit).  The real case still drains: a hung rank
+whose node's GPU NVML reports lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from slurm_hooks_lab.hooks import install, wait_drained
+from slurm_hooks_lab.lab import TEST_USER, ensure_user
+
+from slurm_hooks.core.reason import parse_reason
+from slurm_hooks.detect.probes.commands import run
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+VICTIM_USER = "sltest2"
+REPO = Path(__file__).resolve().parent.parent
+TRAIN = REPO / "lab/slurm_hooks_lab/train/train.py"
+USER_PYTHON = "/usr/bin/python3"
+PROGRESS = {"hang_s": 4.0, "first_step_allowance_s": 2.0, "interval_s": 0.5,
+            "no_culprit_report_s": 2.0}  # fmt: skip
+#: The NVML poll runs once, at the watcher's start: a GPU lost later is found
+#: by the progress pass's own look (the trusted evidence under test), not
+#: drained as GPU_LOST first.
+WATCH = {"nvml_interval_s": 3600.0}
+
+
+@pytest.fixture
+def rig(fresh_lab, job_dir):
+    lab = fresh_lab
+    ensure_user(VICTIM_USER)
+    pdir = job_dir / "progress"
+    pdir.mkdir(mode=0o1777)
+    os.chmod(pdir, 0o1777)
+    hooks = install(lab, grace_s=3.0, progress={**PROGRESS, "dir": str(pdir)}, watch=WATCH)
+    try:
+        for node in lab.node_names:
+            hooks.start_watcher(node)
+        yield lab, hooks, pdir
+    finally:
+        hooks.close(reconfigure=False)
+        lab.reset()
+        hooks.reset_state()
+
+
+def submit(lab, script: Path, *args: str, user: str = TEST_USER, env=None) -> str:
+    res = run(["runuser", "-u", user, "--", "sbatch", "--parsable", *args, str(script)],
+              timeout=30, env={**lab.env(), **(env or {})}, cwd=str(script.parent))  # fmt: skip
+    return res.stdout.strip().split(";")[0]
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def victim(lab, job_dir: Path, node: str) -> tuple[str, Path]:
+    """Another user's job on ``node``: records every signal it gets."""
+    log = job_dir / f"victim-{node}.log"
+    body = (f"trap 'echo USR1 >> {log}' USR1\ntrap 'echo TERM >> {log}; exit 0' TERM\n"
+            f"touch {log}\nfor i in $(seq 600); do sleep 1; done\n")  # fmt: skip
+    s = script(job_dir / f"victim-{node}.sh", body)
+    job = submit(lab, s, "-w", node, "-n1", "--requeue", f"--output={job_dir}/v-{node}.out",
+                 user=VICTIM_USER)  # fmt: skip
+    lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
+    return job, log
+
+
+def assert_untouched(lab, hooks, victims: list[tuple[str, Path]]) -> None:
+    out = run(["sinfo", "-h", "-N", "-o", "%N %T %E"], timeout=30, env=lab.env()).stdout
+    for line in out.splitlines():
+        name, state = line.split()[:2]
+        assert "drain" not in state.lower(), out
+        assert lab.client().get_node(name).reason is None, out
+    for job, log in victims:
+        info = lab.client().get_job(job)
+        assert (info.state, info.restart_count) == ("RUNNING", 0), (job, info)
+        assert log.read_text() == "", f"victim {job} was signalled: {log.read_text()!r}"
+    for n in lab.node_names:
+        for e in hooks.audit(n):
+            assert e.get("action") not in ("drain", "signal", "requeue", "breaker_trip"), e
+            assert e.get("job") not in [j for j, _ in victims], e
+
+
+def assert_untouched_victims(lab, victims: list[tuple[str, Path]]) -> None:
+    for job, log in victims:
+        info = lab.client().get_job(job)
+        assert (info.state, info.restart_count) == ("RUNNING", 0), (job, info)
+        assert log.read_text() == "", f"victim {job} was signalled: {log.read_text()!r}"
+
+
+def told(hooks, node: str, job: str) -> dict:
+    """The owner's alert as audited (job_hang, with the job-only decision beside it)."""
+    entries = hooks.audit(node)
+    alert = [e for e in entries if e.get("action") == "job_hang" and e.get("job") == job]
+    if not alert:
+        return {}
+    decided = [e for e in entries if e.get("action") == "decision" and e.get("code") == "HANG"
+               and str(e.get("component", "")).startswith(f"job:{job}/")]  # fmt: skip
+    return {**alert[-1], "decision": decided[-1]["decision"]} if decided else {}
+
+
+def dump(lab, hooks, pdir: Path, node: str) -> None:
+    """What a failing test needs to be read: the audit, the watcher's log, the records."""
+    for e in hooks.audit(node):
+        print("audit", e)
+    log = hooks.node(node).dir / "watch.log"
+    print(log.read_text()[-4000:] if log.exists() else "no watch.log")
+    for p in sorted(pdir.rglob("*")):
+        print(
+            p, p.lstat().st_uid, p.read_text()[-400:] if p.is_file() and not p.is_symlink() else ""
+        )
+
+
+# -- forged records --------------------------------------------------------------------------
+
+
+def test_forged_records_exited_rank_symlink_other_jobs_and_nodes_drain_nothing(rig, job_dir):
+    lab, hooks, pdir = rig
+    # Two CPUs a node: each attacker job beside one victim job.
+    node, exits, other = lab.node_names[0], lab.node_names[1], lab.node_names[2]
+    victims = [victim(lab, job_dir, node), victim(lab, job_dir, exits)]
+    vjob = victims[0][0]
+    forged = job_dir / "forged.txt"  # a root-owned file a symlink points at
+    rec = "printf 'P1 job=%s restart=0 rank=%s node=%s pid=%s step=%s time=%s\\n'"
+    # Job A: the issue's attack - two backdated records for rank 0 naming pid=1,
+    # a symlink to root's file of forged records, records in the other user's
+    # job directory, and records naming another node.
+    a = script(
+        job_dir / "a.sh",
+        f"""
+D={pdir}/$SLURM_JOB_ID; mkdir -p $D; now=$(date +%s)
+{rec} $SLURM_JOB_ID 0 $SLURMD_NODENAME 1 0 $((now-1100)) >> $D/rank0.log
+{rec} $SLURM_JOB_ID 0 $SLURMD_NODENAME 1 1 $((now-1000)) >> $D/rank0.log
+ln -s {forged} $D/rank1.log
+mkdir -p {pdir}/{vjob}
+{rec} {vjob} 0 $SLURMD_NODENAME 1 0 $((now-1100)) >> {pdir}/{vjob}/rank0.log
+{rec} {vjob} 0 $SLURMD_NODENAME 1 1 $((now-1000)) >> {pdir}/{vjob}/rank0.log
+for i in $(seq 600); do sleep 1; done
+""",
+    )
+    forged.write_text("")
+    # Job B: a rank that records steps, then exits while the job runs on.
+    b = script(
+        job_dir / "b.sh",
+        f"""
+D={pdir}/$SLURM_JOB_ID; mkdir -p $D
+( for s in 0 1 2 3; do {rec} $SLURM_JOB_ID 0 $SLURMD_NODENAME $BASHPID $s $(date +%s.%N) \\
+    >> $D/rank0.log; sleep 0.3; done )
+for i in $(seq 600); do sleep 1; done
+""",
+    )
+    # Job C (on a third node): records naming this node's name, a rank of
+    # job A, and a job that does not exist.
+    c = script(
+        job_dir / "c.sh",
+        f"""
+now=$(date +%s); mkdir -p {pdir}/$SLURM_JOB_ID {pdir}/99999
+{rec} $SLURM_JOB_ID 0 {node} 1 0 $((now-1100)) >> {pdir}/$SLURM_JOB_ID/rank0.log
+{rec} $SLURM_JOB_ID 0 {node} 1 1 $((now-1000)) >> {pdir}/$SLURM_JOB_ID/rank0.log
+{rec} 99999 0 {node} 1 0 $((now-1100)) >> {pdir}/99999/rank0.log
+{rec} 99999 0 {node} 1 1 $((now-1000)) >> {pdir}/99999/rank0.log
+for i in $(seq 600); do sleep 1; done
+""",
+    )
+    jobs = [submit(lab, a, "-w", node, "-n1", f"--output={job_dir}/a.out"),
+            submit(lab, b, "-w", exits, "-n1", f"--output={job_dir}/b.out"),
+            submit(lab, c, "-w", other, "-n1", f"--output={job_dir}/c.out")]  # fmt: skip
+    try:
+        forged.write_text("".join(
+            f"P1 job={jobs[0]} restart=0 rank=1 node={node} pid=1 step={s} time={time.time() - 900 + s}\n"
+            for s in range(2)))  # fmt: skip
+        ja, jb, jc = jobs
+        try:
+            lab.wait_for(lambda: told(hooks, node, ja) and told(hooks, exits, jb), 60,
+                         what="the owner told of both hangs")  # fmt: skip
+        except Exception:
+            dump(lab, hooks, pdir, node)
+            dump(lab, hooks, pdir, exits)
+            raise
+        for job, where in ((ja, node), (jb, exits)):
+            entry = told(hooks, where, job)
+            assert entry["user"] == TEST_USER and entry["decision"] == "report_job", entry
+            assert "process gone" in entry["why"] and "no node drained" in entry["why"], entry
+            assert entry["provenance"] == ["user_file", "user_process"], entry
+        time.sleep(3 * PROGRESS["interval_s"] + 1)  # a few more passes over job C's records
+        assert_untouched(lab, hooks, victims)
+        for n in lab.node_names:
+            assert not [e for e in hooks.audit(n) if e.get("job") in (jc, "99999")], n
+        # Every job of the attacker still runs: nothing was requeued (no opt-in).
+        for job in jobs:
+            info = lab.client().get_job(job)
+            assert (info.state, info.restart_count) == ("RUNNING", 0), info
+    finally:
+        run(["scancel", *jobs, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+# -- a rank stopped by its owner; the real case ------------------------------------------------
+
+
+def train(lab, job_dir: Path, pdir: Path, *extra: str) -> str:
+    # The job runs as the unprivileged user: the system's python (numpy), and
+    # the progress writer (standard library only) from this checkout.
+    env = {"PYTHON": USER_PYTHON, "PYTHONPATH": str(REPO), "TRAIN_PY": str(TRAIN),
+           "CKPT_DIR": str(job_dir / "ckpt"), "SLURM_HOOKS_PROGRESS_DIR": str(pdir)}  # fmt: skip
+    s = TRAIN.with_name("train.sbatch")
+    argv = ["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-N2", *extra,
+            f"--output={job_dir}/train.out", f"--chdir={job_dir}", str(s), "--backend", "numpy",
+            "--collective", "file", "--max-steps", "60", "--step-seconds", "0.2",
+            "--ckpt-every", "1000"]  # fmt: skip
+    return run(argv, timeout=30, env={**lab.env(), **env}).stdout.strip()
+
+
+def last_record(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return dict(tok.split("=", 1) for tok in lines[-1].split()[1:]) if lines else {}
+
+
+def _stop_rank1(lab, pdir: Path, job: str) -> tuple[str, int]:
+    f = pdir / job / "rank1.log"
+    lab.wait_for(lambda: int(last_record(f).get("step", 0)) >= 5, 90, what="training progress")
+    rec = last_record(f)
+    # The owner stops their own rank: what any user can do.
+    run(["runuser", "-u", TEST_USER, "--", "kill", "-STOP", rec["pid"]], timeout=10)
+    return rec["node"], int(rec["pid"])
+
+
+def _user_python() -> None:
+    res = run(["runuser", "-u", TEST_USER, "--", USER_PYTHON, "-c", "import numpy"], timeout=30,
+              check=False)  # fmt: skip
+    if not res.ok:
+        pytest.skip(f"{USER_PYTHON} with numpy is not usable by {TEST_USER}")
+
+
+def test_rank_stopped_by_its_owner_requeues_only_that_job_when_opted_in(rig, job_dir):
+    lab, hooks, pdir = rig
+    _user_python()
+    job = train(lab, job_dir, pdir, "--comment", "slurm-hooks:requeue-on-hang")
+    victims: list[tuple[str, Path]] = []
+    pid = 0
+    try:
+        info = lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
+        from slurm_hooks.core.hostlist import expand
+
+        victims = [victim(lab, job_dir, n) for n in expand(info.nodes)]
+        culprit, pid = _stop_rank1(lab, pdir, job)
+        lab.wait_for(lambda: any(e.get("action") == "job_requeue" and e.get("job") == job
+                                 for e in hooks.audit(culprit)), 60, what="the job's requeue")  # fmt: skip
+        entry = told(hooks, culprit, job)
+        assert entry["decision"] == "requeue_job" and "process stopped" in entry["why"], entry
+        req = [e for e in hooks.audit(culprit) if e.get("action") == "job_requeue"][-1]
+        assert req["outcome"] == "requeued" and req["user"] == TEST_USER, req
+        lab.wait_for(lambda: lab.client().get_job(job).restart_count >= 1, 60, what="requeue")
+        assert_untouched(lab, hooks, victims)
+    finally:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        run(["scancel", job, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def test_hung_rank_with_its_gpu_lost_drains_its_node_and_requeues_the_job(rig, job_dir):
+    """The real case: trusted evidence (NVML: the rank's node lost a GPU) beside
+    the hang -> that node drained with HANG, the job requeued, the other node kept."""
+    lab, hooks, pdir = rig
+    _user_python()
+    job = train(lab, job_dir, pdir)
+    try:
+        lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
+        f = pdir / job / "rank1.log"
+        lab.wait_for(lambda: int(last_record(f).get("step", 0)) >= 5, 90, what="progress")
+        culprit = last_record(f)["node"]
+        hooks.lose_gpu(culprit, 0)
+        _stop_rank1(lab, pdir, job)
+        reason = parse_reason(wait_drained(lab, culprit, timeout=30))
+        assert reason.code == "HANG" and reason.component == f"job:{job}/rank1", reason
+        assert "gpu0 (GPU_IS_LOST) lost" in reason.text, reason
+        lab.wait_for(lambda: lab.client().get_job(job).restart_count >= 1, 60, what="requeue")
+        others = [n for n in lab.node_names if n != culprit]
+        assert all(lab.client().get_node(n).reason is None for n in others)
+        entry = told(hooks, culprit, job)
+        assert entry["decision"] == "drain" and "nvml" in entry["provenance"], entry
+    finally:
+        run(["scancel", job], timeout=30, env=lab.env(), check=False)
+
+
+# -- an XID line through logger ----------------------------------------------------------------
+
+
+class SyslogStandIn:
+    """What a syslog daemon does with ``logger`` (RFC 3164 over a datagram
+    socket): it writes ``stamp host tag: message`` to the kernel-log file the
+    node's XID source reads.  There is no syslog daemon on the lab host."""
+
+    def __init__(self, sock: Path, target: Path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(sock))
+        os.chmod(sock, 0o666)
+        self.target = target
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(8192)
+            except OSError:
+                return
+            text = data.decode(errors="replace")
+            if text.startswith("<") and ">" in text:
+                text = text.split(">", 1)[1]
+            self.lines.append(text)
+            with open(self.target, "a") as fh:
+                fh.write(text.rstrip("\n") + "\n")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
+    lab, hooks, _ = rig
+    node = lab.node_names[0]
+    victims = [victim(lab, job_dir, node)]
+    sock = job_dir / "log.sock"
+    stand_in = SyslogStandIn(sock, hooks.node(node).kern_log)
+    xid = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus."
+    try:
+        res = run(["runuser", "-u", TEST_USER, "--", "logger", "--rfc3164", "-p", "kern.err",
+                   "--socket", str(sock), xid], timeout=10)  # fmt: skip
+        assert res.ok
+        lab.wait_for(lambda: stand_in.lines, 10, what="the syslog line")
+        assert xid in hooks.node(node).kern_log.read_text()
+        # The kernel's own record device is not the user's to write.
+        kmsg = run(["runuser", "-u", TEST_USER, "--", "sh", "-c", f"echo '{xid}' > /dev/kmsg"],
+                   timeout=10, check=False)  # fmt: skip
+        assert kmsg.rc != 0
+        time.sleep(3)  # the watcher follows the file every 50 ms
+        assert_untouched(lab, hooks, victims)
+        assert not [e for e in hooks.audit(node) if str(e.get("code", "")).startswith("XID")]
+        # The watchers' kernel-log source is live: a kernel line in the same
+        # form drains (on an idle node: nothing to evacuate there).
+        idle = lab.node_names[2]
+        hooks.inject_xid(idle, 79)
+        assert parse_reason(wait_drained(lab, idle, timeout=30)).code.startswith("XID")
+        assert_untouched_victims(lab, victims)
+    finally:
+        stand_in.close()
+        run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
