@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+import stat
 import tomllib
 import types
 import typing
@@ -419,24 +420,27 @@ def load(path: str | os.PathLike[str] | None = None, *, validate: bool = True) -
     explicit = path is not None or ENV_CONFIG in os.environ
     p = Path(path if path is not None else os.environ.get(ENV_CONFIG, DEFAULT_CONFIG))
     try:
-        text = p.read_text(encoding="utf-8")
+        # The mode and owner judged are those of the file read (fstat of
+        # the open descriptor), not of whatever the path names a moment later.
+        with open(p, "rb") as fh:
+            _check_owner(p, os.fstat(fh.fileno()))
+            text = fh.read().decode("utf-8")
     except FileNotFoundError as exc:
         if explicit:
             raise ConfigError("file not found", path=str(p)) from exc
         return Config(path=None, data={})
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(p)) from exc
-    _check_owner(p)
     return parse(text, path=str(p), validate=validate)
 
 
-def _check_owner(p: Path) -> None:
+def _check_owner(p: Path, st: os.stat_result) -> None:
     """The config names commands root runs (``[notify] mail_argv``) and
     holds credentials (``webhook_url``): a file anyone can write is refused,
-    and so is, for root, a file another user owns (docs/security.md)."""
-    try:
-        st = p.stat()
-    except OSError:
+    and so is, for root, a file another user owns (docs/security.md).
+    Only regular files are judged: ``/dev/null`` (an empty config) is
+    world-writable by design and holds nothing."""
+    if not stat.S_ISREG(st.st_mode):
         return
     if st.st_mode & 0o002:
         raise ConfigError(
