@@ -195,6 +195,7 @@ SECTIONS: dict[str, str] = {
     "repair": "slurm_hooks.decide.repair:RepairConfig",
     "preflight": "slurm_hooks.agent.preflight:PreflightConfig",
     "progress": "slurm_hooks.detect.progress.settings:ProgressConfig",
+    "site_checks": "slurm_hooks.detect.site.spec:SiteChecksConfig",
 }
 
 
