@@ -337,11 +337,12 @@ class FileContents:
 @dataclass(frozen=True)
 class Command:
     """Run ``argv`` (no shell) within ``timeout_s``; its exit status must be
-    ``status`` (None: any), and each match string must match some line of
+    ``status`` (unless ``check_status = false``), and each match string must match some line of
     its output (negated: none).  (NHC: check_cmd_status, check_cmd_output.)"""
 
     argv: tuple[str, ...] = ()
-    status: int | None = 0
+    status: int = 0
+    check_status: bool = True
     matches: tuple[str, ...] = ()
     timeout_s: float = 5.0
 

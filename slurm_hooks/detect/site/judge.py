@@ -393,7 +393,7 @@ def command(a: A.Command, r: Ran) -> list[Problem]:
     if r.error:
         return [Problem(f"{name}: {r.error}")]
     out = []
-    if a.status is not None and r.rc != a.status:
+    if a.check_status and r.rc != a.status:
         out.append(Problem(f"{name}: exit status {r.rc}, expected {a.status}", {"rc": r.rc}))
     out += _lines_match(r.output.splitlines(), a.matches, name)
     return out

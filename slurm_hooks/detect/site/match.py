@@ -18,9 +18,21 @@ from functools import lru_cache
 
 from slurm_hooks.core.errors import ConfigError
 
+#: POSIX bracket classes (bash's ERE knows them, Python's re does not).
+_POSIX = {
+    "[:alpha:]": "a-zA-Z", "[:digit:]": "0-9", "[:alnum:]": "a-zA-Z0-9", "[:upper:]": "A-Z",
+    "[:lower:]": "a-z", "[:space:]": r"\s", "[:blank:]": r" \t", "[:xdigit:]": "0-9A-Fa-f",
+    "[:punct:]": r"!-/:-@\[-`{-~", "[:word:]": r"\w", "[:cntrl:]": r"\x00-\x1f\x7f",
+    "[:print:]": r"\x20-\x7e", "[:graph:]": r"\x21-\x7e",
+}  # fmt: skip
+
 
 @lru_cache(maxsize=512)
 def _regex(pattern: str) -> re.Pattern[str]:
+    """An ERE as bash's ``=~`` reads it, compiled by Python (POSIX classes
+    rewritten)."""
+    for cls, py in _POSIX.items():
+        pattern = pattern.replace(cls, py)
     try:
         return re.compile(pattern)
     except re.error as exc:

@@ -1,0 +1,708 @@
+"""``slurm-hooks nhc import``: an nhc.conf -> ``[[site_checks]]``, nothing dropped.
+
+Pure: text in, an :class:`Import` out.  Every line NHC would read ends up
+in exactly one list: translated (with notes on what was left behind, such
+as NHC's repair actions), a setting (applied, or listed as without effect
+here), or untranslated with the reason.  The translations follow NHC's
+documented semantics (NHC's README, "Built-in Checks"); NHC's own code is
+not used.
+"""
+
+from __future__ import annotations
+
+import getopt
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_hooks.detect.site.nhc_conf import ConfLine, ShellSyntax, assignment, read_conf, words
+
+Row = dict[str, Any]
+
+
+class Untranslatable(ValueError):
+    """This line has no slurm-hooks equivalent (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Translated:
+    line: ConfLine
+    checks: tuple[Row, ...]
+    notes: tuple[str, ...] = ()
+    #: Covered by built-in checks rather than site checks (nVidia healthmon).
+    builtin: str = ""
+
+
+@dataclass(frozen=True)
+class Untranslated:
+    line: ConfLine
+    reason: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    line: ConfLine
+    name: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Import:
+    translated: tuple[Translated, ...] = ()
+    untranslated: tuple[Untranslated, ...] = ()
+    settings: tuple[Setting, ...] = ()
+    #: Other sections the settings map to ({"general": {"observe_only": True}}).
+    extra: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def check_lines(self) -> int:
+        return len(self.translated) + len(self.untranslated)
+
+    @property
+    def ratio(self) -> float:
+        return len(self.translated) / self.check_lines if self.check_lines else 1.0
+
+    @property
+    def complete(self) -> bool:
+        return not self.untranslated
+
+    @property
+    def rows(self) -> list[Row]:
+        return [r for t in self.translated for r in t.checks]
+
+
+# -- settings -------------------------------------------------------------------------
+
+#: Variables that change nothing a site check judges: NHC's own logging,
+#: modes and the commands it uses for its own work.
+NO_EFFECT = {
+    "DEBUG": "NHC's debug output", "VERBOSE": "NHC's verbose output", "SILENT": "NHC's logging",
+    "LOGFILE": "NHC's log file", "NHC_CHECK_ALL": "slurm-hooks always runs every check",
+    "NHC_CHECK_FORKED": "every site check is bounded by its own timeout",
+    "DETACHED_MODE": "slurm-hooks runs in the foreground within its budget",
+    "DETACHED_MODE_FAIL_NODATA": "as DETACHED_MODE", "DF_CMD": "space is read with statvfs",
+    "DF_FLAGS": "space is read with statvfs", "DFI_CMD": "inodes are read with statvfs",
+    "DFI_FLAGS": "inodes are read with statvfs", "STAT_CMD": "files are read with stat()",
+    "STAT_FMT_ARGS": "files are read with stat()", "PATH": "commands run with the hook's PATH",
+    "HOSTNAME": "hosts are matched on the Slurm node name",
+    "HOSTNAME_S": "hosts are matched on the Slurm node name",
+    "OFFLINE_NODE": "drains go through slurm-hooks' own door",
+    "ONLINE_NODE": "resumes go through slurm-hooks' acceptance", "IGNORE_EMPTY_NOTE": "as ONLINE_NODE",
+    "SLURM_SCONTROL": "slurm-hooks' Slurm backend", "SLURM_SINFO": "slurm-hooks' Slurm backend",
+    "SLURM_SC_OFFLINE_ARGS": "slurm-hooks' Slurm backend", "SLURM_SC_ONLINE_ARGS": "slurm-hooks' Slurm backend",
+    "SLURM_SERVER_HOME": "not used", "JOBFILE_PATH": "job users are found from slurmstepd's children",
+    "PASSWD_DATA_SRC": "users are read through the system's name service",
+}  # fmt: skip
+#: NHC's defaults of variables a config may expand (README, "Supported
+#: Variables"); node-specific ones ($HOSTNAME, $HW_*) are not here.
+NHC_DEFAULTS = {"PBS_SERVER_HOME": "/var/spool/torque", "SLURM_SERVER_HOME": "/var/spool/slurmd",
+                "CONFDIR": "/etc/nhc", "INCDIR": "/etc/nhc/scripts", "HELPERDIR": "/usr/libexec/nhc",
+                "NAME": "nhc"}  # fmt: skip
+#: Variables a translated check reads (kept for the lines after them).
+USED = {"MAX_SYS_UID", "NHC_AUTH_USERS", "RM_DAEMON_MATCH", "MCELOG", "MCELOG_ARGS",
+        "MCELOG_MAX_CORRECTED_RATE", "MCELOG_MAX_UNCORRECTED_RATE", "NVIDIA_HEALTHMON",
+        "NVIDIA_HEALTHMON_ARGS", "NHC_RM"}  # fmt: skip
+
+
+def _setting(line: ConfLine, name: str, value: str, extra: dict[str, dict[str, Any]]) -> Setting:
+    if name == "TIMEOUT":
+        try:
+            secs = float(value)
+        except ValueError:
+            return Setting(line, name, value, "ignored: not a number of seconds")
+        extra.setdefault("checks", {}).setdefault("budget_s", {})["healthcheck"] = secs
+        return Setting(line, name, value, f"[checks] budget_s.healthcheck = {secs:g}")
+    if name == "MARK_OFFLINE":
+        off = value.strip() in ("0", "")
+        if off:
+            extra.setdefault("general", {})["observe_only"] = True
+        return Setting(
+            line, name, value, "[general] observe_only = true" if off else "drains as usual"
+        )
+    if name == "NHC_RM":
+        if value.lower() == "slurm":
+            return Setting(line, name, value, "Slurm: what slurm-hooks speaks")
+        return Setting(line, name, value, f"ignored: slurm-hooks speaks Slurm only, not {value}")
+    if name in NO_EFFECT:
+        return Setting(line, name, value, f"no effect here: {NO_EFFECT[name]}")
+    if name in USED:
+        return Setting(line, name, value, "read by the checks that follow")
+    return Setting(line, name, value, "kept for $-expansion in the lines that follow")
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+def _opts(argv: list[str], spec: str) -> tuple[list[tuple[str, str]], list[str]]:
+    try:
+        return getopt.getopt(argv, spec)
+    except getopt.GetoptError as exc:
+        raise Untranslatable(f"bad option for this check: {exc}") from exc
+
+
+def _kb(value: str) -> str:
+    """NHC's size (a bare number is kB) in our spelling, which names the unit."""
+    v = value.strip()
+    if not v:
+        return ""
+    if v.endswith("%"):
+        return v
+    if v[-1:].isdigit():
+        return f"{v}kB"
+    return v
+
+
+_ACTION_NOTE = (
+    "NHC's {what} ({opt}) is not carried: slurm-hooks reports and drains, it does not repair here"
+)
+
+
+def fs_mount(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    notes: list[str] = []
+    row: Row = {"kind": "fs_mount"}
+    if fn == "check_fs_mount_rw":
+        row["mode"] = "rw"
+    elif fn == "check_fs_mount_ro":
+        row["mode"] = "ro"
+    fatal = True
+    if argv and not argv[0].startswith("-"):
+        paths = [argv[0]]
+        for key, value in zip(("source", "fstype", "options"), argv[1:4], strict=False):
+            if value:
+                row[key] = value
+    else:
+        opts, rest = _opts(argv, "0rE:F:O:e:f:o:s:t:")
+        paths = list(rest)
+        multi: dict[str, list[str]] = {}
+        for o, a in opts:
+            if o in ("-f", "-F"):
+                paths.append(a)
+            elif o == "-0":
+                fatal = False
+            elif o in ("-t", "-s", "-o"):
+                multi.setdefault({"-t": "fstype", "-s": "source", "-o": "options"}[o], []).append(a)
+            elif o in ("-r", "-O"):
+                notes.append(_ACTION_NOTE.format(what="remount", opt=o))
+            elif o in ("-e", "-E"):
+                notes.append(_ACTION_NOTE.format(what="action", opt=f"{o} {a!r}"))
+        for key, values in multi.items():
+            if len(values) > 1:
+                raise Untranslatable(f"several {key} alternatives ({', '.join(values)})")
+            row[key] = values[0]
+    if not paths:
+        raise Untranslatable("no mount point given")
+    row["paths"] = paths
+    if not fatal:
+        row["fatal"] = False
+    return [row], notes
+
+
+def fs_space(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    if not argv:
+        raise Untranslatable("no mount point given")
+    path, rest = argv[0], argv[1:]
+    if fn == "check_fs_free" and rest:
+        return [{"kind": "fs_space", "path": path, "min_free": _kb(rest[0])}], []
+    if fn == "check_fs_used" and rest:
+        return [{"kind": "fs_space", "path": path, "max_used": _kb(rest[0])}], []
+    if fn == "check_fs_size" and any(rest):
+        row: Row = {"kind": "fs_space", "path": path}
+        if rest[0:1] and rest[0]:
+            row["min_size"] = _kb(rest[0])
+        if rest[1:2] and rest[1]:
+            row["max_size"] = _kb(rest[1])
+        return [row], []
+    raise Untranslatable("no limit given")
+
+
+def fs_inodes(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    if len(argv) < 2:
+        raise Untranslatable("no mount point or limit given")
+    row: Row = {"kind": "fs_inodes", "path": argv[0]}
+    if fn == "check_fs_inodes":
+        if argv[1]:
+            row["min_total"] = argv[1]
+        if len(argv) > 2 and argv[2]:
+            row["max_total"] = argv[2]
+    else:
+        row["min_free" if fn == "check_fs_ifree" else "max_used"] = argv[1]
+    return [row], []
+
+
+def file_test(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    tests = [w[1:] for w in argv if w.startswith("-") and len(w) == 2]
+    paths = [w for w in argv if not (w.startswith("-") and len(w) == 2)]
+    if "t" in tests:
+        raise Untranslatable("test -t (a terminal) means nothing for a health check")
+    if not paths:
+        raise Untranslatable("no file given")
+    return [{"kind": "file_test", "paths": paths, "tests": tests or ["e"]}], []
+
+
+_STAT_KEYS = {"-m": ("mode", str), "-M": ("min_mode", str), "-u": ("uid", int), "-g": ("gid", int),
+              "-U": ("user", str), "-G": ("group", str), "-t": ("major", int), "-T": ("minor", int),
+              "-d": ("device", int), "-D": ("device", int), "-n": ("mtime_newer_s", float),
+              "-o": ("mtime_older_s", float), "-N": ("ctime_newer_s", float), "-O": ("ctime_older_s", float)}  # fmt: skip
+
+
+def file_stat(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    opts, paths = _opts(argv, "D:G:M:N:O:T:U:d:g:m:n:o:t:u:")
+    row: Row = {"kind": "file_stat", "paths": paths}
+    for o, a in opts:
+        key, conv = _STAT_KEYS[o]
+        try:
+            row[key] = conv(int(a, 0)) if conv is int else conv(a)
+        except ValueError as exc:
+            raise Untranslatable(f"{o} {a!r}: {exc}") from exc
+    if not paths:
+        raise Untranslatable("no file given")
+    return [row], []
+
+
+def file_contents(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    if len(argv) < 2:
+        raise Untranslatable("no file or match string given")
+    return [{"kind": "file_contents", "path": argv[0], "matches": argv[1:]}], []
+
+
+def _nonfatal_actions(actions: list[str]) -> tuple[bool, list[str]]:
+    """NHC's action words: ``die`` (the default when none) fails the check."""
+    notes = [_ACTION_NOTE.format(what=a, opt=a) for a in actions if a in ("kill",)]
+    return (not actions or "die" in actions), notes
+
+
+def ps_service(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    notes: list[str] = []
+    row: Row = {"kind": "ps_service"}
+    if fn in ("check_ps_daemon", "check_ps_blacklist"):
+        if not argv:
+            raise Untranslatable("no process name given")
+        row["service"] = argv[0]
+        if len(argv) > 1 and argv[1]:
+            row["user"] = argv[1]
+        if len(argv) > 2:
+            row.update(full=True, match=f"*{argv[0]} {' '.join(argv[2:])}*")
+        if fn == "check_ps_blacklist":
+            row["running"] = False
+        return [row], notes
+    opts, rest = _opts(argv, "0E:SVcd:e:fkm:rsu:v")
+    if not rest:
+        raise Untranslatable("no service name given")
+    row["service"] = " ".join(rest)
+    for o, a in opts:
+        if o == "-0":
+            row["fatal"] = False
+        elif o == "-d":
+            row["daemon"] = a
+        elif o == "-m":
+            row["match"] = a
+        elif o == "-u":
+            row["user"] = a
+        elif o == "-f":
+            row["full"] = True
+        elif o in ("-S", "-r", "-c"):
+            notes.append(
+                f"NHC starts/restarts the service ({o}); slurm-hooks does not by default "
+                "(set restart = true to run systemctl restart)"
+            )
+        elif o in ("-s", "-k"):
+            row["running"] = False
+            notes.append(_ACTION_NOTE.format(what="stop/kill", opt=o))
+        elif o == "-E":
+            row["running"] = False
+            notes.append(_ACTION_NOTE.format(what="found-action", opt=f"-E {a!r}"))
+        elif o == "-e":
+            notes.append(_ACTION_NOTE.format(what="missing-action", opt=f"-e {a!r}"))
+    return [row], notes
+
+
+def ps_users(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    fatal, notes = _nonfatal_actions(argv)
+    row: Row = {"kind": "ps_users"}
+    if fn == "check_ps_userproc_lineage":
+        row["lineage"] = True
+    if "MAX_SYS_UID" in v:
+        row["max_sys_uid"] = int(v["MAX_SYS_UID"])
+    if "NHC_AUTH_USERS" in v:
+        row["auth_users"] = v["NHC_AUTH_USERS"].split()
+    if "RM_DAEMON_MATCH" in v:
+        row["rm_daemon"] = v["RM_DAEMON_MATCH"]
+    if not fatal:
+        row["fatal"] = False
+    return [row], notes
+
+
+def ps_loadavg(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    row: Row = {"kind": "ps_loadavg"}
+    for key, value in zip(("max_1m", "max_5m", "max_15m"), argv, strict=False):
+        if value:
+            try:
+                row[key] = float(value)
+            except ValueError as exc:
+                raise Untranslatable(f"load limit {value!r} is not a number") from exc
+    return [row], []
+
+
+def hw_cpuinfo(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    row: Row = {"kind": "hw_cpuinfo"}
+    for key, value in zip(("sockets", "cores", "threads"), argv, strict=False):
+        if value:
+            if not value.isdigit():
+                raise Untranslatable(f"{key} {value!r} is not a number")
+            row[key] = int(value)
+    return [row], []
+
+
+_WHICH = {"check_hw_physmem": "physmem", "check_hw_swap": "swap", "check_hw_mem": "total",
+          "check_hw_physmem_free": "physmem", "check_hw_swap_free": "swap", "check_hw_mem_free": "total"}  # fmt: skip
+
+
+def hw_memory(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    which = _WHICH[fn]
+    if fn.endswith("_free"):
+        if not argv:
+            raise Untranslatable("no minimum given")
+        return [{"kind": "hw_memory_free", "which": which, "min": _kb(argv[0])}], []
+    if len(argv) < 2:
+        raise Untranslatable("give the minimum and the maximum")
+    row: Row = {"kind": "hw_memory", "which": which, "min": _kb(argv[0]), "max": _kb(argv[1])}
+    if len(argv) > 2 and argv[2]:
+        row["fudge"] = _kb(argv[2])
+    return [row], []
+
+
+def hw_ib(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    row: Row = {"kind": "hw_ib"}
+    if argv and argv[0]:
+        try:
+            row["rate"] = float(argv[0])
+        except ValueError as exc:
+            raise Untranslatable(f"rate {argv[0]!r} is not a number") from exc
+    if len(argv) > 1:
+        row["device"] = argv[1]
+    return [row], ["NHC also fails when the kernel's umad ABI is absent; here a port must be up"]
+
+
+def hw_eth(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    if not argv:
+        raise Untranslatable("no interface given")
+    notes = (
+        ["the gm driver module is not checked, only the interface"] if fn == "check_hw_gm" else []
+    )
+    return [{"kind": "hw_eth", "device": argv[0]}], notes
+
+
+def hw_mcelog(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    row: Row = {"kind": "hw_mcelog"}
+    for var, key in (
+        ("MCELOG_MAX_CORRECTED_RATE", "max_corrected_per_day"),
+        ("MCELOG_MAX_UNCORRECTED_RATE", "max_uncorrected_per_day"),
+    ):
+        if var in v:
+            if v[var] == "":
+                row[key] = -1  # NHC: empty = any output fails; written as -1 below
+            else:
+                row[key] = int(v[var])
+    if row.get("max_corrected_per_day") == -1 or row.get("max_uncorrected_per_day") == -1:
+        raise Untranslatable(
+            "MCELOG_MAX_*_RATE set empty (any MCE output fails): set both limits, or write a command check"
+        )
+    if "MCELOG" in v or "MCELOG_ARGS" in v:
+        row["command"] = [v.get("MCELOG", "mcelog"), *shlex.split(v.get("MCELOG_ARGS", "--client"))]
+    return [row], []
+
+
+def dmi(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    if fn == "check_dmi_raw_data_match":
+        if not argv:
+            raise Untranslatable("no match string given")
+        return [{"kind": "dmi", "raw": True, "match": m} for m in argv], []
+    args = ["-x" if a == "-!" else a for a in argv]
+    absent = False
+    if args and args[0] == "!":
+        absent, args = True, args[1:]
+    opts, rest = _opts(args, "xh:nt:")
+    row: Row = {"kind": "dmi"}
+    for o, a in opts:
+        if o in ("-x", "-n"):
+            absent = True
+        elif o == "-h":
+            row["handle"] = a
+        elif o == "-t":
+            row["type"] = a
+    if len(rest) != 1:
+        raise Untranslatable("expected one match string")
+    row["match"] = rest[0]
+    if absent:
+        row["absent"] = True
+    return [row], []
+
+
+def command(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    opts, rest = _opts(argv, "C:M:O:e:m:r:t:")
+    row: Row = {"kind": "command"}
+    status: int | None = None if fn == "check_cmd_output" else 0
+    matches: list[str] = []
+    for o, a in opts:
+        if o == "-t":
+            row["timeout_s"] = float(a)
+        elif o == "-r":
+            status = int(a)
+        elif o == "-m":
+            matches.append(a)
+        elif o == "-e":
+            rest = a.split()  # NHC splits -e on blanks, no quotes
+        elif o in ("-C", "-O", "-M"):
+            raise Untranslatable(f"{o} is for NHC's own wrapper checks")
+    if not rest:
+        raise Untranslatable("no command given")
+    row["argv"] = rest
+    if status is None:
+        row["check_status"] = False
+    else:
+        row["status"] = status
+    if matches:
+        row["matches"] = matches
+    return [row], []
+
+
+def net_ping(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    opts, targets = _opts(argv, "I:W:c:i:s:t:w:")
+    if not targets:
+        raise Untranslatable("no target given")
+    flags = [x for o, a in opts for x in (o, a)]
+    return [
+        {
+            "kind": "command",
+            "argv": ["ping", "-q", "-n", *flags, "--", t],
+            "status": 0,
+            "timeout_s": 10.0,
+        }
+        for t in targets
+    ], []
+
+
+GPU_BUILTIN = "gpu_count, gpu_lost, ecc, retired_pages, row_remap, pcie, nvlink, throttle, gpu_temp (built in, on by default)"
+
+TRANSLATORS: dict[str, Callable[[str, list[str], dict[str, str]], tuple[list[Row], list[str]]]] = {
+    **dict.fromkeys(("check_fs_mount", "check_fs_mount_rw", "check_fs_mount_ro"), fs_mount),
+    **dict.fromkeys(("check_fs_free", "check_fs_used", "check_fs_size"), fs_space),
+    **dict.fromkeys(("check_fs_inodes", "check_fs_ifree", "check_fs_iused"), fs_inodes),
+    "check_file_test": file_test, "check_file_stat": file_stat, "check_file_contents": file_contents,
+    **dict.fromkeys(("check_ps_service", "check_ps_daemon", "check_ps_blacklist"), ps_service),
+    **dict.fromkeys(("check_ps_unauth_users", "check_ps_userproc_lineage"), ps_users),
+    "check_ps_loadavg": ps_loadavg, "check_hw_cpuinfo": hw_cpuinfo,
+    **dict.fromkeys(_WHICH, hw_memory),
+    "check_hw_ib": hw_ib, "check_hw_eth": hw_eth, "check_hw_gm": hw_eth, "check_hw_mcelog": hw_mcelog,
+    **dict.fromkeys(("check_dmi_data_match", "check_dmi_raw_data_match"), dmi),
+    **dict.fromkeys(("check_cmd_status", "check_cmd_output"), command),
+    "check_net_ping": net_ping,
+}  # fmt: skip
+NOT_CARRIED = {
+    "check_moab_sched": "Moab is not Slurm", "check_moab_rm": "Moab is not Slurm",
+    "check_moab_torque": "TORQUE is not Slurm",
+    "check_ps_cpu": "kills or renices processes by CPU use (an action, not a health verdict)",
+    "check_ps_mem": "kills processes by memory use (an action, not a health verdict)",
+    "check_ps_physmem": "kills processes by memory use (an action, not a health verdict)",
+    "check_ps_time": "kills processes by CPU time (an action, not a health verdict)",
+    "check_ps_kswapd": "kswapd CPU-time balance has no site check kind yet",
+    "check_net_socket": "socket tables have no site check kind yet (write a command check with ss)",
+}  # fmt: skip
+GPU_CHECKS = ("check_nv_healthmon", "check_nvsmi_healthmon")
+
+
+def translate_line(
+    line: ConfLine, variables: dict[str, str], groups: Mapping[str, str]
+) -> Translated:
+    """One check line; raises Untranslatable."""
+    hosts = _hosts(line.target, groups)
+    try:
+        argv = words(line.check, variables)
+    except ShellSyntax as exc:
+        raise Untranslatable(f"the check {exc}") from exc
+    if not argv:
+        raise Untranslatable("empty check")
+    fn, args = argv[0], argv[1:]
+    if fn in GPU_CHECKS:
+        return Translated(
+            line,
+            (),
+            ("NHC runs nvidia-healthmon/nvidia-smi; slurm-hooks' NVML checks cover it",),
+            builtin=GPU_BUILTIN,
+        )
+    if fn in NOT_CARRIED:
+        raise Untranslatable(f"{fn}: {NOT_CARRIED[fn]}")
+    translator = TRANSLATORS.get(fn)
+    if translator is None:
+        raise Untranslatable(
+            f"{fn} is not one of NHC's built-in checks (a site script?): rewrite it as a 'command' site check"
+        )
+    try:
+        rows, notes = translator(fn, args, variables)
+    except (ValueError, IndexError) as exc:
+        if isinstance(exc, Untranslatable):
+            raise
+        raise Untranslatable(f"{fn}: {exc}") from exc
+    for r in rows:
+        r.update(hosts)
+        r["origin"] = f"nhc.conf:{line.lineno}: {line.text}"[:300]
+    return Translated(line, tuple(rows), tuple(notes))
+
+
+def _hosts(target: str, groups: Mapping[str, str]) -> Row:
+    if not target:
+        raise Untranslatable("no '||': NHC would read the whole line as a target")
+    neg = target.startswith("!")
+    body = target[1:] if neg else target
+    if body.startswith("@"):
+        name = body[1:]
+        if name not in groups:
+            raise Untranslatable(
+                f"node group @{name}: give its hosts with --group {name}=HOSTLIST (or feature:NAME)"
+            )
+        spec = groups[name]
+        if spec.startswith("feature:"):
+            if neg:
+                raise Untranslatable(f"!@{name} as a Slurm feature: a feature cannot be negated")
+            return {"feature": spec.partition(":")[2]}
+        return {"hosts": ("!" if neg else "") + "{" + spec + "}"}
+    if target == "*":
+        return {}
+    from slurm_hooks.detect.site.match import validate_mstr
+
+    try:
+        validate_mstr(target)
+    except Exception as exc:  # noqa: BLE001 - ConfigError from a bad regex or hostlist
+        raise Untranslatable(f"target {target!r}: {exc}") from exc
+    return {"hosts": target}
+
+
+def import_conf(text: str, *, groups: Mapping[str, str] | None = None) -> Import:
+    """Translate an nhc.conf.  Variables are tracked in file order and apply
+    to the lines after them (per target, as NHC would on each node: a
+    setting under a narrower target is applied to every later line with a
+    note, since it cannot be split per host here)."""
+    groups = groups or {}
+    variables: dict[str, str] = dict(NHC_DEFAULTS)
+    translated: list[Translated] = []
+    untranslated: list[Untranslated] = []
+    settings: list[Setting] = []
+    extra: dict[str, dict[str, Any]] = {}
+    for line in read_conf(text):
+        assign = assignment(line.check)
+        if assign is not None and line.target:
+            name, value = assign
+            variables[name] = value
+            s = _setting(line, name, value, extra)
+            if line.target != "*":
+                s = Setting(
+                    line,
+                    name,
+                    value,
+                    f"{s.effect} (set for {line.target} only in NHC; applied to all here)",
+                )
+            settings.append(s)
+            continue
+        try:
+            t = translate_line(line, variables, groups)
+            for r in t.checks:
+                _validate(r)
+            translated.append(t)
+        except Untranslatable as exc:
+            untranslated.append(Untranslated(line, str(exc)))
+    _number(translated)
+    return Import(tuple(translated), tuple(untranslated), tuple(settings), extra)
+
+
+def _validate(row: Row) -> None:
+    """The row as the config loader will read it: a value it would refuse
+    (a regex Python cannot compile, a size without a number) makes the
+    line untranslated here rather than the config invalid later."""
+    from slurm_hooks.core.errors import ConfigError
+    from slurm_hooks.detect.site.spec import parse_row
+
+    try:
+        parse_row(row, 0, path=None, key="site_checks")
+    except ConfigError as exc:
+        raise Untranslatable(f"translated, but the result is not valid: {exc}") from exc
+
+
+def _number(translated: list[Translated]) -> None:
+    """Unique, readable names: <kind>-<nhc.conf line>[-n]."""
+    for t in translated:
+        for i, r in enumerate(t.checks):
+            suffix = f"-{i + 1}" if len(t.checks) > 1 else ""
+            r["name"] = f"{r['kind'].replace('_', '-')}-l{t.line.lineno}{suffix}"
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def _toml_value(v: Any) -> str:
+    import json
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+_FIRST = ("name", "kind", "hosts", "hostlist", "feature", "fatal")
+
+
+def to_toml(imp: Import, source: str = "nhc.conf") -> str:
+    """The equivalent config: ``[[site_checks]]`` tables, the sections the
+    settings map to, and every other line as a comment with its reason."""
+    out = [
+        f"# Imported from {source} by slurm-hooks nhc import: {len(imp.translated)} of "
+        f"{imp.check_lines} check line(s) translated ({imp.ratio:.0%}).",
+        "# NHC matched its targets against the host name; these match the Slurm node name.",
+    ]
+    for section, table in imp.extra.items():
+        out += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    for s in imp.settings:
+        out.append(f"# setting, nhc.conf:{s.line.lineno}: {s.name}={s.value}: {s.effect}")
+    for t in imp.translated:
+        if t.builtin:
+            out += ["", f"# nhc.conf:{t.line.lineno}: {t.line.text}", f"#   covered by {t.builtin}"]
+        for r in t.checks:
+            out += ["", "[[site_checks]]"]
+            keys = [k for k in _FIRST if k in r] + [
+                k for k in r if k not in _FIRST and k != "origin"
+            ]
+            out += [f"{k} = {_toml_value(r[k])}" for k in keys]
+            out.append(f"origin = {_toml_value(r['origin'])}")
+        out += [f"# note: {n}" for n in t.notes if not t.builtin]
+    if imp.untranslated:
+        out += ["", "# NOT TRANSLATED (each needs a decision):"]
+        out += [
+            f"# nhc.conf:{u.line.lineno}: {u.line.text}\n#   why: {u.reason}"
+            for u in imp.untranslated
+        ]
+    return "\n".join(out) + "\n"
+
+
+def to_json(imp: Import) -> dict[str, Any]:
+    def line(x: ConfLine) -> dict[str, Any]:
+        return {"line": x.lineno, "text": x.text, "target": x.target}
+
+    return {
+        "check_lines": imp.check_lines,
+        "translated_lines": len(imp.translated),
+        "ratio": round(imp.ratio, 4),
+        "complete": imp.complete,
+        "site_checks": imp.rows,
+        "sections": {k: dict(v) for k, v in imp.extra.items()},
+        "translated": [{**line(t.line), "names": [r["name"] for r in t.checks], "notes": list(t.notes), "builtin": t.builtin} for t in imp.translated],
+        "untranslated": [{**line(u.line), "reason": u.reason} for u in imp.untranslated],
+        "settings": [{**line(s.line), "name": s.name, "value": s.value, "effect": s.effect} for s in imp.settings],
+    }  # fmt: skip
