@@ -25,10 +25,12 @@ def _sizes(obj: object, *names: str, percent: bool = True) -> None:
                 raise InvalidKey(name, str(exc)) from exc
 
 
-def _counts(obj: object, *names: str) -> None:
+def _counts(obj: object, *names: str, percent: bool = False) -> None:
     for name in names:
         value = getattr(obj, name)
-        if value:
+        if percent and value.endswith("%"):
+            _sizes(obj, name)
+        elif value:
             try:
                 parse_count(value)
             except BadSize as exc:
@@ -77,7 +79,8 @@ class FsMount:
 
 @dataclass(frozen=True)
 class FsSpace:
-    """Space on the file system holding ``path``.  (NHC: check_fs_free,
+    """Space on the file system mounted at ``path`` (as NHC, which reads df:
+    a path that is not a mount point passes; so does a pseudo file system).  (NHC: check_fs_free,
     check_fs_used, check_fs_size.)"""
 
     path: str = ""
@@ -96,7 +99,8 @@ class FsSpace:
 
 @dataclass(frozen=True)
 class FsInodes:
-    """Inodes of the file system holding ``path`` (counts: "1k" = 1000).
+    """Inodes of the file system mounted at ``path`` (counts: "1k" = 1000;
+    free and used also as a percentage).
     (NHC: check_fs_inodes, check_fs_ifree, check_fs_iused.)"""
 
     path: str = ""
@@ -107,7 +111,8 @@ class FsInodes:
 
     def validate(self) -> None:
         _paths((self.path,), "path")
-        _counts(self, "min_total", "max_total", "min_free", "max_used")
+        _counts(self, "min_total", "max_total")
+        _counts(self, "min_free", "max_used", percent=True)
         if not (self.min_total or self.max_total or self.min_free or self.max_used):
             raise InvalidKey("min_free", "give min_total, max_total, min_free or max_used")
 

@@ -114,6 +114,30 @@ def parse_meminfo(text: str) -> MemInfo:
     )
 
 
+def bounded(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``fn()`` in a daemon thread joined with ``timeout``: a call stuck in
+    the kernel on a dead NFS server leaves a thread behind, not a hung
+    hook.  Raises TimeoutError, or what ``fn`` raised."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=target, name="site-bounded", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise TimeoutError(f"{what}: no answer within {timeout:g}s (hung mount?)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _default_user_name(uid: int) -> str:
     import pwd
 
@@ -194,9 +218,9 @@ class Facts:
     def mounts(self) -> list[Partition]:
         return self._once("mounts", lambda: parse_mounts(self._read(f"{self.proc}/self/mounts")))
 
-    def usage(self, path: str) -> FsUsage:
+    def usage(self, path: str, timeout: float = 5.0) -> FsUsage:
         def read() -> FsUsage:
-            st = self.statvfs(path)
+            st = bounded(lambda: self.statvfs(path), timeout, f"statvfs {path}")
             total = st.f_blocks * st.f_frsize / 1024
             free = st.f_bavail * st.f_frsize / 1024
             used = total - st.f_bfree * st.f_frsize / 1024

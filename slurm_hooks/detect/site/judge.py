@@ -75,21 +75,43 @@ def fs_mount(a: A.FsMount, mounts: list[Partition]) -> list[Problem]:
     return out
 
 
-def fs_space(a: A.FsSpace, u: FsUsage) -> list[Problem]:
+def _df_pct(used: float, free: float) -> int:
+    """df's Use%: used over what a user could have, rounded up."""
+    whole = used + free
+    return 0 if whole <= 0 else int(-(-used * 100 // whole))
+
+
+def fs_space(a: A.FsSpace, u: FsUsage | None) -> list[Problem]:
+    """NHC's df rules: a path that is not a mount point, or a file system
+    of size 0 (a pseudo file system), passes; percentages are df's Use%
+    (rounded up); a limit is reached at equality for used space."""
+    if u is None or u.total_kb <= 0:
+        return []
     out = []
-    size = u.used_kb + u.free_kb  # what df counts as 100 %
-    values: dict[str, Value] = {"free_kb": round(u.free_kb), "total_kb": round(u.total_kb)}
+    pct = _df_pct(u.used_kb, u.free_kb)
+    values: dict[str, Value] = {
+        "free_kb": round(u.free_kb),
+        "total_kb": round(u.total_kb),
+        "used_pct": pct,
+    }
     if a.min_free:
-        need = parse_size(a.min_free).of(size)
-        if u.free_kb < need:
+        need = parse_size(a.min_free)
+        short = (100 - pct < need.value) if need.percent else u.free_kb < need.value
+        if short:
             out.append(
-                Problem(f"{a.path}: {u.free_kb:.0f} kB free, less than {a.min_free}", values)
+                Problem(
+                    f"{a.path}: {100 - pct}% free ({u.free_kb:.0f} kB), minimum {a.min_free}",
+                    values,
+                )
             )
     if a.max_used:
-        limit = parse_size(a.max_used).of(size)
-        if u.used_kb > limit:
+        limit = parse_size(a.max_used)
+        full = pct >= limit.value if limit.percent else u.used_kb >= limit.value
+        if full:
             out.append(
-                Problem(f"{a.path}: {u.used_kb:.0f} kB used, more than {a.max_used}", values)
+                Problem(
+                    f"{a.path}: {pct}% used ({u.used_kb:.0f} kB), threshold {a.max_used}", values
+                )
             )
     if a.min_size and u.total_kb < parse_size(a.min_size).value:
         out.append(Problem(f"{a.path}: size {u.total_kb:.0f} kB, less than {a.min_size}", values))
@@ -98,21 +120,41 @@ def fs_space(a: A.FsSpace, u: FsUsage) -> list[Problem]:
     return out
 
 
-def fs_inodes(a: A.FsInodes, u: FsUsage) -> list[Problem]:
+def fs_inodes(a: A.FsInodes, u: FsUsage | None) -> list[Problem]:
+    """As :func:`fs_space`, for inodes (counts: "1k" = 1000; or percent)."""
+    if u is None or u.inodes <= 0:
+        return []
     out = []
-    values: dict[str, Value] = {"inodes": u.inodes, "inodes_free": u.inodes_free}
+    pct = _df_pct(u.inodes_used, u.inodes_free)
+    values: dict[str, Value] = {"inodes": u.inodes, "inodes_free": u.inodes_free, "iused_pct": pct}
     if a.min_total and u.inodes < parse_count(a.min_total):
         out.append(Problem(f"{a.path}: {u.inodes} inodes, fewer than {a.min_total}", values))
     if a.max_total and u.inodes > parse_count(a.max_total):
         out.append(Problem(f"{a.path}: {u.inodes} inodes, more than {a.max_total}", values))
-    if a.min_free and u.inodes_free < parse_count(a.min_free):
-        out.append(
-            Problem(f"{a.path}: {u.inodes_free} inodes free, fewer than {a.min_free}", values)
-        )
-    if a.max_used and u.inodes_used > parse_count(a.max_used):
-        out.append(
-            Problem(f"{a.path}: {u.inodes_used} inodes used, more than {a.max_used}", values)
-        )
+    if a.min_free:
+        if a.min_free.endswith("%"):
+            short = 100 - pct < float(a.min_free[:-1])
+        else:
+            short = u.inodes_free < parse_count(a.min_free)
+        if short:
+            out.append(
+                Problem(
+                    f"{a.path}: {u.inodes_free} inodes free ({100 - pct}%), minimum {a.min_free}",
+                    values,
+                )
+            )
+    if a.max_used:
+        if a.max_used.endswith("%"):
+            full = pct >= float(a.max_used[:-1])
+        else:
+            full = u.inodes_used >= parse_count(a.max_used)
+        if full:
+            out.append(
+                Problem(
+                    f"{a.path}: {u.inodes_used} inodes used ({pct}%), threshold {a.max_used}",
+                    values,
+                )
+            )
     return out
 
 

@@ -29,6 +29,17 @@ class Kind:
     summary: str
 
 
+def _usage(a: A.FsSpace | A.FsInodes, f: Facts) -> Any:
+    """statvfs of ``a.path`` when it is a mount point (df lists only those),
+    else None."""
+    import os
+
+    points = {os.path.normpath(p.mountpoint) for p in f.mounts()}
+    if os.path.normpath(a.path) not in points:
+        return None
+    return f.usage(a.path)
+
+
 def _service(a: A.PsService, f: Facts) -> tuple[list[Any], Any]:
     found = J.service_procs(a, f.processes())
     restarted = None
@@ -84,8 +95,8 @@ def _dmi(a: A.DmiMatch, f: Facts) -> Any:
 
 _KINDS = (
     Kind("fs_mount", "filesystems", A.FsMount, lambda a, f: f.mounts(), J.fs_mount, "FS_MOUNT", "mounted, type, source, options, rw/ro"),
-    Kind("fs_space", "filesystems", A.FsSpace, lambda a, f: f.usage(a.path), J.fs_space, "FS_SPACE", "free/used space and size"),
-    Kind("fs_inodes", "filesystems", A.FsInodes, lambda a, f: f.usage(a.path), J.fs_inodes, "FS_INODES", "total/free/used inodes"),
+    Kind("fs_space", "filesystems", A.FsSpace, _usage, J.fs_space, "FS_SPACE", "free/used space and size"),
+    Kind("fs_inodes", "filesystems", A.FsInodes, _usage, J.fs_inodes, "FS_INODES", "total/free/used inodes"),
     Kind("ps_service", "processes", A.PsService, _service, J.ps_service, "PS_SERVICE", "a daemon runs (as a user), or must not run"),
     Kind("ps_users", "processes", A.PsUsers, lambda a, f: f.processes(), J.ps_users, "PS_USERS", "no unauthorised users' processes"),
     Kind("ps_loadavg", "processes", A.PsLoadavg, lambda a, f: f.loadavg(), J.ps_loadavg, "PS_LOADAVG", "load averages below limits"),

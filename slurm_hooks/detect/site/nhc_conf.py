@@ -141,7 +141,9 @@ def words(check: str, variables: dict[str, str]) -> list[str]:
 
 def _split_keep_quotes(s: str) -> list[str]:
     """``s`` cut into single-quoted pieces and the rest (kept verbatim)."""
-    parts, cur, i = [], [], 0
+    parts: list[str] = []
+    cur: list[str] = []
+    i = 0
     while i < len(s):
         if s[i] == "'":
             j = s.find("'", i + 1)
