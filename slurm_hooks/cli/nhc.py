@@ -31,9 +31,38 @@ def command() -> None:
     metavar="NAME=HOSTLIST|feature:F",
     help="What the target @NAME means: a hostlist, or feature:F for a Slurm node feature.",
 )
-def import_cmd(file: str, as_json: bool, groups: tuple[str, ...]) -> None:
+@click.option(
+    "--sysconfig",
+    type=click.Path(dir_okay=False, exists=True),
+    help="NHC's /etc/sysconfig/nhc: the values its $VARIABLES expand to.",
+)
+@click.option("--var", "variables", multiple=True, metavar="NAME=VALUE", help="One more variable.")
+def import_cmd(
+    file: str,
+    as_json: bool,
+    groups: tuple[str, ...],
+    sysconfig: str | None,
+    variables: tuple[str, ...],
+) -> None:
     """Translate FILE (an nhc.conf; - for stdin) into [[site_checks]]."""
-    from slurm_hooks.detect.site.nhc_import import import_conf, to_json, to_toml
+    from slurm_hooks.detect.site.nhc_import import (
+        SYSCONFIG_GIVEN,
+        import_conf,
+        read_sysconfig,
+        to_json,
+        to_toml,
+    )
+
+    values: dict[str, str] = {}
+    if sysconfig:
+        with open(sysconfig, encoding="utf-8", errors="replace") as f:
+            values.update(read_sysconfig(f.read()))
+        values[SYSCONFIG_GIVEN] = "1"
+    for item in variables:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"--var wants NAME=VALUE, got {item!r}")
+        values[name] = value
 
     group_map = {}
     for g in groups:
@@ -50,7 +79,7 @@ def import_cmd(file: str, as_json: bool, groups: tuple[str, ...]) -> None:
     except OSError as exc:
         click.echo(f"slurm-hooks: error: cannot read {file}: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_ERROR)
-    imp = import_conf(text, groups=group_map)
+    imp = import_conf(text, groups=group_map, variables=values)
     if as_json:
         click.echo(json.dumps(to_json(imp), indent=2))
     else:

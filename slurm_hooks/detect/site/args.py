@@ -172,11 +172,17 @@ class PsUsers:
 
 @dataclass(frozen=True)
 class PsLoadavg:
-    """Load averages at most these.  (NHC: check_ps_loadavg.)"""
+    """Load averages at most these; ``per``: each limit is per core, thread
+    or socket (NHC's ``$((2*HW_CORES))``).  (NHC: check_ps_loadavg.)"""
 
     max_1m: float | None = None
     max_5m: float | None = None
     max_15m: float | None = None
+    per: str = ""
+
+    def validate(self) -> None:
+        if self.per not in ("", "cores", "threads", "sockets"):
+            raise InvalidKey("per", f"must be cores, threads, sockets or empty, got {self.per!r}")
 
 
 # -- hardware -------------------------------------------------------------------------

@@ -216,11 +216,16 @@ def ps_users(a: A.PsUsers, procs: list[Proc]) -> list[Problem]:
     return out[:5]
 
 
-def ps_loadavg(a: A.PsLoadavg, load: tuple[float, float, float]) -> list[Problem]:
+def ps_loadavg(
+    a: A.PsLoadavg, data: tuple[tuple[float, float, float], CpuInfo | None]
+) -> list[Problem]:
+    load, cpu = data
+    scale = getattr(cpu, a.per) if a.per and cpu is not None else 1
     out = []
-    for label, limit, value in zip(
+    for label, per_limit, value in zip(
         ("1m", "5m", "15m"), (a.max_1m, a.max_5m, a.max_15m), load, strict=True
     ):
+        limit = None if per_limit is None else per_limit * scale
         if limit is not None and value > limit:
             out.append(
                 Problem(f"{label} load average {value:g} above {limit:g}", {f"load_{label}": value})
@@ -459,7 +464,7 @@ def parse_dmi(text: str) -> list[tuple[str, str, str]]:
             continue
         if not raw.strip():
             continue
-        depth = len(raw) - len(raw.lstrip("\t"))
+        depth = len(raw) - len(raw.lstrip())  # NHC counts any leading blank
         line = raw.strip()
         if depth == 0:
             stack = [line]

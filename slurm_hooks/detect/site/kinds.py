@@ -99,7 +99,7 @@ _KINDS = (
     Kind("fs_inodes", "filesystems", A.FsInodes, _usage, J.fs_inodes, "FS_INODES", "total/free/used inodes"),
     Kind("ps_service", "processes", A.PsService, _service, J.ps_service, "PS_SERVICE", "a daemon runs (as a user), or must not run"),
     Kind("ps_users", "processes", A.PsUsers, lambda a, f: f.processes(), J.ps_users, "PS_USERS", "no unauthorised users' processes"),
-    Kind("ps_loadavg", "processes", A.PsLoadavg, lambda a, f: f.loadavg(), J.ps_loadavg, "PS_LOADAVG", "load averages below limits"),
+    Kind("ps_loadavg", "processes", A.PsLoadavg, lambda a, f: (f.loadavg(), f.cpuinfo() if a.per else None), J.ps_loadavg, "PS_LOADAVG", "load averages below limits"),
     Kind("hw_cpuinfo", "hardware", A.HwCpuinfo, lambda a, f: f.cpuinfo(), J.hw_cpuinfo, "HW_CPUINFO", "CPU sockets, cores, threads"),
     Kind("hw_memory", "hardware", A.HwMemory, lambda a, f: f.meminfo(), J.hw_memory, "HW_MEMORY", "RAM, swap or both within a range"),
     Kind("hw_memory_free", "hardware", A.HwMemoryFree, lambda a, f: f.meminfo(), J.hw_memory_free, "HW_MEMORY_FREE", "free RAM, swap or both"),

@@ -108,8 +108,9 @@ def words(check: str, variables: dict[str, str]) -> list[str]:
     """The check's words, ``$VAR`` expanded from ``variables`` (outside
     single quotes, as bash would).  Raises ShellSyntax for what needs a
     shell: command substitution, arithmetic, pipes, unknown variables."""
-    if any(tok in check for tok in ("$(", "`", "$((")):
-        raise ShellSyntax("uses command substitution or arithmetic ($(...), `...`)")
+    check = _ARITH.sub(lambda m: _arith(m.group(1), variables), check)
+    if any(tok in check for tok in ("$(", "`")):
+        raise ShellSyntax("uses command substitution ($(...), `...`)")
     try:
         lexer = shlex.shlex(check, posix=True, punctuation_chars=";|&<>")
         lexer.whitespace_split = True
@@ -137,6 +138,69 @@ def words(check: str, variables: dict[str, str]) -> list[str]:
         return shlex.split("".join(expanded))
     except ValueError as exc:
         raise ShellSyntax(f"unbalanced quotes: {exc}") from exc
+
+
+_ARITH = re.compile(r"\$\(\((.*?)\)\)")
+_DEFAULTED = re.compile(r"\$\{([A-Za-z_]\w*):-([^}]*)\}")
+#: What NHC knows about the node only when it runs (check_hw_cpuinfo's counts).
+NODE_FACTS = ("HW_CORES", "HW_THREADS", "HW_SOCKETS")
+
+
+def _arith(expr: str, variables: dict[str, str]) -> str:
+    """``$((...))`` of numbers and known variables -> its value; of one node
+    fact times a number (``2*HW_CORES``) -> ``@HW_CORES*2`` for the checks
+    that take a per-core limit.  Anything else raises ShellSyntax."""
+    e = _DEFAULTED.sub(lambda m: variables.get(m.group(1), m.group(2)), expr)
+    e = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", e)
+
+    def name(m: re.Match[str]) -> str:
+        n = m.group(0)
+        if n in NODE_FACTS:
+            return n
+        if n in variables and re.fullmatch(r"-?\d+", variables[n].strip()):
+            return variables[n].strip()
+        raise ShellSyntax(f"uses arithmetic on ${n}, not set in this file")
+
+    e = re.sub(r"[A-Za-z_]\w*", name, e).replace(" ", "")
+    facts = [f for f in NODE_FACTS if f in e]
+    if facts:
+        m = re.fullmatch(rf"(?:(\d+)\*)?({facts[0]})(?:\*(\d+))?", e)
+        if len(facts) > 1 or m is None or (m.group(1) and m.group(3)):
+            raise ShellSyntax(f"uses arithmetic on node facts ({expr}) beyond N*{facts[0]}")
+        return f"@{facts[0]}*{m.group(1) or m.group(3) or 1}"
+    if not re.fullmatch(r"[\d+\-*/()]+", e):
+        raise ShellSyntax(f"uses arithmetic NHC evaluates at run time: $(({expr}))")
+    try:
+        value = _int_eval(e)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise ShellSyntax(f"bad arithmetic $(({expr})): {exc}") from exc
+    return str(value)
+
+
+def _int_eval(e: str) -> int:
+    """Integer arithmetic (+ - * / and parentheses), as bash's $((...))."""
+    import ast
+
+    def ev(n: ast.AST) -> int:
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        if isinstance(n, ast.BinOp):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Add):
+                return a + b
+            if isinstance(n.op, ast.Sub):
+                return a - b
+            if isinstance(n.op, ast.Mult):
+                return a * b
+            if isinstance(n.op, ast.Div):
+                return int(a / b)
+        raise ValueError("only + - * / on integers")
+
+    return ev(ast.parse(e, mode="eval"))
 
 
 def _split_keep_quotes(s: str) -> list[str]:

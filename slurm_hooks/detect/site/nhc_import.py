@@ -11,6 +11,7 @@ not used.
 from __future__ import annotations
 
 import getopt
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -130,6 +131,17 @@ def _setting(line: ConfLine, name: str, value: str, extra: dict[str, dict[str, A
     if name in USED:
         return Setting(line, name, value, "read by the checks that follow")
     return Setting(line, name, value, "kept for $-expansion in the lines that follow")
+
+
+def read_sysconfig(text: str) -> dict[str, str]:
+    """``VAR=value`` lines of /etc/sysconfig/nhc (read by NHC before its
+    config): the values the config's ``$VAR`` expand to."""
+    out = {}
+    for raw in text.splitlines():
+        a = assignment(raw.strip())
+        if a is not None and not raw.lstrip().startswith("#"):
+            out[a[0]] = a[1]
+    return out
 
 
 # -- checks ---------------------------------------------------------------------------
@@ -336,6 +348,14 @@ def ps_users(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], li
 
 def ps_loadavg(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
     row: Row = {"kind": "ps_loadavg"}
+    per = {v.split("*")[0] for v in argv if v.startswith("@")}
+    if len(per) > 1 or (per and any(v and not v.startswith("@") for v in argv)):
+        raise Untranslatable("mixes limits per core and absolute limits")
+    if per:
+        row["per"] = {"@HW_CORES": "cores", "@HW_THREADS": "threads", "@HW_SOCKETS": "sockets"}[
+            per.pop()
+        ]
+        argv = [v.split("*")[1] if v else v for v in argv]
     for key, value in zip(("max_1m", "max_5m", "max_15m"), argv, strict=False):
         if value:
             try:
@@ -416,9 +436,20 @@ def hw_mcelog(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], l
 
 def dmi(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
     if fn == "check_dmi_raw_data_match":
-        if not argv:
+        # Each match string must match a raw line; one after "!" must not.
+        rows: list[Row] = []
+        negate = False
+        for m in argv:
+            if m == "!":
+                negate = True
+                continue
+            rows.append(
+                {"kind": "dmi", "raw": True, "match": m, **({"absent": True} if negate else {})}
+            )
+            negate = False
+        if not rows:
             raise Untranslatable("no match string given")
-        return [{"kind": "dmi", "raw": True, "match": m} for m in argv], []
+        return rows, []
     args = ["-x" if a == "-!" else a for a in argv]
     absent = False
     if args and args[0] == "!":
@@ -510,7 +541,20 @@ NOT_CARRIED = {
     "check_ps_kswapd": "kswapd CPU-time balance has no site check kind yet",
     "check_net_socket": "socket tables have no site check kind yet (write a command check with ss)",
 }  # fmt: skip
-GPU_CHECKS = ("check_nv_healthmon", "check_nvsmi_healthmon")
+#: GPU checks of NHC and of public NHC distributions (csc_nvidia_smi.nhc in
+#: NHC itself; the azure_*.nhc GPU scripts of Azure's HPC health checks,
+#: shipped e.g. in lambdal/nhc), mapped onto the built-in NVML checks that
+#: judge the same failure.  Each note says where the verdicts can differ.
+GPU_MAP: dict[str, tuple[str, str]] = {
+    "check_nv_healthmon": (GPU_BUILTIN, "NHC runs nvidia-healthmon; the NVML checks cover what it reports"),
+    "check_nvsmi_healthmon": (GPU_BUILTIN, "NHC runs nvidia-smi; the NVML checks cover what it reports"),
+    "check_gpu_persistence": ("persistence (built in)", "persistence mode off is a WARN here, a failure there"),
+    "check_gpu_ecc": ("ecc, retired_pages, row_remap (built in)", "its SRAM/DRAM count thresholds are [checks.ecc] settings here"),
+    "check_gpu_clock_throttling": ("throttle (built in)", "hardware slowdown reasons, as nvidia-smi reports them"),
+    "check_gpu_xid": ("xid (built in)", "XIDs from the kernel log, with slurm-hooks' catalogue"),
+    "check_nccl_allreduce": ("nccl (built in, prolog and acceptance)", "its bus bandwidth floor is [checks.nccl] here"),
+}  # fmt: skip
+GPU_CHECKS = tuple(GPU_MAP)
 
 
 def translate_line(
@@ -518,6 +562,28 @@ def translate_line(
 ) -> Translated:
     """One check line; raises Untranslatable."""
     hosts = _hosts(line.target, groups)
+    first = line.check.split()[0]
+    guarded = _guard(line.check, variables)
+    if guarded is not None:
+        if guarded == "":
+            return Translated(line, (), ("runs nothing: the variable it tests is not set",),
+                              builtin="nothing (NHC skips it too)")  # fmt: skip
+        return translate_line(
+            ConfLine(line.lineno, line.text, line.target, guarded), variables, groups
+        )
+    if first in ("if", "for", "while", "case", "[", "[[", "test", "source", "."):
+        raise Untranslatable(
+            f"a shell statement ({first} ...), not a check: write the check it runs"
+        )
+    if first in GPU_MAP:
+        covered, note = GPU_MAP[first]
+        return Translated(line, (), (note,), builtin=covered)
+    if first in NOT_CARRIED:
+        raise Untranslatable(f"{first}: {NOT_CARRIED[first]}")
+    if first.startswith("check_") and first not in TRANSLATORS:
+        raise Untranslatable(
+            f"{first} is not one of NHC's built-in checks (a site script?): rewrite it as a 'command' site check"
+        )
     try:
         argv = words(line.check, variables)
     except ShellSyntax as exc:
@@ -525,13 +591,6 @@ def translate_line(
     if not argv:
         raise Untranslatable("empty check")
     fn, args = argv[0], argv[1:]
-    if fn in GPU_CHECKS:
-        return Translated(
-            line,
-            (),
-            ("NHC runs nvidia-healthmon/nvidia-smi; slurm-hooks' NVML checks cover it",),
-            builtin=GPU_BUILTIN,
-        )
     if fn in NOT_CARRIED:
         raise Untranslatable(f"{fn}: {NOT_CARRIED[fn]}")
     translator = TRANSLATORS.get(fn)
@@ -549,6 +608,29 @@ def translate_line(
         r.update(hosts)
         r["origin"] = f"nhc.conf:{line.lineno}: {line.text}"[:300]
     return Translated(line, tuple(rows), tuple(notes))
+
+
+_GUARD = re.compile(
+    r'^if\s+\[\[?\s+(?:!\s+-z|-n)\s+"?\$\{(\w+)\+x\}"?\s+\]\]?\s*;\s*then\s+(.+?)\s*;\s*fi$'
+)
+#: Set among the variables when the caller read the site's sysconfig.
+SYSCONFIG_GIVEN = "__sysconfig_given__"
+
+
+def _guard(check: str, variables: Mapping[str, str]) -> str | None:
+    """``if [ ! -z ${VAR+x} ]; then CHECK; fi`` (run CHECK when VAR is set):
+    CHECK when VAR is known, "" when the caller gave the sysconfig values
+    and VAR is not among them; None for any other line.  Raises
+    Untranslatable when whether VAR is set is not known."""
+    m = _GUARD.match(check.strip())
+    if m is None:
+        return None
+    name, body = m.groups()
+    if name in variables:
+        return body
+    if variables.get(SYSCONFIG_GIVEN):
+        return ""
+    raise Untranslatable(f"runs only when ${name} is set (in /etc/sysconfig/nhc): pass --sysconfig")
 
 
 def _hosts(target: str, groups: Mapping[str, str]) -> Row:
@@ -579,18 +661,35 @@ def _hosts(target: str, groups: Mapping[str, str]) -> Row:
     return {"hosts": target}
 
 
-def import_conf(text: str, *, groups: Mapping[str, str] | None = None) -> Import:
+def import_conf(
+    text: str,
+    *,
+    groups: Mapping[str, str] | None = None,
+    variables: Mapping[str, str] | None = None,
+) -> Import:
     """Translate an nhc.conf.  Variables are tracked in file order and apply
     to the lines after them (per target, as NHC would on each node: a
     setting under a narrower target is applied to every later line with a
     note, since it cannot be split per host here)."""
     groups = groups or {}
-    variables: dict[str, str] = dict(NHC_DEFAULTS)
+    variables = {**NHC_DEFAULTS, **(variables or {})}
     translated: list[Translated] = []
     untranslated: list[Untranslated] = []
     settings: list[Setting] = []
     extra: dict[str, dict[str, Any]] = {}
     for line in read_conf(text):
+        if not line.target:
+            # No "||": NHC reads the whole line as a target, which no host
+            # name matches, so NHC ignores it too.
+            settings.append(
+                Setting(
+                    line,
+                    "",
+                    "",
+                    "ignored, as NHC ignores it (no '||': no host matches the line as a target)",
+                )
+            )
+            continue
         assign = assignment(line.check)
         if assign is not None and line.target:
             name, value = assign
@@ -670,7 +769,8 @@ def to_toml(imp: Import, source: str = "nhc.conf") -> str:
     for section, table in imp.extra.items():
         out += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     for s in imp.settings:
-        out.append(f"# setting, nhc.conf:{s.line.lineno}: {s.name}={s.value}: {s.effect}")
+        what = f"{s.name}={s.value}" if s.name else s.line.text
+        out.append(f"# setting, nhc.conf:{s.line.lineno}: {what}: {s.effect}")
     for t in imp.translated:
         if t.builtin:
             out += ["", f"# nhc.conf:{t.line.lineno}: {t.line.text}", f"#   covered by {t.builtin}"]

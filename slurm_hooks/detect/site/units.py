@@ -80,4 +80,5 @@ def parse_count(text: str | int, *, multiplier: int = 1000) -> int:
     if not m or m.group(3).lower() not in ("", "b"):
         raise BadSize(f"not a count: {text!r}")
     number, prefix, _ = m.groups()
-    return int(float(number) * multiplier ** _POW.get(prefix.lower(), 0))
+    power = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}[prefix.lower()]
+    return int(float(number) * multiplier**power)
