@@ -491,3 +491,36 @@ def test_bad_rows_are_refused_with_the_key(row, key):
     with pytest.raises(ConfigError) as exc:
         SiteChecksConfig.from_section([row], path="/etc/x.toml", prefix="site_checks")
     assert key in str(exc.value)
+
+
+def test_the_runner_runs_site_checks_only_where_the_config_has_them(node, tmp_path):
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.detect.runner import run_phase
+
+    base = f'[general]\nstate_dir = "{tmp_path / "state"}"\n[checks.site]\nenforce = true\n'
+    site = '[[site_checks]]\nname = "cpus"\nkind = "hw_cpuinfo"\nsockets = 2\n'
+    services = {"nvml": None, **node.services()}
+    plain = run_phase("healthcheck", cfg=config_mod.parse(base), node="n1", services=services)
+    assert "site" not in plain.durations  # never imported without [[site_checks]]
+    with_site = run_phase(
+        "healthcheck", cfg=config_mod.parse(base + site), node="n1", services=services
+    )
+    assert "site" in with_site.durations
+    assert not [f for f in with_site.findings if f.check == "site" and f.status is not Status.OK]
+    node.write("proc/cpuinfo", cpuinfo(1, 6, 2))
+    broken = run_phase(
+        "healthcheck", cfg=config_mod.parse(base + site), node="n1", services=services
+    )
+    (f,) = [f for f in broken.findings if f.check == "site" and f.status is Status.FAIL]
+    assert f.code == "HW_CPUINFO" and broken.exit_code == 1
+
+
+def test_checks_site_settings_are_validated():
+    from slurm_hooks.core import config as config_mod
+
+    with pytest.raises(ConfigError) as exc:
+        config_mod.parse('[checks.site]\ncompare_with = "nhc"\n')
+    assert "absolute" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        config_mod.parse("[checks.site]\ncompare_whith = 1\n")
+    assert "checks.site.compare_whith" in str(exc.value)
