@@ -18,7 +18,12 @@ from slurm_hooks.cli import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY
 
 @click.group("nhc")
 def command() -> None:
-    """Move off LBNL NHC: translate its config, then compare side by side."""
+    """Move off LBNL NHC: translate its config, then compare side by side.
+
+    \b
+    Example:
+      slurm-hooks nhc import /etc/nhc/nhc.conf > /etc/slurm-hooks/site-checks.toml
+    """
 
 
 @command.command("import")
@@ -44,7 +49,15 @@ def import_cmd(
     sysconfig: str | None,
     variables: tuple[str, ...],
 ) -> None:
-    """Translate FILE (an nhc.conf; - for stdin) into [[site_checks]]."""
+    """Translate FILE (an nhc.conf; - for stdin) into [[site_checks]].
+
+    Exit status 0 when every check line translated, 1 when some did not
+    (each is listed on stderr with the reason), 2 when FILE cannot be read.
+
+    \b
+    Example:
+      slurm-hooks nhc import --sysconfig /etc/sysconfig/nhc /etc/nhc/nhc.conf
+    """
     from slurm_hooks.detect.site.nhc_import import (
         SYSCONFIG_GIVEN,
         import_conf,
