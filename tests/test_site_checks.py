@@ -524,3 +524,16 @@ def test_checks_site_settings_are_validated():
     with pytest.raises(ConfigError) as exc:
         config_mod.parse("[checks.site]\ncompare_whith = 1\n")
     assert "checks.site.compare_whith" in str(exc.value)
+
+
+def test_every_kind_and_key_is_documented():
+    import dataclasses
+
+    from slurm_hooks.detect.site.kinds import KINDS
+
+    doc = (Path(__file__).parent.parent / "docs" / "site-checks.md").read_text()
+    rows = {ln.split("|")[1].strip(" `"): ln for ln in doc.splitlines() if ln.startswith("| `")}
+    for kind in KINDS.values():
+        assert kind.name in rows, kind.name
+        for f in dataclasses.fields(kind.args):
+            assert f"`{f.name}`" in rows[kind.name], (kind.name, f.name)

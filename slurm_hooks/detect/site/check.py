@@ -36,7 +36,9 @@ class Settings:
     compare_with: str = ""
     #: Arguments NHC gets (e.g. ["-c", "/etc/nhc/nhc.conf"]).
     compare_args: tuple[str, ...] = ()
-    compare_timeout_s: float = 30.0
+    #: Seconds NHC may take (give NHC a shorter -t in compare_args); with
+    #: the site checks it must fit in this check's timeout_s (25 s).
+    compare_timeout_s: float = 20.0
     #: Whether site check failures drain while comparing (default: no).
     enforce: bool | None = None
 
