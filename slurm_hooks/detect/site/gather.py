@@ -264,21 +264,21 @@ class Facts:
         return sorted(out, key=lambda p: p.pid)
 
     # -- files
-    def stat_of(self, path: str) -> os.stat_result | None:
+    def stat_of(self, path: str, timeout: float = 5.0) -> os.stat_result | None:
         def read() -> os.stat_result | None:
             try:
                 return self.stat(path)
             except FileNotFoundError:
                 return None
 
-        return self._once(("stat", path), read)
+        return self._once(("stat", path), lambda: bounded(read, timeout, f"stat {path}"))
 
-    def text(self, path: str, max_bytes: int) -> str:
+    def text(self, path: str, max_bytes: int, timeout: float = 5.0) -> str:
         def read() -> str:
             with open(path, "rb") as f:
                 return f.read(max_bytes).decode("utf-8", "replace")
 
-        return self._once(("text", path), read)
+        return self._once(("text", path), lambda: bounded(read, timeout, f"read {path}"))
 
     # -- commands
     def command(self, argv: tuple[str, ...], timeout: float) -> Ran:

@@ -9,13 +9,14 @@ on it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from slurm_hooks.detect.site import args as A
 from slurm_hooks.detect.site import judge as J
-from slurm_hooks.detect.site.gather import Facts
+from slurm_hooks.detect.site.gather import Facts, bounded
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,9 @@ def _stats(a: A.FileTest, f: Facts) -> dict[str, tuple[Any, Any]]:
         follow = s
         if s is not None and os.path.islink(p):
             try:
-                follow = os.stat(p)
+                follow = bounded(functools.partial(os.stat, p), 5.0, f"stat {p}")
+            except TimeoutError:
+                raise
             except OSError:
                 follow = None
         out[p] = (s, follow)
@@ -70,7 +73,7 @@ def _file_stat(a: A.FileStat, f: Facts) -> tuple[dict[str, tuple[Any, str, str]]
     out: dict[str, tuple[Any, str, str]] = {}
     for p in a.paths:
         try:
-            s = os.stat(p)
+            s = bounded(functools.partial(os.stat, p), 5.0, f"stat {p}")
         except FileNotFoundError:
             out[p] = (None, "", "")
             continue
@@ -85,6 +88,8 @@ def _file_stat(a: A.FileStat, f: Facts) -> tuple[dict[str, tuple[Any, str, str]]
 def _text(a: A.FileContents, f: Facts) -> str | None:
     try:
         return f.text(a.path, a.max_bytes)
+    except TimeoutError:
+        raise  # a hung file system: UNKNOWN, not "cannot be read"
     except OSError:
         return None
 
