@@ -93,3 +93,4 @@ def test_a_disagreement_is_logged_by_the_policy_not_drained(node):
     decisions = decide(findings, None, None, None, PolicyConfig(), datetime.now(UTC), node="n0001")
     (d,) = [d for d in decisions if d.code == "NHC_DISAGREE"]
     assert d.kind is DecisionKind.LOG  # recorded in the audit log and the fault history
+    assert "NHC fails (check_fs_mount:  / mounted read-only)" in d.explanation
