@@ -7,8 +7,9 @@ each verdict into one :class:`~slurm_hooks.core.model.Finding` of check
 ``site:<name>``: the reason, metrics and history of a built-in check.
 
 With ``[checks.site] compare_with`` (the site's NHC) the check also runs
-NHC, and a node on which the two verdicts differ gets a WARN ``NHC_DISAGREE``
-(audited and counted like any finding; :mod:`.compare`).  While comparing,
+NHC, and a node on which the two verdicts differ gets a WARN
+``NHC_ONLY_FAILS`` or ``SITE_ONLY_FAILS`` (audited and counted like any
+finding; :mod:`.compare`).  While comparing,
 the site checks report without draining unless ``enforce = true``: NHC
 still owns the node's health.
 

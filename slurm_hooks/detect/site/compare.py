@@ -6,9 +6,11 @@ so it keeps marking the node as before: during the side-by-side week NHC
 still owns the node's health.  Its verdict is its exit status (0 healthy);
 its message is the ``Health check failed:`` line it prints.  Ours is
 whether any imported check would fail (``fatal`` ones).  A difference is a
-WARN ``NHC_DISAGREE`` finding: the audit log, the fault history and the
-``slurm_hooks_findings{code="NHC_DISAGREE"}`` metric show it, and
-``slurm-hooks history`` lists it per node.
+WARN finding, ``NHC_ONLY_FAILS`` or ``SITE_ONLY_FAILS`` (two codes, so the
+audit log's one line per code per minute never hides a flip from one to
+the other): the audit log, the fault history and the
+``slurm_hooks_findings{code=~"NHC_ONLY_FAILS|SITE_ONLY_FAILS"}`` metric show
+it, and ``slurm-hooks history`` lists it per node.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from typing import Any
 
 from slurm_hooks.core.model import Action, Component, Finding, Status
 from slurm_hooks.detect.site.gather import Ran
+
+NHC_ONLY = "NHC_ONLY_FAILS"
+SITE_ONLY = "SITE_ONLY_FAILS"
+DISAGREE = frozenset({NHC_ONLY, SITE_ONLY})
 
 
 def run_nhc(program: str, args: Sequence[str], timeout: float, node: str, run: Any = None) -> Ran:
@@ -50,7 +56,7 @@ def compare(
     nhc: Ran, results: Sequence[tuple[Any, Any, Any]], findings: Sequence[Finding]
 ) -> Finding:
     """One finding: OK when NHC and the imported checks agree, WARN
-    ``NHC_DISAGREE`` (no action) when they do not, UNKNOWN when NHC could
+    ``NHC_ONLY_FAILS`` / ``SITE_ONLY_FAILS`` (no action) when they do not, UNKNOWN when NHC could
     not give a verdict."""
     comp = Component("site", name="nhc-compare")
     if nhc.rc is None:
@@ -79,10 +85,12 @@ def compare(
             component=comp, values=values,
         )  # fmt: skip
     if nhc_fails:
+        code = NHC_ONLY
         text = f"NHC fails ({nhc_message(nhc.output) or 'rc ' + str(nhc.rc)}); the imported checks pass"
     else:
+        code = SITE_ONLY
         text = f"the imported checks fail ({', '.join(ours)}); NHC passes"
     return Finding(
-        check="site", status=Status.WARN, code="NHC_DISAGREE",
+        check="site", status=Status.WARN, code=code,
         message=f"side by side: {text}", component=comp, action=Action.NONE, values=values,
     )  # fmt: skip
