@@ -537,3 +537,30 @@ def test_every_kind_and_key_is_documented():
         assert kind.name in rows, kind.name
         for f in dataclasses.fields(kind.args):
             assert f"`{f.name}`" in rows[kind.name], (kind.name, f.name)
+
+
+def test_net_ping_runs_ping_per_target(node):
+    # NHC passes its options to `ping -q -n` for each target; a lost host fails.
+    node.stub(
+        "ping",
+        f'for a; do last="$a"; done\n[ "$last" = master ] || exit 1\necho "$@" >> {node.root}/pinged\n',
+    )
+    assert node.verdict("check_net_ping -W 3 -c 2 master") == 0
+    assert (node.root / "pinged").read_text().split() == [
+        "-q",
+        "-n",
+        "-W",
+        "3",
+        "-c",
+        "2",
+        "--",
+        "master",
+    ]
+    assert node.verdict("check_net_ping -W 3 -c 2 master io000") == 1
+
+
+def test_gm_interface(node):
+    (node.sys / "class" / "net" / "myri0").mkdir()
+    assert node.verdict("check_hw_gm myri0") == 0
+    (node.sys / "class" / "net" / "myri0").rmdir()
+    assert node.verdict("check_hw_gm myri0") == 1
