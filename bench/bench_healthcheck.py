@@ -133,7 +133,10 @@ def nhc_case(tmp: Path, nhc: str, env: dict[str, str]) -> tuple[list[str], dict[
         TYPICAL_NHC_CONF.format(sockets=cpu.sockets, cores=cpu.cores, threads=cpu.threads)
     )
     argv = [*shlex.split(nhc), "-c", str(conf), "-l", str(tmp / "nhc.log"), "-t", "30"]
-    return [*argv, "MARK_OFFLINE=0", "NHC_RM=slurm"], env
+    # Output to /dev/null, not to our pipes: NHC's background timers of
+    # check_cmd_* keep inherited pipes open after it exits.
+    quiet = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "sh"]
+    return [*quiet, *argv, "MARK_OFFLINE=0", "NHC_RM=slurm"], env
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:

@@ -233,6 +233,7 @@ class Facts:
         return self._once("ps", self._read_processes)
 
     def _read_processes(self) -> list[Proc]:
+        names: dict[int, str] = {}  # one name-service lookup per uid, not per process
         out = []
         for name in os.listdir(self.proc):
             if not name.isdigit():
@@ -251,15 +252,10 @@ class Facts:
             uid = int(fields.get("Uid", "0").split()[0] or 0)
             comm = fields.get("Name", "")
             args = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip() or f"[{comm}]"
+            if uid not in names:
+                names[uid] = self.user_name(uid)
             out.append(
-                Proc(
-                    int(name),
-                    int(fields.get("PPid", "0") or 0),
-                    uid,
-                    self.user_name(uid),
-                    args,
-                    comm,
-                )
+                Proc(int(name), int(fields.get("PPid", "0") or 0), uid, names[uid], args, comm)
             )
         return sorted(out, key=lambda p: p.pid)
 
