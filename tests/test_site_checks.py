@@ -320,6 +320,9 @@ def test_loadavg_per_core(node):
     assert node.verdict("check_ps_loadavg 24") == 1
     assert node.verdict("check_ps_loadavg $((2*HW_CORES))") == 1  # 2 x 12 cores
     assert node.verdict("check_ps_loadavg '' 30") == 0
+    assert node.verdict("check_ps_loadavg '' 20") == 1  # NHC: 20 >= 20 fails
+    node.write("proc/loadavg", "23.99 0.00 0.00 1/200 12345\n")
+    assert node.verdict("check_ps_loadavg 24") == 0  # NHC reads 23
 
 
 # -- commands ----------------------------------------------------------------------------

@@ -172,8 +172,10 @@ class PsUsers:
 
 @dataclass(frozen=True)
 class PsLoadavg:
-    """Load averages at most these; ``per``: each limit is per core, thread
-    or socket (NHC's ``$((2*HW_CORES))``).  (NHC: check_ps_loadavg.)"""
+    """Load averages below these: the whole part of a load average at or
+    above its limit fails (NHC compares bash integers); ``per``: each limit
+    is per core, thread or socket (NHC's ``$((2*HW_CORES))``).  (NHC:
+    check_ps_loadavg.)"""
 
     max_1m: float | None = None
     max_5m: float | None = None

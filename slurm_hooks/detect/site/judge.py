@@ -226,9 +226,13 @@ def ps_loadavg(
         ("1m", "5m", "15m"), (a.max_1m, a.max_5m, a.max_15m), load, strict=True
     ):
         limit = None if per_limit is None else per_limit * scale
-        if limit is not None and value > limit:
+        # NHC's rule (bash integers): the whole part of the load, at or above the limit.
+        if limit is not None and int(value) >= limit:
             out.append(
-                Problem(f"{label} load average {value:g} above {limit:g}", {f"load_{label}": value})
+                Problem(
+                    f"{label} load average {value:g} at or above {limit:g}",
+                    {f"load_{label}": value},
+                )
             )
     return out
 

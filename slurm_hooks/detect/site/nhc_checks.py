@@ -230,10 +230,12 @@ def ps_loadavg(fn: str, argv: list[str], v: dict[str, str]) -> tuple[list[Row], 
         argv = [v.split("*")[1] if v else v for v in argv]
     for key, value in zip(("max_1m", "max_5m", "max_15m"), argv, strict=False):
         if value:
-            try:
-                row[key] = float(value)
-            except ValueError as exc:
-                raise Untranslatable(f"load limit {value!r} is not a number") from exc
+            if not value.isdigit():
+                raise Untranslatable(
+                    f"load limit {value!r} is not a whole number (NHC compares integers; "
+                    "bash refuses this one, so NHC never fails on it)"
+                )
+            row[key] = float(value)
     return [row], []
 
 
