@@ -177,3 +177,14 @@ def test_cli_sysconfig_values(tmp_path):
     )
     assert with_values["translated_lines"] > without["translated_lines"]
     assert to_json(imported(conf))["translated_lines"] == with_values["translated_lines"]
+
+
+def test_config_show_keeps_the_imported_site_checks(tmp_path):
+    imp = imported(DATA / "curc-nhc.conf")
+    f = tmp_path / "c.toml"
+    f.write_text(to_toml(imp))
+    r = CliRunner().invoke(main, ["config", "show", "-c", str(f)])
+    assert r.exit_code == 0, r.output
+    shown = config.parse(r.stdout)
+    assert len(load_site_checks(shown).checks) == len(imp.rows)
+    assert shown.data["site_checks"] == tomllib.loads(f.read_text())["site_checks"]
