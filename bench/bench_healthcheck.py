@@ -9,7 +9,12 @@ Runs, in one session and interleaved (so machine noise hits all alike):
   with the InfiniBand check reading a recorded sysfs tree;
 * with ``--hook``, also the real hook entry ``python -m slurm_hooks hook
   healthcheck`` on the CPU node (the runner's phase plus the remediation
-  engine, which a healthy node still imports).
+  engine, which a healthy node still imports);
+* with ``--site``, the CPU node with a typical imported NHC config as well
+  (:func:`site_config`: 24 check lines through ``nhc import``, all passing
+  on this machine), next to the built-in case; with ``--nhc PROGRAM``
+  also that NHC (installed separately; nothing is fetched) on the same 24
+  lines, with ``MARK_OFFLINE=0``.
 
 Timed runs are a node's steady state: two untimed runs first write the
 bytecode, the XID cursor and the remembered hostlist answers (the state
@@ -19,7 +24,7 @@ difference to ``python -c pass``.  Goals: within 50 ms without GPUs, within
 test.  Other processes on the machine move medians by several ms: run it
 more than once.
 
-    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook]
+    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook] [--site [--nhc "/usr/sbin/nhc"]]
 """
 
 from __future__ import annotations
@@ -58,6 +63,82 @@ def config(tmp: Path, gpus: bool) -> Path:
     return path
 
 
+#: A typical site's nhc.conf (the checks of NHC's sample config and of the
+#: public site configs in tests/data/nhc), with values this machine passes.
+TYPICAL_NHC_CONF = """\
+* || export TIMEOUT=25
+* || check_hw_cpuinfo {sockets} {cores} {threads}
+* || check_hw_physmem 1k 100TB 5%
+* || check_hw_swap 0 100TB
+* || check_hw_mem 1k 200TB
+* || check_hw_physmem_free 1
+* || check_hw_mem_free 1mb
+* || check_hw_eth lo
+* || check_fs_mount_rw -f /
+* || check_fs_mount_rw -t proc -f /proc
+* || check_fs_mount -t sysfs -f /sys
+* || check_fs_mount_rw -t tmpfs -f /dev/shm
+* || check_fs_free / 1%
+* || check_fs_ifree / 1k
+* || check_fs_used / 100%
+* || check_fs_iused / 100%
+* || check_file_test -r -w -x -d -k /tmp
+* || check_file_test -r -s /etc/passwd /etc/group
+* || check_file_test -c -r -w /dev/null /dev/zero
+* || check_file_contents /etc/passwd "/^root:/"
+* || check_ps_service -m '*' init
+* || check_ps_blacklist nosuchdaemon
+* || check_ps_loadavg 10000
+* || check_cmd_status -t 5 -r 0 true
+* || check_cmd_output -t 5 -m '/Linux/' uname -s
+"""
+
+
+def site_config(tmp: Path) -> Path:
+    """The CPU node's config plus a typical nhc.conf imported (``nhc
+    import``): the site checks run in the same healthcheck."""
+    from slurm_hooks.detect.site.gather import parse_cpuinfo
+    from slurm_hooks.detect.site.nhc_import import import_conf, to_toml
+
+    cpu = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    conf = TYPICAL_NHC_CONF.format(sockets=cpu.sockets, cores=cpu.cores, threads=cpu.threads)
+    imp = import_conf(conf)
+    if not imp.complete or len(imp.rows) < 20:
+        raise SystemExit(f"typical config did not import: {imp.untranslated}")
+    path = tmp / "site.toml"
+    base = (
+        config(tmp, False)
+        .read_text()
+        .replace("[checks]\n", "[checks]\nbudget_s = { healthcheck = 25 }\n", 1)
+    )
+    # Site checks read this machine's /sys (the CPU case reads a recorded tree).
+    base = base.replace(
+        f'sysfs_root = "{DATA / "sysfs" / "dgx_h100_healthy"}"', 'sysfs_root = "/sys"'
+    )
+    path.write_text(
+        base + "\n" + to_toml(imp).replace("[checks]\nbudget_s = { healthcheck = 25.0 }\n", "")
+    )
+    return path
+
+
+def nhc_case(tmp: Path, nhc: str, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The site's NHC on :data:`TYPICAL_NHC_CONF`, marking nothing."""
+    import shlex
+
+    from slurm_hooks.detect.site.gather import parse_cpuinfo
+
+    cpu = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    conf = tmp / "nhc.conf"
+    conf.write_text(
+        TYPICAL_NHC_CONF.format(sockets=cpu.sockets, cores=cpu.cores, threads=cpu.threads)
+    )
+    argv = [*shlex.split(nhc), "-c", str(conf), "-l", str(tmp / "nhc.log"), "-t", "30"]
+    # Output to /dev/null, not to our pipes: NHC's background timers of
+    # check_cmd_* keep inherited pipes open after it exits.
+    quiet = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "sh"]
+    return [*quiet, *argv, "MARK_OFFLINE=0", "NHC_RM=slurm"], env
+
+
 def timed(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
@@ -71,6 +152,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--hook", action="store_true", help="also time the real hook entry")
+    ap.add_argument("--site", action="store_true", help="also a typical imported NHC config")
+    ap.add_argument(
+        "--nhc", default="", help="with --site: time this NHC command on the same lines"
+    )
     args = ap.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-hc-") as d:
@@ -99,6 +184,13 @@ def main() -> None:
                 [py, "-m", "slurm_hooks", "hook", "healthcheck"],
                 cases["healthcheck, no GPU"][1],
             )
+        if args.site:
+            cases["healthcheck + 24 NHC lines"] = (
+                cases["healthcheck, no GPU"][0],
+                {**cases["healthcheck, no GPU"][1], "SLURM_HOOKS_CONFIG": str(site_config(tmp))},
+            )
+        if args.site and args.nhc:
+            cases["NHC, the same 24 lines"] = nhc_case(tmp, args.nhc, base)
         times: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(2):  # page cache, .pyc files, cursor, hostlist answers
             for argv, env in cases.values():

@@ -538,7 +538,8 @@ def run_prolog(
     skip = {*pc.warm_checks, *_LOCKED_CHECKS}
     if gpu.devices is not None and len(gpu.devices) < 2:
         skip.add("nccl")  # one GPU has no peer to all-reduce with
-    only = [n for n in runner.plan("prolog", full_setup.checks) if n not in skip]
+    planned = runner.plan("prolog", full_setup.checks, sections=full_setup.cfg.data)
+    only = [n for n in planned if n not in skip]
     if only:
         result = run("prolog", run_setup=full_setup, only=only, budget_s=left, clock=clock)
         full_findings, full_seconds = tuple(result.findings), result.seconds

@@ -71,6 +71,14 @@ def show(config_path: str | None, no_docs: bool) -> None:
         click.echo("")
         for line in inst.render_table(name, obj, with_docs=not no_docs):
             click.echo(line)
+    # Arrays of tables ([[site_checks]]) have no defaults: the file's rows, as written.
+    for name in sorted(config_mod.ARRAY_SECTIONS):
+        for row in cfg.data.get(name, ()):
+            click.echo(f"\n[[{name}]]")
+            for key, value in row.items():
+                literal = inst.toml_value(value)
+                if literal is not None:
+                    click.echo(f"{key} = {literal}")
     for name, err in sorted(broken.items()):
         click.echo(f"\n# [{name}] not shown: {err}")
 

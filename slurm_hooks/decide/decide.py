@@ -116,7 +116,11 @@ def _finding_verdict(
                 f"{rule.window_s:g}s): node stays in service, the job may be restarted",
                 facts,
             )
-        return DecisionKind.LOG, f"{f.code}: {f.status} with no recommended action", facts
+        return (
+            DecisionKind.LOG,
+            f"{f.code}: {f.status} with no recommended action: {f.message}",
+            facts,
+        )
     if f.action is Action.REPLACE:
         return DecisionKind.REPLACE, f"{f.code}: hardware needs replacing ({f.action})", {}
     # RESET_GPU, DRAIN, REBOOT: take the node out; repeated hardware faults -> replace.

@@ -258,10 +258,16 @@ def run_checks(
     return tuple(outcomes), all_finished
 
 
-def plan(phase: Phase | str, checks: ChecksConfig, only: Sequence[str] | None = None) -> list[str]:
+def plan(
+    phase: Phase | str,
+    checks: ChecksConfig,
+    only: Sequence[str] | None = None,
+    sections: Iterable[str] | None = None,
+) -> list[str]:
     """Which checks run: ``only`` (in registry order, even if disabled or
     not usually run in this phase: asking by name is explicit), else every
-    enabled check whose phases include ``phase``."""
+    enabled check whose phases include ``phase`` and whose config section
+    (``needs_section``) is among ``sections`` (None: not filtered)."""
     ph = Phase(phase)
     if only:
         wanted = {n.strip() for item in only for n in item.split(",") if n.strip()}
@@ -269,7 +275,14 @@ def plan(phase: Phase | str, checks: ChecksConfig, only: Sequence[str] | None = 
         if unknown:
             raise ConfigError(f"unknown check {unknown[0]!r} (known: {', '.join(CHECKS)})")
         return [n for n in CHECKS if n in wanted]
-    return [n for n in CHECKS if checks.enabled(n) and ph in checks.phases(n)]
+    have = None if sections is None else set(sections)
+    return [
+        n
+        for n in CHECKS
+        if checks.enabled(n)
+        and ph in checks.phases(n)
+        and (have is None or CHECKS[n].needs_section in (None, *have))
+    ]
 
 
 def _not_applicable(name: str, profile: Profile) -> str | None:
@@ -343,7 +356,7 @@ def setup(
     node = node or node_name()
     chosen = profiles.select(node, profile)
     save_hostlist_cache(state_dir)
-    svc: dict[str, Any] = {"sysfs_root": checks_cfg.sysfs_root}
+    svc: dict[str, Any] = {"sysfs_root": checks_cfg.sysfs_root, "config": cfg}
     svc.update(services or {})
     owned = set()
     if "nvml" not in svc:
@@ -388,7 +401,7 @@ def run_phase(
     ph = Phase(phase)
     t0 = clock()
     rs = run_setup or setup(cfg, node=node, profile=profile, services=services, state_dir=state_dir)
-    names = plan(ph, rs.checks, only)
+    names = plan(ph, rs.checks, only, sections=rs.cfg.data)
     budget = budget_s if budget_s is not None else rs.checks.budget(ph)
     log.info(
         "run phase=%s node=%s profile=%s checks=%s", ph, rs.node, rs.profile.name, ",".join(names)

@@ -57,6 +57,9 @@ class CheckSpec:
     gpu: bool = False
     #: Profiles this check does not apply to, in order: (key, value, reason).
     skip_when: tuple[tuple[str, Any, str], ...] = ()
+    #: Runs only when the config has this section (``site``: ``[[site_checks]]``),
+    #: so a node without one never imports the check.
+    needs_section: str | None = None
 
     @property
     def module(self) -> str:
@@ -170,6 +173,14 @@ CHECKS: dict[str, CheckSpec] = {
             timeout_s=15.0,
         ),
         _spec("scratch", f"{_M}.scratch:ScratchCheck", {H, P, E, A}, "free space on scratch"),
+        _spec(
+            "site",
+            "slurm_hooks.detect.site.check:SiteChecks",
+            {H, P, E, A},
+            "the site's own checks, as data ([[site_checks]]; NHC's families)",
+            timeout_s=25.0,
+            needs_section="site_checks",
+        ),
         _spec("xid", f"{_M}.xid:XidCheck", {H, P, E, W}, "XID events in the kernel log"),
         _spec(
             "burnin",
