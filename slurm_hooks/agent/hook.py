@@ -235,11 +235,13 @@ def write_metrics(
     is imported only when the file is written.  A write that fails is
     logged, never fails the hook."""
     raw = cfg.data.get("metrics", {})
-    if isinstance(raw, Mapping) and raw.get("enabled", True) is not False:
+    if isinstance(raw, Mapping):
+        # Turned off, or the common node without node_exporter (one stat):
+        # the metrics module (its dataclasses) is never imported.
+        if raw.get("enabled", True) is False:
+            return None
         where = raw.get("textfile_dir", METRICS_DEFAULT_DIR)
         if where == METRICS_DEFAULT_DIR and not os.path.isdir(where):
-            # The common node without node_exporter: one stat, and the
-            # metrics module (its dataclasses) is never imported.
             return None
     from slurm_hooks.act.metrics import DEFAULT_TEXTFILE_DIR, MetricsConfig
     from slurm_hooks.core.errors import ConfigError
