@@ -239,6 +239,8 @@ class CliClient:
         env: Mapping[str, str] | None = None,
         runner: Runner = run,
         sleep: Callable[[float], None] = time.sleep,
+        deadline_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if node_source not in ("scontrol", "json"):
             raise SlurmError(f"unknown node_source {node_source!r} (scontrol or json)")
@@ -252,6 +254,13 @@ class CliClient:
             self._env["SLURM_CONF"] = str(slurm_conf)
         self._run = runner
         self._sleep = sleep
+        self._clock = clock
+        #: One total deadline for every call this client makes (an operator
+        #: command: ``slurm-hooks status`` answers or says why within it);
+        #: None: each call gets its own timeout and retries (hooks, which
+        #: have their own budgets).
+        self.deadline_s = deadline_s
+        self._ends = None if deadline_s is None else clock() + deadline_s
         self._version: tuple[int, int, int] | None = None
         #: ``get_node`` asks sinfo for the one node (False once sinfo refused).
         self._single_read = True
@@ -262,13 +271,20 @@ class CliClient:
         """Run one Slurm command; retry while the controller is unreachable."""
         attempts = self.retries + 1 if retry else 1
         last = ""
+        tried = 0
         for attempt in range(attempts):
             if attempt:
                 delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                if self._left() <= delay:
+                    break  # no time for another attempt within the deadline
                 log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
                 self._sleep(delay)
+            timeout = min(self.timeout, self._left())
+            if timeout <= 0:
+                break
+            tried += 1
             try:
-                res = self._run(argv, timeout=self.timeout, check=False, env=self._env)
+                res = self._run(argv, timeout=timeout, check=False, env=self._env)
             except CommandTimeout as exc:
                 last = str(exc)
                 continue
@@ -281,10 +297,15 @@ class CliClient:
                 last = stderr
                 continue
             raise classify_failure(argv, res.rc, stderr, res.stdout)
+        within = f" within the {self.deadline_s:g}s deadline" if self._ends is not None else ""
         raise SlurmUnavailable(
-            f"slurm controller unreachable after {attempts} attempt(s) "
-            f"running {argv[0]}: {last[:300]}"
+            f"slurm controller unreachable after {tried} attempt(s){within} "
+            f"running {argv[0]}: {last[:300] or 'no time left'}"
         )
+
+    def _left(self) -> float:
+        """Seconds left of the client's deadline (infinite without one)."""
+        return float("inf") if self._ends is None else self._ends - self._clock()
 
     def version(self) -> tuple[int, int, int]:
         """The client tools' Slurm version (cached)."""
