@@ -190,7 +190,8 @@ def test_cli_slurm_client_uses_the_factory(tmp_path, recorded_factory):
     calls, sentinel = recorded_factory
     cfg = conf(tmp_path, "")
     assert slurm_client(cfg) is sentinel
-    assert calls == [(cfg, {})]
+    # An operator command's client: one total deadline (test_cli_fail_fast.py).
+    assert calls == [(cfg, {"deadline_s": 10.0})]
 
 
 def test_worker_uses_the_factory_and_keeps_slurm_conf(tmp_path, recorded_factory, monkeypatch):
