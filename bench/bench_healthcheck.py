@@ -21,7 +21,12 @@ without GPUs within +30 ms of ``python -c pass``, with 8 fake GPUs within
 +70 ms.  No assertions: these are figures to watch, not a test.  Other processes on the machine move medians by several ms: run it
 more than once.
 
-    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook]
+``--baseline DIR`` also times each hook entry from another source tree
+(``git worktree add /tmp/base <commit>``: DIR holds ``slurm_hooks/`` and
+``lab/slurm_hooks_lab/``), interleaved with the others, so that before and
+after meet the same machine noise.
+
+    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -66,11 +71,11 @@ def _child_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of one run."""
     c0 = _child_cpu()
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, cwd=cwd)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{argv} failed rc={proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
@@ -81,6 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=21)
     ap.add_argument("--hook", action="store_true", help="also time the real hook entry")
+    ap.add_argument("--baseline", type=Path, help="also time the hooks from this source tree")
     args = ap.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-hc-") as d:
@@ -116,13 +122,21 @@ def main() -> None:
                 [py, "-m", "slurm_hooks", "hook", "healthcheck"],
                 cases["healthcheck, 8 fake GPUs"][1],
             )
+        if args.baseline:
+            src = args.baseline.resolve()
+            path = os.pathsep.join([str(src), str(src / "lab")])
+            for name in [n for n in cases if n.startswith("hook ")]:
+                argv, env = cases[name]
+                cases[f"{name} (baseline)"] = (argv, {**env, "PYTHONPATH": path})
+        # Outside the source tree: "python -m" puts the working directory first on sys.path.
+        run_dir = tmp
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
         for _ in range(2):  # page cache, .pyc files, cursor, hostlist answers
             for argv, env in cases.values():
-                timed(argv, env)
+                timed(argv, env, run_dir)
         for _ in range(args.runs):
             for name, (argv, env) in cases.items():
-                times[name].append(timed(argv, env))
+                times[name].append(timed(argv, env, run_dir))
     floor = statistics.median(w for w, _ in times["python -c pass"])
     cpu_floor = statistics.median(c for _, c in times["python -c pass"])
     goals = {
@@ -133,7 +147,7 @@ def main() -> None:
         "healthcheck, no GPU": 0.030,
         "healthcheck, 8 fake GPUs": 0.070,
     }
-    print(f"{'case':<31}{'wall ms':>8}{'min':>7}{'+ vs pass':>10}{'cpu ms':>8}{'+ cpu':>8}  goal")
+    print(f"{'case':<42}{'wall ms':>8}{'min':>7}{'+ vs pass':>10}{'cpu ms':>8}{'+ cpu':>8}  goal")
     for name, ts in times.items():
         wall = statistics.median(w for w, _ in ts)
         cpu = statistics.median(c for _, c in ts)
@@ -141,7 +155,7 @@ def main() -> None:
         goal = goals.get(name)
         verdict = f"+{goal * 1000:.0f} ms {'met' if extra <= goal else 'MISSED'}" if goal else ""
         print(
-            f"{name:<31}{wall * 1000:>8.1f}{min(w for w, _ in ts) * 1000:>7.1f}"
+            f"{name:<42}{wall * 1000:>8.1f}{min(w for w, _ in ts) * 1000:>7.1f}"
             f"{extra * 1000:>+10.1f}{cpu * 1000:>8.1f}{(cpu - cpu_floor) * 1000:>+8.1f}  {verdict}"
         )
     print(f"runs={args.runs} (medians, interleaved) python={sys.version.split()[0]}")
