@@ -118,6 +118,14 @@ def main() -> None:
                     [py, "-m", "slurm_hooks", "hook", phase],
                     {**cpu_env, **job} if phase != "healthcheck" else cpu_env,
                 )
+            # No profile at all: on a host without an NVIDIA device the GPU
+            # checks are skipped from the PCI bus (with one, NVML is asked).
+            bare = tmp / "bare.toml"
+            bare.write_text(config(tmp, False).read_text().split("[profiles.gpu]")[0])
+            cases["hook healthcheck, no profile"] = (
+                [py, "-m", "slurm_hooks", "hook", "healthcheck"],
+                {**cpu_env, "SLURM_HOOKS_CONFIG": str(bare)},
+            )
             cases["hook healthcheck, 8 fake GPUs"] = (
                 [py, "-m", "slurm_hooks", "hook", "healthcheck"],
                 cases["healthcheck, 8 fake GPUs"][1],

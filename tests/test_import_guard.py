@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_hooks.detect.probes import pci
+
 DATA = Path(__file__).parent / "data"
 
 #: Our modules a healthy hook without GPUs may import (any phase).
@@ -294,3 +296,28 @@ def test_the_guard_catches_an_injected_import_in_a_real_run(
     assert proc.returncode == 0, proc.stderr
     bad = violations(imported(proc.stderr), startup=startup)
     assert module in [v.split(" ")[0] for v in bad]
+
+
+@pytest.mark.skipif(
+    pci.vendor_present(pci.NVIDIA_VENDOR) is not False,
+    reason="needs a host whose PCI bus shows no NVIDIA device",
+)
+def test_no_profile_on_a_host_without_gpus_stays_as_light(
+    tmp_path: Path, cpu_node: dict[str, str], startup: frozenset[str]
+) -> None:
+    """No profile at all (gpu_count unset): the PCI bus says there is no
+    GPU, so neither NVML nor the engine (which a run of UNKNOWN "NVML not
+    found" findings used to start) is imported."""
+    (tmp_path / "kern.log").write_text("")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[general]\nstate_dir = "{tmp_path / "state"}"\n[metrics]\nenabled = false\n'
+        f'[checks.xid]\nsource = "file"\npath = "{tmp_path / "kern.log"}"\n'
+    )
+    env = {**cpu_node, "SLURM_HOOKS_CONFIG": str(cfg)}
+    assert run_hook("healthcheck", env).returncode == 0
+    proc = run_hook("healthcheck", env, "-X", "importtime")
+    assert proc.returncode == 0, proc.stderr
+    modules = imported(proc.stderr)
+    assert violations(modules, startup=startup) == []
+    assert not {m for m in modules if m.startswith(NEVER)}
