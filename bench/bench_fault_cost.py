@@ -312,6 +312,7 @@ def main() -> int:
     sizes = sorted(results)
     print("\nall sizes:")
     print_table(results)
+    print_goals(results)
     for lo, hi in zip(sizes, sizes[1:], strict=False):
         print(f"\nbytes received per extra node ({lo} -> {hi} nodes):")
         for key, r in results[hi].items():
@@ -321,6 +322,27 @@ def main() -> int:
             t = (r["table_bytes"] - results[lo][key]["table_bytes"]) / (hi - lo)
             print(f"  {key[0]:<11} {key[1]:<10} printed {d:8.1f} B/node, tables {t:8.1f} B/node")
     return 1 if failed else 0
+
+
+def print_goals(results: dict[int, dict]) -> None:
+    """Each faulty and persistent path's figures next to their goals."""
+    print("\ngoals (per path and case):")
+    for n, rows in results.items():
+        for (path, case), r in rows.items():
+            if case == "healthy":
+                continue
+            if case == "faulty":
+                checks = [
+                    ("node-table reads", r["node_info"], 1),
+                    ("job-table reads", r["job_tbl"], 1),
+                ]
+            else:
+                checks = [("Slurm commands", r["commands"], 0)]
+            for what, value, goal in checks:
+                verdict = "met" if value <= goal else "MISSED"
+                print(f"  {n:>5} {path:<11} {case:<10} {what:<16} {value:>3} (goal <= {goal}: "
+                      f"{verdict}); {r['bytes']} bytes printed, "
+                      f"{r.get('table_bytes', 0) + r.get('job_table_bytes', 0)} bytes in tables")  # fmt: skip
 
 
 def print_table(results: dict[int, dict]) -> None:
