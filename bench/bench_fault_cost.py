@@ -26,12 +26,23 @@ times one table as scontrol prints it (what slurmctld packs and sends: a
 ``scontrol show node NAME`` on 22.05 receives the table and prints one
 line), then growth per node between the sizes.
 
+``--jobs N``: before measuring, fills the job table with N held pending
+jobs (``sbatch --hold --uid=``, users root, sltest, sltest2 and slurm in
+turn; 200-character names and comments, as long user text costs a site),
+and starts ``--node-jobs K`` running jobs on each faulty node, so that a
+faulty path evacuates K jobs from a table of N + 5K.  ``job_tbl`` counts
+whole job-table reads (``REQUEST_JOB_INFO``), ``job_single`` single-job
+reads; ``jt_bytes`` is job-table reads times one table as ``scontrol show
+job`` prints it.  Then it measures the signal step alone on one node's K
+jobs: one ``scancel --signal`` per job (what the engine sends today) against
+``CliClient.signal_jobs`` (one ``scancel`` for all of them).
+
 ``--records N``: a lab of ``--record-base`` real nodes plus N node records
 with no slurmd (``Lab(extra_records=N)``: DOWN, in a partition of their
 own), so a table read costs what it costs at a site of that size while only
-a few slurmd run.  Goal: faulty paths one table read (the breaker's rank;
-the node decides on its own single-node read), persistent and healthy zero
-calls.  Asserts nothing.  Needs root.
+a few slurmd run.  Goals: faulty paths one node-table read (the breaker's rank;
+the node decides on its own single-node read) and at most one job-table
+read whatever the node runs; persistent and healthy zero calls.  Asserts nothing.  Needs root.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from slurm_hooks_lab.lab import Lab, missing_prerequisites
 
 from slurm_hooks.core.errors import LabError
 from slurm_hooks.detect.probes.commands import DEFAULT_PATH, run
+from slurm_hooks.slurm.base import SignalTarget
 
 _RPC = re.compile(r"^\s+(REQUEST_\w+|MESSAGE_\w+)\s+\(\s*\d+\)\s+count:(\d+)", re.MULTILINE)
 COMMANDS = ("scontrol", "squeue", "scancel", "sinfo", "sdiag", "sacct")
@@ -78,6 +90,72 @@ def make_shims(where: Path, log: Path) -> Path:
     return bin_dir
 
 
+#: Submitters of the filler jobs (root may submit for any user: ``--uid``).
+USERS = ("root", "sltest", "sltest2", "slurm")
+LONG = "x" * 180
+
+
+def fill_job_table(lab: Lab, count: int, *, workers: int = 8) -> float:
+    """``count`` held pending jobs with long names and comments, several
+    users; returns the seconds it took."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = lab.env()
+    t0 = time.monotonic()
+
+    def submit(i: int) -> None:
+        user = USERS[i % len(USERS)]
+        argv = [
+            "sbatch", "--hold", "--parsable", f"--uid={user}", "-p", "debug", "-o", "/dev/null",
+            f"--job-name=filler-{i:05d}-{LONG}", f"--comment=bench filler {i} {LONG}",
+            "--chdir=/tmp", "--wrap", "sleep 600",
+        ]  # fmt: skip
+        run(argv, timeout=120, check=True, env=env)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(submit, range(count)))
+    return time.monotonic() - t0
+
+
+def start_node_jobs(lab: Lab, node: str, count: int) -> list[str]:
+    """``count`` running one-CPU jobs on ``node`` (as sltest); their ids."""
+    env = lab.env()
+    ids = []
+    for i in range(count):
+        argv = ["sbatch", "--parsable", "--uid=sltest", "-p", "debug", "-w", node, "-n", "1",
+                "-o", "/dev/null", "--chdir=/tmp", f"--job-name=work-{node}-{i}-{LONG}",
+                f"--comment=running {LONG}", "--wrap", "sleep 3600"]  # fmt: skip
+        ids.append(run(argv, timeout=60, check=True, env=env).stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        jobs = {j.job_id: j.state for j in lab.client().list_jobs(["RUNNING"])}
+        if all(j in jobs for j in ids):
+            return ids
+        time.sleep(0.5)
+    raise LabError(f"jobs on {node} did not start: {ids}")
+
+
+def signal_step(lab: Lab, ids: list[str]) -> dict[str, dict]:
+    """The evacuation's signal step on one node's jobs, both ways (CONT:
+    harmless to ``sleep``): per job, and all in one ``signal_jobs``."""
+    client = lab.client()
+    out = {}
+    before = rpc_counts(lab)
+    for jid in ids:
+        client.signal_job(jid, "CONT", SignalTarget.BATCH)
+    out["one scancel per job"] = _rpc_delta(lab, before)
+    before = rpc_counts(lab)
+    client.signal_jobs(ids, "CONT", SignalTarget.BATCH)
+    out["signal_jobs (one scancel)"] = _rpc_delta(lab, before)
+    return out
+
+
+def _rpc_delta(lab: Lab, before: Counter[str]) -> dict:
+    rpcs = rpc_counts(lab) - before
+    rpcs["REQUEST_STATS_INFO"] -= 1
+    return dict(+rpcs)
+
+
 def rpc_counts(lab: Lab) -> Counter[str]:
     text = lab.client().raw("sdiag")
     return Counter({m.group(1): int(m.group(2)) for m in _RPC.finditer(text)})
@@ -98,18 +176,34 @@ def measure(lab: Lab, log: Path, act) -> dict:  # type: ignore[no-untyped-def]
         "bytes": sum(int(c[1]) for c in cmds),
         "node_info": rpcs.get("REQUEST_NODE_INFO", 0),
         "node_single": rpcs.get("REQUEST_NODE_INFO_SINGLE", 0),
+        "job_tbl": rpcs.get("REQUEST_JOB_INFO", 0),
+        "job_single": rpcs.get("REQUEST_JOB_INFO_SINGLE", 0),
         "rpcs": dict(rpcs),
         "argv": [f"{c[0]} {c[2]}" for c in cmds],
     }
 
 
 def one_size(
-    n: int, verbose: bool, *, records: int = 0, policy: dict | None = None
+    n: int,
+    verbose: bool,
+    *,
+    records: int = 0,
+    policy: dict | None = None,
+    jobs: int = 0,
+    node_jobs: int = 0,
 ) -> dict[tuple[str, str], dict]:
     base = Path(tempfile.mkdtemp(prefix=f"slurm-hooks-cost-{n}-{records}-"))
     base.chmod(0o755)  # munged must reach its socket under it
     log = base / "calls.log"
-    lab = Lab(str(base / "lab"), n, timeout=600, extra_records=records)
+    # MaxJobCount: Slurm's default (10,000) would refuse the filler jobs.
+    extra = f"MaxJobCount={max(10000, 2 * (jobs + 6 * node_jobs))}\n" if jobs else ""
+    cpus = max(2, node_jobs + 1)
+    if cpus > 2:
+        # More one-CPU jobs per node than this host has cores: slurmd takes
+        # slurm.conf's CPUs instead of refusing to register.
+        extra += "SlurmdParameters=config_overrides\n"
+    lab = Lab(str(base / "lab"), n, timeout=600, extra_records=records, extra_conf=extra,
+              cpus=cpus)  # fmt: skip
     rows: dict[tuple[str, str], dict] = {}
     try:
         up = lab.up()
@@ -124,6 +218,10 @@ def one_size(
         hooks = install(
             lab, grace_s=300, epilog=True, prolog=True, policy=policy, reconfigure=False
         )
+        job_table = 0
+        if jobs:
+            took = fill_job_table(lab, jobs)
+            print(f"job table: {jobs} held jobs submitted in {took:.0f}s", flush=True)
         bin_dir = make_shims(base, log)
         path_env = f"{bin_dir}:{DEFAULT_PATH}"
         names = lab.node_names
@@ -144,6 +242,17 @@ def one_size(
             argv = hooks.watch_argv(node, "--once")
             return lambda: run(argv, timeout=300, check=False, env=env, cwd="/")
 
+        running: dict[str, list[str]] = {}
+        if node_jobs:
+            for node in [*nodes.values(), healthy]:
+                running[node] = start_node_jobs(lab, node, node_jobs)
+        if jobs or node_jobs:
+            job_table = len(lab.client().raw("scontrol", "-o", "show", "job").encode())
+            print(f"one job-table read: {job_table} bytes", flush=True)
+        if running:
+            for way, rpcs in signal_step(lab, running[healthy]).items():
+                print(f"signal step, {node_jobs} jobs, {way}: job-table reads "
+                      f"{rpcs.get('REQUEST_JOB_INFO', 0)}, RPCs {rpcs}", flush=True)  # fmt: skip
         for node in [healthy, nodes["watch"]]:  # the watchers' first pass: their cursor
             runner("watch", node)()
         for path in ("healthcheck", "epilog", "prolog", "watch"):
@@ -156,6 +265,7 @@ def one_size(
             rows[(path, "faulty")]["drained"] = drained
         for r in rows.values():
             r["table_bytes"] = r["node_info"] * table
+            r["job_table_bytes"] = r["job_tbl"] * job_table
         hooks.close(reconfigure=False)
     finally:
         lab.down()
@@ -171,6 +281,8 @@ def main() -> int:
     ap.add_argument("--nodes", default="16,256", help="lab sizes (real nodes); '' for none")
     ap.add_argument("--records", default="", help="node-record counts, e.g. 4096,16384")
     ap.add_argument("--record-base", type=int, default=16, help="real nodes beside the records")
+    ap.add_argument("--jobs", type=int, default=0, help="held pending jobs in the job table")
+    ap.add_argument("--node-jobs", type=int, default=0, help="running jobs per faulty node")
     ap.add_argument(
         "--breaker-off", action="store_true",
         help="breaker share 1, no node cap: every claim ranks within the cap",
@@ -188,7 +300,10 @@ def main() -> int:
     failed = 0
     for n, records in runs:
         try:
-            results[n + records] = one_size(n, args.verbose, records=records, policy=policy)
+            results[n + records] = one_size(
+                n, args.verbose, records=records, policy=policy, jobs=args.jobs,
+                node_jobs=args.node_jobs,
+            )  # fmt: skip
         except LabError as exc:
             print(f"lab of {n} nodes (+{records} records) did not start: {exc}", file=sys.stderr)
             failed += 1
@@ -197,6 +312,7 @@ def main() -> int:
     sizes = sorted(results)
     print("\nall sizes:")
     print_table(results)
+    print_goals(results)
     for lo, hi in zip(sizes, sizes[1:], strict=False):
         print(f"\nbytes received per extra node ({lo} -> {hi} nodes):")
         for key, r in results[hi].items():
@@ -208,22 +324,50 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def print_goals(results: dict[int, dict]) -> None:
+    """Each faulty and persistent path's figures next to their goals."""
+    print("\ngoals (per path and case):")
+    for n, rows in results.items():
+        for (path, case), r in rows.items():
+            if case == "healthy":
+                continue
+            if case == "faulty":
+                checks = [
+                    ("node-table reads", r["node_info"], 1),
+                    ("job-table reads", r["job_tbl"], 1),
+                ]
+            else:
+                checks = [("Slurm commands", r["commands"], 0)]
+            for what, value, goal in checks:
+                verdict = "met" if value <= goal else "MISSED"
+                print(f"  {n:>5} {path:<11} {case:<10} {what:<16} {value:>3} (goal <= {goal}: "
+                      f"{verdict}); {r['bytes']} bytes printed, "
+                      f"{r.get('table_bytes', 0) + r.get('job_table_bytes', 0)} bytes in tables")  # fmt: skip
+
+
 def print_table(results: dict[int, dict]) -> None:
     print(
         f"\n{'nodes':>5} {'path':<11} {'case':<10} {'cmds':>4} {'tables':>6} {'single':>6} "
-        f"{'bytes':>9} {'tbl_bytes':>9}  other RPCs"
+        f"{'job_tbl':>7} {'job_1':>5} {'bytes':>9} {'tbl_bytes':>9} {'jt_bytes':>10}  other RPCs"
     )
     for n, rows in results.items():
         for (path, case), r in rows.items():
             other = ", ".join(
                 f"{k.removeprefix('REQUEST_')}={v}"
                 for k, v in sorted(r["rpcs"].items(), key=lambda kv: -kv[1])
-                if k not in ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE")
+                if k
+                not in (
+                    "REQUEST_NODE_INFO",
+                    "REQUEST_NODE_INFO_SINGLE",
+                    "REQUEST_JOB_INFO",
+                    "REQUEST_JOB_INFO_SINGLE",
+                )  # fmt: skip
             )
             flag = "" if r.get("drained", True) else "  (NOT drained)"
             print(
                 f"{n:>5} {path:<11} {case:<10} {r['commands']:>4} {r['node_info']:>6} "
-                f"{r['node_single']:>6} {r['bytes']:>9} {r.get('table_bytes', 0):>9}  "
+                f"{r['node_single']:>6} {r['job_tbl']:>7} {r['job_single']:>5} {r['bytes']:>9} "
+                f"{r.get('table_bytes', 0):>9} {r.get('job_table_bytes', 0):>10}  "
                 f"{other}{flag}"
             )
 

@@ -184,13 +184,20 @@ def test_engine_from_config_uses_the_factory(tmp_path, recorded_factory):
     assert calls == [(cfg, {})]
 
 
+def _common_deadline():
+    from slurm_hooks.cli._common import INTERACTIVE_DEADLINE_S
+
+    return INTERACTIVE_DEADLINE_S
+
+
 def test_cli_slurm_client_uses_the_factory(tmp_path, recorded_factory):
     from slurm_hooks.cli._common import slurm_client
 
     calls, sentinel = recorded_factory
     cfg = conf(tmp_path, "")
     assert slurm_client(cfg) is sentinel
-    assert calls == [(cfg, {})]
+    # An operator command's client: one total deadline (test_cli_fail_fast.py).
+    assert calls == [(cfg, {"deadline_s": _common_deadline()})]
 
 
 def test_worker_uses_the_factory_and_keeps_slurm_conf(tmp_path, recorded_factory, monkeypatch):

@@ -54,6 +54,10 @@ EXIT_REJECT = 3
 DETECT_LOCK_WAIT_S = 15.0
 #: ``hook PHASE --dry-run``: load and validate, act on nothing (``install``'s test).
 DRY_RUN = "--dry-run"
+#: ``act.metrics.DEFAULT_TEXTFILE_DIR``, named here so that a node without
+#: node_exporter's directory never imports the metrics module (a test holds
+#: the two equal).
+METRICS_DEFAULT_DIR = "/var/lib/prometheus/node-exporter"
 #: Environment variable that sets the log level; it wins over ``[general] log_level``.
 ENV_LOG_LEVEL = "SLURM_HOOKS_LOG_LEVEL"
 
@@ -230,6 +234,15 @@ def write_metrics(
     directory absent: no warning) or ``enabled = false``; prometheus_client
     is imported only when the file is written.  A write that fails is
     logged, never fails the hook."""
+    raw = cfg.data.get("metrics", {})
+    if isinstance(raw, Mapping):
+        # Turned off, or the common node without node_exporter (one stat):
+        # the metrics module (its dataclasses) is never imported.
+        if raw.get("enabled", True) is False:
+            return None
+        where = raw.get("textfile_dir", METRICS_DEFAULT_DIR)
+        if where == METRICS_DEFAULT_DIR and not os.path.isdir(where):
+            return None
     from slurm_hooks.act.metrics import DEFAULT_TEXTFILE_DIR, MetricsConfig
     from slurm_hooks.core.errors import ConfigError
 

@@ -285,9 +285,39 @@ def plan(
     ]
 
 
-def _not_applicable(name: str, profile: Profile) -> str | None:
+def _not_applicable(name: str, profile: Profile, no_gpu: str | None = None) -> str | None:
     spec = CHECKS.get(name)
-    return spec.not_applicable(profile) if spec is not None else None
+    if spec is None:
+        return None
+    return spec.not_applicable(profile) or (no_gpu if spec.gpu else None)
+
+
+#: ``probes.nvml.DEFAULT_BACKEND`` (the real library), named here so that a
+#: node without GPUs never imports the NVML probe module.
+REAL_NVML = "pynvml"
+#: Why the GPU checks do not apply on a node whose profile leaves
+#: ``gpu_count`` unset and whose PCI bus has no NVIDIA device.
+NO_NVIDIA_DEVICE = "no NVIDIA device on the PCI bus and the profile sets no gpu_count"
+
+
+def no_gpu_reason(profile: Profile, backend: str, pci_devices: str | None = None) -> str | None:
+    """Why this node has no GPU to check, or None when it may have one.
+
+    A profile with ``gpu_count = 0`` says so itself (the registry's
+    ``skip_when``).  One that leaves it unset is asked of the hardware,
+    without NVML: with the real NVML backend and no NVIDIA device in
+    ``/proc/bus/pci/devices``, the GPU checks do not apply, so a CPU node
+    neither loads the NVML library nor reports "NVML not found" UNKNOWN on
+    every run.  A named (fake) backend stands in for the hardware: it is
+    asked as before."""
+    from slurm_hooks.detect.probes import pci
+
+    if profile.gpu_count == 0:
+        return "profile expects no GPUs"
+    if profile.gpu_count is not None or backend != REAL_NVML:
+        return None
+    present = pci.vendor_present(pci.NVIDIA_VENDOR, pci_devices or pci.PROC_PCI_DEVICES)
+    return NO_NVIDIA_DEVICE if present is False else None
 
 
 def node_name() -> str:
@@ -310,6 +340,9 @@ class RunSetup:
     services: Mapping[str, Any] = field(default_factory=dict)
     #: Services this setup created (and so may close).
     owned: frozenset[str] = frozenset()
+    #: Why this node has no GPU to check (see :func:`no_gpu_reason`); then
+    #: no NVML session is built and the GPU checks are "not applicable".
+    no_gpu: str | None = None
 
     def close(self) -> None:
         """Shut down what this setup opened (``nvmlShutdown``).  Only call it
@@ -352,6 +385,11 @@ def setup(
     # Hostlist answers remembered by earlier runs: no ClusterShell import
     # while the config and the node stay the same.
     load_hostlist_cache(state_dir)
+    # Plug-in names (a fake NVML, an engine) resolved by earlier runs: no
+    # entry-point scan while the installed distributions stay the same.
+    from slurm_hooks.core import plugins
+
+    plugins.remember_in(state_dir)
     profiles = load_profiles(cfg)
     node = node or node_name()
     chosen = profiles.select(node, profile)
@@ -359,7 +397,10 @@ def setup(
     svc: dict[str, Any] = {"sysfs_root": checks_cfg.sysfs_root, "config": cfg}
     svc.update(services or {})
     owned = set()
-    if "nvml" not in svc:
+    no_gpu = None if "nvml" in svc else no_gpu_reason(chosen, checks_cfg.nvml)
+    if "nvml" not in svc and no_gpu is None:
+        # Only a node that may have GPUs imports the NVML probe module (and
+        # loads the library on the first GPU check).
         owned.add("nvml")
         from slurm_hooks.detect.probes.nvml import NvmlSession
 
@@ -376,6 +417,7 @@ def setup(
         state_dir=state_dir,
         services=svc,
         owned=frozenset(owned),
+        no_gpu=no_gpu,
     )
 
 
@@ -417,7 +459,7 @@ def run_phase(
         budget_s=budget,
         timeout_for=rs.checks.timeout,
         clock=clock,
-        not_applicable=lambda name: _not_applicable(name, rs.profile),
+        not_applicable=lambda name: _not_applicable(name, rs.profile, rs.no_gpu),
     )
     # One finding per root cause: the other checks' "could not run on gpuN"
     # for a GPU gpu_lost reported is folded into that finding.

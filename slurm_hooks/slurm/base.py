@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.core.model import JobInfo, NodeState
 
 
@@ -78,6 +79,23 @@ class ServerClock(Protocol):
     it; a client without it (a test double) is settled without waiting."""
 
     def server_time(self) -> datetime: ...
+
+
+@runtime_checkable
+class JobsSignal(Protocol):
+    """A client that signals many jobs in one request.
+
+    ``scancel --signal`` reads the whole job table before it signals (any
+    option besides job ids does: ``has_default_opt`` in scancel's opt.c,
+    then ``_load_job_records``), once per invocation: signalling a node's
+    jobs one ``scancel`` each reads the table once per job.  One call for
+    all of them reads it once, however many jobs the node runs.  Returns
+    each job's outcome: None (signalled) or the typed error (JobGone for a
+    job that ended).  SlurmUnavailable when nothing could be sent."""
+
+    def signal_jobs(
+        self, job_ids: Sequence[str], signal: str, target: SignalTarget
+    ) -> dict[str, SlurmError | None]: ...
 
 
 @runtime_checkable

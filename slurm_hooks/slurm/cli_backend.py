@@ -207,6 +207,33 @@ def check_signal(signal: str) -> str:
     return text
 
 
+#: Job ids per ``scancel`` of :meth:`CliClient.signal_jobs` (bounds argv;
+#: each invocation reads the job table once).
+SIGNAL_BATCH = 256
+_KILL_ERROR = re.compile(r"error on job id ([0-9]+(?:_[0-9]+)?)(?:\.[0-9]+)?: (.*)")
+
+
+def _scancel_signal(signal: str, target: SignalTarget) -> list[str]:
+    argv = ["scancel", f"--signal={check_signal(signal)}"]
+    if target == SignalTarget.BATCH:
+        argv.append("--batch")
+    elif target == SignalTarget.FULL:
+        argv.append("--full")
+    return argv
+
+
+def _failed_job_ids(stderr: str) -> dict[str, str]:
+    """Job id -> scancel's line, for each job it names as not signalled
+    (``scancel: error: Kill job error on job id 7: Invalid job id
+    specified``, scancel.c ``_cancel_job_id``)."""
+    out = {}
+    for line in stderr.splitlines():
+        m = _KILL_ERROR.search(line)
+        if m:
+            out[m.group(1)] = line.strip()
+    return out
+
+
 def runs_on(job: JobInfo, name: str) -> bool:
     """Whether ``job``'s node list (squeue ``%N``) names ``name``; a list
     without brackets is compared name by name, without folding."""
@@ -239,6 +266,8 @@ class CliClient:
         env: Mapping[str, str] | None = None,
         runner: Runner = run,
         sleep: Callable[[float], None] = time.sleep,
+        deadline_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if node_source not in ("scontrol", "json"):
             raise SlurmError(f"unknown node_source {node_source!r} (scontrol or json)")
@@ -252,23 +281,41 @@ class CliClient:
             self._env["SLURM_CONF"] = str(slurm_conf)
         self._run = runner
         self._sleep = sleep
+        self._clock = clock
+        #: One total deadline for every call this client makes (an operator
+        #: command: ``slurm-hooks status`` answers or says why within it);
+        #: None: each call gets its own timeout and retries (hooks, which
+        #: have their own budgets).
+        self.deadline_s = deadline_s
+        self._ends = None if deadline_s is None else clock() + deadline_s
         self._version: tuple[int, int, int] | None = None
         #: ``get_node`` asks sinfo for the one node (False once sinfo refused).
         self._single_read = True
 
     # -- plumbing -----------------------------------------------------------
 
-    def _call(self, argv: Sequence[str], *, retry: bool = True) -> CommandResult:
-        """Run one Slurm command; retry while the controller is unreachable."""
+    def _call(
+        self, argv: Sequence[str], *, retry: bool = True, refusal_ok: bool = False
+    ) -> CommandResult:
+        """Run one Slurm command; retry while the controller is unreachable.
+        ``refusal_ok``: a non-zero status that is not the controller's
+        absence is returned to the caller instead of raised."""
         attempts = self.retries + 1 if retry else 1
         last = ""
+        tried = 0
         for attempt in range(attempts):
             if attempt:
                 delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                if self._left() <= delay:
+                    break  # no time for another attempt within the deadline
                 log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
                 self._sleep(delay)
+            timeout = min(self.timeout, self._left())
+            if timeout <= 0:
+                break
+            tried += 1
             try:
-                res = self._run(argv, timeout=self.timeout, check=False, env=self._env)
+                res = self._run(argv, timeout=timeout, check=False, env=self._env)
             except CommandTimeout as exc:
                 last = str(exc)
                 continue
@@ -280,11 +327,18 @@ class CliClient:
             if _is_transient(stderr):
                 last = stderr
                 continue
+            if refusal_ok:
+                return res
             raise classify_failure(argv, res.rc, stderr, res.stdout)
+        within = f" within the {self.deadline_s:g}s deadline" if self._ends is not None else ""
         raise SlurmUnavailable(
-            f"slurm controller unreachable after {attempts} attempt(s) "
-            f"running {argv[0]}: {last[:300]}"
+            f"slurm controller unreachable after {tried} attempt(s){within} "
+            f"running {argv[0]}: {last[:300] or 'no time left'}"
         )
+
+    def _left(self) -> float:
+        """Seconds left of the client's deadline (infinite without one)."""
+        return float("inf") if self._ends is None else self._ends - self._clock()
 
     def version(self) -> tuple[int, int, int]:
         """The client tools' Slurm version (cached)."""
@@ -438,13 +492,32 @@ class CliClient:
         raise JobGone(jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
-        jid, sig = check_job_id(job_id), check_signal(signal)
-        argv = ["scancel", f"--signal={sig}"]
-        if target == SignalTarget.BATCH:
-            argv.append("--batch")
-        elif target == SignalTarget.FULL:
-            argv.append("--full")
-        self._call([*argv, jid])
+        self._call([*_scancel_signal(signal, target), check_job_id(job_id)])
+
+    def signal_jobs(
+        self, job_ids: Sequence[str], signal: str, target: SignalTarget
+    ) -> dict[str, SlurmError | None]:
+        """Signal every job in ``job_ids`` with one ``scancel`` per
+        :data:`SIGNAL_BATCH` ids (see :class:`~slurm_hooks.slurm.base.JobsSignal`:
+        one whole job-table read for all of them, not one per job).  scancel
+        signals each job on its own and names each one it could not
+        (``Kill job error on job id N: ...``, rc 1): those get their typed
+        error, the others None."""
+        ids = [check_job_id(j) for j in job_ids]
+        head = _scancel_signal(signal, target)
+        out: dict[str, SlurmError | None] = {}
+        for start in range(0, len(ids), SIGNAL_BATCH):
+            chunk = ids[start : start + SIGNAL_BATCH]
+            argv = [*head, *chunk]
+            res = self._call(argv, refusal_ok=True)
+            failed = _failed_job_ids(res.stderr) if res.rc else {}
+            if res.rc and not failed:
+                # scancel failed as a whole (no job named): nothing is known.
+                raise classify_failure(argv, res.rc, res.stderr.strip(), res.stdout)
+            for jid in chunk:
+                line = failed.get(jid)
+                out[jid] = None if line is None else typed(Op.JOB_SIGNAL, jid, line, text=line)
+        return out
 
     def requeue(self, job_id: str) -> None:
         self._call(["scontrol", "requeue", check_job_id(job_id)])

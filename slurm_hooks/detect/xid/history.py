@@ -5,9 +5,14 @@ Stored as JSON next to the cursors, written atomically, bounded in size."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from slurm_hooks.detect.xid.cursor import load_json, state_path, write_json_atomic
-from slurm_hooks.detect.xid.rules import Incident
+
+if TYPE_CHECKING:
+    # The rules (and the catalogue behind them) load only when there is
+    # history to read: the prolog asks this module for NAME on every job.
+    from slurm_hooks.detect.xid.rules import Incident
 
 NAME = "history"
 
@@ -15,6 +20,7 @@ NAME = "history"
 def load_history(state_dir: str) -> list[Incident]:
     """Remembered incidents; an unreadable file counts as none (logged)."""
     from slurm_hooks.detect.xid.commit import staged
+    from slurm_hooks.detect.xid.rules import Incident
 
     hit, data = staged(state_path(state_dir, NAME))
     if not hit:

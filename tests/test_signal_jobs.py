@@ -1,0 +1,75 @@
+"""``CliClient.signal_jobs``: a node's jobs signalled with one ``scancel``
+(one whole job-table read in scancel, not one per job), each job's outcome
+typed from the lines scancel writes for the jobs it could not signal."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_hooks.core.errors import JobGone, SlurmError, SlurmUnavailable
+from slurm_hooks.detect.probes.commands import CommandResult
+from slurm_hooks.slurm import cli_backend
+from slurm_hooks.slurm.base import JobsSignal, SignalTarget
+from slurm_hooks.slurm.cli_backend import CliClient
+
+
+class Scancel:
+    """Answers like scancel 22.05: rc 1 and one ``Kill job error`` line per
+    job id it could not signal (scancel.c ``_cancel_job_id``)."""
+
+    def __init__(self, gone: set[str] = frozenset(), stderr: str | None = None, rc: int = 1):
+        self.gone, self.stderr, self.rc = gone, stderr, rc
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **_kw: object) -> CommandResult:
+        self.calls.append(list(argv))
+        if self.stderr is not None:
+            return CommandResult(tuple(argv), self.rc, "", self.stderr, 0.01)
+        lines = [
+            f"scancel: error: Kill job error on job id {j}: Invalid job id specified"
+            for j in argv
+            if j in self.gone
+        ]
+        return CommandResult(tuple(argv), 1 if lines else 0, "", "\n".join(lines), 0.01)
+
+
+def test_one_scancel_for_all_of_a_nodes_jobs() -> None:
+    fake = Scancel(gone={"102"})
+    client = CliClient(runner=fake, sleep=lambda s: None)
+    assert isinstance(client, JobsSignal)
+    out = client.signal_jobs(["101", "102", "103_4"], "USR1", SignalTarget.BATCH)
+    assert fake.calls == [["scancel", "--signal=USR1", "--batch", "101", "102", "103_4"]]
+    assert out["101"] is None and out["103_4"] is None
+    assert isinstance(out["102"], JobGone) and out["102"].job_id == "102"
+
+
+def test_ids_are_sent_in_bounded_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_backend, "SIGNAL_BATCH", 2)
+    fake = Scancel()
+    out = CliClient(runner=fake).signal_jobs(["1", "2", "3", "4", "5"], "TERM", SignalTarget.STEPS)
+    assert [c[2:] for c in fake.calls] == [["1", "2"], ["3", "4"], ["5"]]
+    assert out == dict.fromkeys(["1", "2", "3", "4", "5"])
+
+
+def test_a_failure_that_names_no_job_is_raised() -> None:
+    fake = Scancel(stderr="scancel: error: Invalid user id: 1234")
+    with pytest.raises(SlurmError, match="Invalid user id"):
+        CliClient(runner=fake).signal_jobs(["1"], "USR1", SignalTarget.FULL)
+
+
+def test_an_absent_controller_is_retried_then_unavailable() -> None:
+    fake = Scancel(stderr="scancel: error: Unable to contact slurm controller (connect failure)")
+    with pytest.raises(SlurmUnavailable):
+        CliClient(runner=fake, retries=2, sleep=lambda s: None).signal_jobs(
+            ["1"], "USR1", SignalTarget.BATCH
+        )
+    assert len(fake.calls) == 3
+
+
+def test_ids_and_signals_are_checked_before_anything_runs() -> None:
+    fake = Scancel()
+    with pytest.raises(SlurmError):
+        CliClient(runner=fake).signal_jobs(["1", "2;rm"], "USR1", SignalTarget.BATCH)
+    with pytest.raises(SlurmError):
+        CliClient(runner=fake).signal_jobs(["1"], "USR1 --uid=0", SignalTarget.BATCH)
+    assert fake.calls == []
