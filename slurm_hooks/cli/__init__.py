@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the acceptance checks a node must pass before it is resumed.",
     ),
     "preflight": ("preflight", "Multi-node all-reduce check of a job's nodes; drain the slow one."),
+    "simulate": ("simulate", "Replay a failure trace through the real policy; report ETTR."),
 }
 
 #: Entry-point group through which other distributions add commands (the
