@@ -13,7 +13,7 @@ fault whose evidence the replay cannot rebuild).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged
@@ -24,8 +24,8 @@ from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.detect.xid.catalogue import Catalogue
 from slurm_hooks.simulate import evidence as evmod
 from slurm_hooks.simulate.cluster import SimSlurm
-from slurm_hooks.simulate.replay import _Node
-from slurm_hooks.simulate.trace import Trace, _gpu
+from slurm_hooks.simulate.replay import NodeRecord
+from slurm_hooks.simulate.trace import Trace, gpu_of
 from slurm_hooks.slurm.door import SlurmDoor
 
 
@@ -55,12 +55,10 @@ def replay_history(trace: Trace, policy: PolicyConfig | None = None, *, nodes: i
     names += [f"sim{i}" for i in range(max(nodes - len(names), 0))]
     clock = [0.0]
     start = trace.meta.get("start")
-    from datetime import datetime
-
     epoch = datetime.fromisoformat(start) if isinstance(start, str) else datetime.now().astimezone()
     slurm = SimSlurm(names, epoch, lambda: clock[0])
     door = SlurmDoor(slurm)
-    state = {n: _Node() for n in names}
+    state = {n: NodeRecord() for n in names}
     rows: list[Row] = []
     for rec in trace.logged:
         clock[0] = rec.t
@@ -83,7 +81,7 @@ def replay_history(trace: Trace, policy: PolicyConfig | None = None, *, nodes: i
         if ev is None:
             rows.append(Row(rec.t, rec.node, rec.code, rec.decision, "no-evidence-model"))
             continue
-        found, incs = evmod.findings(ev, node=rec.node, gpu=_gpu(rec.component),
+        found, incs = evmod.findings(ev, node=rec.node, gpu=gpu_of(rec.component),
                                      now=now.timestamp(), catalogue=catalogue,
                                      xid_history=st.xid)  # fmt: skip
         st.xid += incs

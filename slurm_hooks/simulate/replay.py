@@ -78,7 +78,7 @@ class _Job:
 
 
 @dataclass
-class _Node:
+class NodeRecord:
     broken: Fault | None = None
     faults: list[FaultEvent] = field(default_factory=list)
     resumes: list[datetime] = field(default_factory=list)
@@ -120,7 +120,7 @@ class Replay:
         self.slurm = SimSlurm(self.names, EPOCH, lambda: self.now)
         self.slurm.on_requeue = self._on_requeue
         self.door = SlurmDoor(self.slurm)
-        self.state = {name: _Node() for name in self.names}
+        self.state = {name: NodeRecord() for name in self.names}
         self.spares = set(self.names[n - params.spares :]) if params.spares else set()
         self.topology = Topology("tree", {
             f"leaf{g}": tuple(self.names[i : i + params.switch_nodes])

@@ -181,7 +181,7 @@ def read_history(paths: Sequence[str | Path]) -> Trace:
         logged.append(item)
         if item.action == "decision" and item.code and item.decision != "resume":
             faults.append(
-                Fault(t, names.index(node), "logged", _gpu(item.component), code=item.code)
+                Fault(t, names.index(node), "logged", gpu_of(item.component), code=item.code)
             )
     return Trace("history", ", ".join(map(str, paths)), tuple(faults), tuple(names),
                  tuple(logged), {"start": t0.isoformat()})  # fmt: skip
@@ -216,7 +216,7 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def _gpu(component: str | None) -> int:
+def gpu_of(component: str | None) -> int:
     if component and component.startswith("gpu") and component[3:].isdigit():
         return int(component[3:])
     return 0
