@@ -15,6 +15,9 @@ class Figures:
     ettr: float = 0.0
     node_hours_out: float = 0.0
     interruptions: int = 0
+    #: Interruptions where the job checkpointed on our signal (lost nothing
+    #: but the restart); the others rolled back to their last checkpoint.
+    checkpointed_on_signal: int = 0
     requeues: int = 0
     #: GPU-hours of progress rolled back to a checkpoint (or never made while
     #: a job waited to restart).
@@ -40,6 +43,7 @@ class Figures:
             "ettr": round(self.ettr, 5),
             "node_hours_out": round(self.node_hours_out, 1),
             "interruptions": self.interruptions,
+            "checkpointed_on_signal": self.checkpointed_on_signal,
             "requeues": self.requeues,
             "lost_gpu_hours": round(self.lost_gpu_hours, 1),
             "drains": self.drains,

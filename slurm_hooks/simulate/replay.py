@@ -79,6 +79,10 @@ class _Job:
 
 @dataclass
 class NodeRecord:
+    """What the state store would hold for one node (its history for the
+    policy, its repair attempts for the ladder, its XID incidents for the
+    repeat rules), plus the simulated hardware's state (``broken``)."""
+
     broken: Fault | None = None
     faults: list[FaultEvent] = field(default_factory=list)
     resumes: list[datetime] = field(default_factory=list)
@@ -133,6 +137,8 @@ class Replay:
         self.evidence = evidence_table()
         self.samples = samples
         self._useful = 0.0
+        #: Incidents whose node was asked to be replaced (a decision or the ladder).
+        self._replace_asked: set[str] = set()
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -208,10 +214,12 @@ class Replay:
         self._credit(job, min(kept, ran))
         job.running = False
         self.fig.interruptions += 1
+        if saved_until is not None:
+            self.fig.checkpointed_on_signal += 1
 
     def _on_requeue(self, job_id: str) -> None:
         job = self.jobs[job_id]
-        self._stop(job, self.now if job.running else None)
+        self._stop(job)  # still running: killed by the requeue, back to its last checkpoint
         job.gen += 1
         self._place(job)
 
@@ -442,13 +450,13 @@ class Replay:
         incident = d.reason.incident
         st.faults.append(FaultEvent(self.dt(), d.code, d.component, str(d.kind), incident))
         if d.facts.get("already_drained"):
-            self.fig.replacements += 1
+            self._ask_replacement(incident)
             return True
         st.incident = incident
         self.fig.drains += 1
         self.fig.false_drains += int(not self.evidence[f.cause].get("node_fault", True))
         if d.kind is DecisionKind.REPLACE:
-            self.fig.replacements += 1
+            self._ask_replacement(incident)
         job = self._job_on(name)
         settled = self.now
         if job is not None and d.evacuate:
@@ -457,6 +465,11 @@ class Replay:
         human = d.kind is DecisionKind.HOLD_FOR_HUMAN
         self.at(settled, self._repair, name, f, incident, d.code, d.component, action, human)
         return True
+
+    def _ask_replacement(self, incident: str) -> None:
+        if incident not in self._replace_asked:
+            self._replace_asked.add(incident)
+            self.fig.replacements += 1
 
     def _evacuate(self, job: _Job, name: str, f: Fault) -> float:
         """Signal, grace, requeue exactly once (the door's rule)."""
@@ -516,7 +529,7 @@ class Replay:
             RepairStep.NONE: self.p.response_s + self._manual_fix_s(name, f)[0],
         }[plan.step]
         if plan.step is RepairStep.REPLACE:
-            self.fig.replacements += 1
+            self._ask_replacement(incident)
         self.at(self.now + took, self._repaired, name, f, incident, plan.step, False)
 
     def _repaired(self, name: str, f: Fault, incident: str, step: RepairStep, human: bool) -> None:

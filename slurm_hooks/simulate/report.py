@@ -23,6 +23,7 @@ ROWS = (
     ("ETTR", "ettr", "{:.2%}"),
     ("node-hours out of service", "node_hours_out", "{:,.0f}"),
     ("job interruptions", "interruptions", "{:,}"),
+    ("  of which checkpointed on signal", "checkpointed_on_signal", "{:,}"),
     ("jobs requeued", "requeues", "{:,}"),
     ("GPU-hours lost", "lost_gpu_hours", "{:,.0f}"),
     ("drains", "drains", "{:,}"),
