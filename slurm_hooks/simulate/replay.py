@@ -430,11 +430,14 @@ class Replay:
                 self._evacuate(job, name, f)
                 acted = True
         if not acted:  # logged only, held by the breaker: people take over
+            # A held node is named (status lists it); a fault nothing named
+            # has to be found first.
+            named = any(d.kind is DecisionKind.BREAKER_TRIPPED for d in decisions)
             alive = bool(self.evidence[f.cause].get("job_alive", False))
-            self._job_dies(job, f, alive, diagnose=False)
+            self._job_dies(job, f, alive, diagnose=hw and not named)
             if hw:
-                t = self.now + self.p.nccl_timeout_s + self.p.response_s
-                self.at(t, self._person_drain, name, f)
+                wait = self.p.response_s * (1 if named else 2)
+                self.at(self.now + self.p.nccl_timeout_s + wait, self._person_drain, name, f)
 
     def _breaker_reset(self) -> None:
         self.trips.pop(PARTITION, None)
