@@ -64,6 +64,9 @@ class SimSlurm:
         #: Called with the job id when a job is requeued (the replay schedules it).
         self.on_requeue: Callable[[str], None] = lambda job_id: None
         self.requeues: dict[str, int] = {}
+        #: Reason stamps to use for the next write on a node (a history
+        #: replay: Slurm's order of claims, as the audit log reveals it).
+        self.stamps: dict[str, datetime] = {}
         self.out_node_s = 0.0
         self._out = 0
         self._out_since = 0.0
@@ -71,7 +74,8 @@ class SimSlurm:
     # -- bookkeeping ------------------------------------------------------------------
 
     def now(self) -> datetime:
-        return self.epoch + timedelta(seconds=self.clock())
+        """slurmctld's clock as it stamps reasons: whole seconds."""
+        return (self.epoch + timedelta(seconds=self.clock())).replace(microsecond=0)
 
     def _set(self, node: NodeState) -> None:
         old = self.nodes[node.name]
@@ -143,7 +147,8 @@ class SimSlurm:
     def drain(self, name: str, reason: str) -> None:
         n = self.get_node(name)
         self._log("drain", name, reason)
-        self._set(replace(n, flags=n.flags | {"DRAIN"}, reason=reason, reason_time=self.now(),
+        stamp = self.stamps.pop(name, None) or self.now()
+        self._set(replace(n, flags=n.flags | {"DRAIN"}, reason=reason, reason_time=stamp,
                           reason_user=self.actor))  # fmt: skip
 
     def down(self, name: str, reason: str) -> None:
@@ -178,6 +183,11 @@ class SimSlurm:
     def cancel(self, job_id: str) -> None:
         self._log("cancel", job_id)
         self.jobs[job_id].state = "cancelled"
+
+    def set_node_comment(self, name: str, comment: str) -> None:
+        n = self.get_node(name)
+        self._log("comment", name, comment)
+        self.nodes[name] = replace(n, comment=comment or None)
 
     def set_job_comment(self, job_id: str, comment: str, *, admin: bool = False) -> None:
         self._log("comment", job_id, comment)

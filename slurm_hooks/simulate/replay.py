@@ -36,12 +36,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged, SlurmError
+from slurm_hooks.core.held import HeldMark, format_mark
 from slurm_hooks.core.history import FaultEvent, NodeHistory, Trip
 from slurm_hooks.core.model import Action, Finding
 from slurm_hooks.core.ownership import our_reason
-from slurm_hooks.core.reason import DrainReason, format_reason
+from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
 from slurm_hooks.core.topology import Topology, pick_spare
-from slurm_hooks.decide import FleetView, PolicyConfig, decide, decide_resume
+from slurm_hooks.decide import PolicyConfig, decide, decide_resume
+from slurm_hooks.decide.breaker import rank_claim
 from slurm_hooks.decide.decision import DecisionKind
 from slurm_hooks.decide.repair import Attempt, RepairConfig, RepairStep, plan_repair, reboot_allowed
 from slurm_hooks.detect.xid.catalogue import Catalogue
@@ -57,8 +59,6 @@ from slurm_hooks.slurm.door import Requeue, SlurmDoor
 DEAD_EXIT_S = 10.0
 #: Seconds slurmctld waits before marking a silent node DOWN (SlurmdTimeout's default).
 SLURMD_TIMEOUT_S = 300.0
-#: Seconds between two tries of a deferred reboot (reboot cap reached).
-REBOOT_RETRY_S = 60.0
 
 
 class Baseline(enum.StrEnum):
@@ -139,6 +139,10 @@ class Replay:
         self._useful = 0.0
         #: Incidents whose node was asked to be replaced (a decision or the ladder).
         self._replace_asked: set[str] = set()
+        #: Faults the breaker holds (node -> fault), re-examined on reset.
+        self._held: dict[str, Fault] = {}
+        #: Repairs whose reboot the reboot cap deferred.
+        self._reboot_wait: list[tuple[Any, ...]] = []
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -403,58 +407,75 @@ class Replay:
         return found
 
     def _detect(self, name: str, f: Fault) -> None:
+        """The engine's fault path: decide on the node's own state (no
+        breaker), claim the drain through the door, rank the claim against
+        the node table (``rank_claim``): confirmed, go on; past the cap, take
+        it back, hold the fault, latch (act/claim.py, docs/breaker.md)."""
         st = self.state[name]
         hw = bool(self.evidence[f.cause].get("node_fault", True))
         if hw and st.broken is not f:
             return
         found = self._findings(name, f)
         node = self.slurm.nodes[name]
-        fleet = FleetView(tuple(self.slurm.nodes.values()), dict(self.trips))
-        decisions = decide(found, node, st.history(), fleet, self.policy, self.dt(), node=name)
+        decisions = decide(found, node, st.history(), None, self.policy, self.dt(), node=name)
         job = self._job_on(name)
-        acted = False
+        outcome = ""
         for d in decisions:
-            self.fig.decisions[str(d.kind)] += 1
             if d.kind.drains:
-                acted = self._drain(name, f, d, node.reason) or acted
-            elif d.kind is DecisionKind.BREAKER_TRIPPED:
-                self.fig.breaker_held += 1
-                if PARTITION not in self.trips:
-                    self.trips[PARTITION] = Trip(PARTITION, self.dt(), name,
-                                                 int(d.facts.get("breaker_counted", 0)),
-                                                 int(d.facts.get("breaker_limit", 0)))  # fmt: skip
-                    self.fig.breaker_trips += 1
-                    # A person is paged, looks, and re-arms the breaker.
-                    self.at(self.now + self.p.response_s, self._breaker_reset)
-            elif d.kind is DecisionKind.FOREIGN_REASON and d.evacuate and job is not None:
+                outcome = self._drain(name, f, d, node.reason) or outcome
+                self.fig.decisions[str(DecisionKind.BREAKER_TRIPPED if outcome == "held"
+                                       else d.kind)] += 1  # fmt: skip
+                continue
+            self.fig.decisions[str(d.kind)] += 1
+            if d.kind is DecisionKind.FOREIGN_REASON and d.evacuate and job is not None:
                 self._evacuate(job, name, f)
-                acted = True
-        if not acted:  # logged only, held by the breaker: people take over
-            # A held node is named (status lists it); a fault nothing named
-            # has to be found first.
-            named = any(d.kind is DecisionKind.BREAKER_TRIPPED for d in decisions)
+                outcome = "acted"
+        if outcome != "acted":  # logged only, or held by the breaker: people take over
+            # A held node is named (status lists it); the person re-arms the
+            # breaker, which re-examines it.  A fault nothing named has to be
+            # found first.
             alive = bool(self.evidence[f.cause].get("job_alive", False))
-            self._job_dies(job, f, alive, diagnose=hw and not named)
-            if hw:
-                wait = self.p.response_s * (1 if named else 2)
-                self.at(self.now + self.p.nccl_timeout_s + wait, self._person_drain, name, f)
+            self._job_dies(job, f, alive, diagnose=hw and outcome != "held")
+            if hw and outcome != "held":
+                t = self.now + self.p.nccl_timeout_s + 2 * self.p.response_s
+                self.at(t, self._person_drain, name, f)
 
     def _breaker_reset(self) -> None:
+        """``slurm-hooks breaker reset`` by a person: the latch and the held
+        marks are cleared and every held fault is examined again at once."""
         self.trips.pop(PARTITION, None)
+        held, self._held = self._held, {}
+        for name in sorted(held):
+            self.door.clear_held(name)
+        for name, f in sorted(held.items()):
+            if self.state[name].broken is f and not self.slurm.nodes[name].drained:
+                self._detect(name, f)
 
-    def _drain(self, name: str, f: Fault, d: Any, seen: str | None) -> bool:
+    def _drain(self, name: str, f: Fault, d: Any, seen: str | None) -> str:
+        """ "acted", "held" (the claim ranked past the breaker's cap) or ""
+        (the door refused: a foreign reason came first)."""
         st = self.state[name]
         assert d.reason is not None
+        claim = format_reason(d.reason)
         try:
-            self.door.drain(name, format_reason(d.reason), expect=seen)
+            self.door.drain(name, claim, expect=seen)
         except (ForeignReasonError, ReasonChanged):
             self.fig.foreign_refusals += 1
-            return False
+            return ""
         incident = d.reason.incident
-        st.faults.append(FaultEvent(self.dt(), d.code, d.component, str(d.kind), incident))
         if d.facts.get("already_drained"):
+            st.faults.append(FaultEvent(self.dt(), d.code, d.component, str(d.kind), incident))
             self._ask_replacement(incident)
-            return True
+            return "acted"
+        fleet = list(self.slurm.nodes.values())
+        verdict = rank_claim(name, claim, fleet, self.policy, self.dt(), self.trips)
+        if not verdict.confirmed:
+            prior = try_parse_reason(seen)
+            self.door.take_back(name, claim, restore=seen if prior and not prior.is_fault else None)
+            self._hold(name, f, d, verdict)
+            return "held"
+        self.door.clear_held(name)
+        st.faults.append(FaultEvent(self.dt(), d.code, d.component, str(d.kind), incident))
         st.incident = incident
         self.fig.drains += 1
         self.fig.false_drains += int(not self.evidence[f.cause].get("node_fault", True))
@@ -467,7 +488,20 @@ class Replay:
         action = d.findings[0].action if d.findings else Action.DRAIN
         human = d.kind is DecisionKind.HOLD_FOR_HUMAN
         self.at(settled, self._repair, name, f, incident, d.code, d.component, action, human)
-        return True
+        return "acted"
+
+    def _hold(self, name: str, f: Fault, d: Any, verdict: Any) -> None:
+        """Hold the refused fault: a mark in Slurm's Comment, the latch; a
+        person is paged and re-arms the breaker after ``response_s``."""
+        self.fig.breaker_held += 1
+        self._held[name] = f
+        mark = HeldMark(d.code, d.component, d.reason.incident, self.dt(), verdict.key_at)
+        self.door.mark_held(name, format_mark(mark))
+        if PARTITION not in self.trips:
+            self.trips[PARTITION] = Trip(PARTITION, self.dt(), name, verdict.rank - 1,
+                                         verdict.limit, verdict.key_at)  # fmt: skip
+            self.fig.breaker_trips += 1
+            self.at(self.now + self.p.response_s, self._breaker_reset)
 
     def _ask_replacement(self, incident: str) -> None:
         if incident not in self._replace_asked:
@@ -517,8 +551,8 @@ class Replay:
         if plan.step is RepairStep.REBOOT:
             fleet = list(self.slurm.nodes.values())
             if not reboot_allowed(name, fleet, self.repair).allowed:
-                self.at(self.now + REBOOT_RETRY_S, self._repair, name, f, incident, code, comp,
-                        action, human)  # fmt: skip
+                # Deferred: tried again when a reboot ends (the engine's next pass).
+                self._reboot_wait.append((name, f, incident, code, comp, action, human))
                 return
         st.attempts.append(Attempt(self.dt(), plan.step, code, comp))
         ours = our_reason(self.slurm.nodes[name])
@@ -542,6 +576,9 @@ class Replay:
             extra = {k: v for k, v in ours.extra.items() if k != "step"}
             self.door.drain(name, format_reason(DrainReason(ours.code, ours.incident, ours.text,
                                                             ours.component, extra)))  # fmt: skip
+            waiting, self._reboot_wait = self._reboot_wait, []
+            for args in waiting:
+                self._repair(*args)
         st.accepted.append(self.dt())
         node = self.slurm.nodes[name]
         d = decide_resume(node, st.history(), self.dt(), human=human)

@@ -57,6 +57,8 @@ class Logged:
     component: str | None = None
     incident: str | None = None
     outcome: str | None = None
+    #: A breaker claim's rank in Slurm's order (claim records).
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -176,8 +178,10 @@ def read_history(paths: Sequence[str | Path]) -> Trace:
         if node not in names:
             names.append(node)
         t = (r["_t"] - t0).total_seconds()
+        rank = r.get("rank")
         item = Logged(t, node, str(r["action"]), _str(r.get("decision")), _str(r.get("code")),
-                      _str(r.get("component")), _str(r.get("incident")), _str(r.get("outcome")))  # fmt: skip
+                      _str(r.get("component")), _str(r.get("incident")), _str(r.get("outcome")),
+                      rank if isinstance(rank, int) else None)  # fmt: skip
         logged.append(item)
         if item.action == "decision" and item.code and item.decision != "resume":
             faults.append(
