@@ -28,7 +28,7 @@ from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.detect.xid.catalogue import Catalogue
 from slurm_hooks.simulate import evidence as evmod
 from slurm_hooks.simulate.cluster import SimSlurm
-from slurm_hooks.simulate.replay import NodeRecord
+from slurm_hooks.simulate.state import NodeRecord
 from slurm_hooks.simulate.trace import Logged, Trace, gpu_of
 from slurm_hooks.slurm.door import SlurmDoor
 

@@ -26,18 +26,16 @@ last checkpoint once it has nodes.
 
 from __future__ import annotations
 
-import enum
 import heapq
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged, SlurmError
 from slurm_hooks.core.held import HeldMark, format_mark
-from slurm_hooks.core.history import FaultEvent, NodeHistory, Trip
+from slurm_hooks.core.history import FaultEvent, Trip
 from slurm_hooks.core.model import Action, Finding
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
@@ -47,11 +45,11 @@ from slurm_hooks.decide.breaker import rank_claim
 from slurm_hooks.decide.decision import DecisionKind
 from slurm_hooks.decide.repair import Attempt, RepairConfig, RepairStep, plan_repair, reboot_allowed
 from slurm_hooks.detect.xid.catalogue import Catalogue
-from slurm_hooks.detect.xid.rules import Incident
 from slurm_hooks.simulate import evidence as evmod
 from slurm_hooks.simulate.cluster import PARTITION, SimJob, SimSlurm
 from slurm_hooks.simulate.figures import Figures
 from slurm_hooks.simulate.params import SimParams
+from slurm_hooks.simulate.state import Baseline, NodeRecord, _Job, spare_reason
 from slurm_hooks.simulate.trace import EPOCH, Fault, Trace, evidence_table
 from slurm_hooks.slurm.door import Requeue, SlurmDoor
 
@@ -59,47 +57,6 @@ from slurm_hooks.slurm.door import Requeue, SlurmDoor
 DEAD_EXIT_S = 10.0
 #: Seconds slurmctld waits before marking a silent node DOWN (SlurmdTimeout's default).
 SLURMD_TIMEOUT_S = 300.0
-
-
-class Baseline(enum.StrEnum):
-    MANUAL = "manual"
-    NHC = "nhc"
-    HOOKS = "slurm-hooks"
-
-
-@dataclass
-class _Job:
-    sim: SimJob
-    need: int
-    running: bool = True
-    seg_start: float = 0.0
-    gen: int = 0
-    waiting: bool = False
-
-
-@dataclass
-class NodeRecord:
-    """What the state store would hold for one node (its history for the
-    policy, its repair attempts for the ladder, its XID incidents for the
-    repeat rules), plus the simulated hardware's state (``broken``)."""
-
-    broken: Fault | None = None
-    faults: list[FaultEvent] = field(default_factory=list)
-    resumes: list[datetime] = field(default_factory=list)
-    accepted: list[datetime] = field(default_factory=list)
-    incident: str | None = None
-    attempts: list[Attempt] = field(default_factory=list)
-    xid: list[Incident] = field(default_factory=list)
-    #: Times a person repaired it (the manual ladder: twice in a week, replace).
-    fixed: list[float] = field(default_factory=list)
-
-    def history(self) -> NodeHistory:
-        return NodeHistory(tuple(self.faults), tuple(self.resumes), tuple(self.accepted),
-                           self.incident)  # fmt: skip
-
-
-def spare_reason() -> str:
-    return format_reason(DrainReason("SPARE", "spare", "held as a spare by slurm-hooks"))
 
 
 class Replay:
