@@ -202,6 +202,11 @@ def test_cli_history_exit_status_says_whether_every_decision_was_reproduced():
     assert "4 reproduced" in ok.output
 
 
+def test_cli_names_the_published_traces_for_an_unknown_one(tmp_path):
+    out = CliRunner().invoke(main, ["simulate", "--trace", str(tmp_path / "nosuch")])
+    assert out.exit_code == 2 and "llama3, rsc1, rsc2" in out.output
+
+
 @pytest.mark.parametrize("bad", ["nosuch=1", "spares=-1"])
 def test_cli_rejects_unknown_or_invalid_parameters(bad):
     out = CliRunner().invoke(main, ["simulate", "--nodes", "16", "--days", "1", "--set", bad])

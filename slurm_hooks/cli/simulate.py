@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any
 
 import click
@@ -67,7 +66,9 @@ def command(trace_name: str, extra_history: tuple[str, ...], nodes: int | None,
         repair = cfg.section("repair", RepairConfig)
         hang_s = cfg.section("progress", ProgressConfig).hang_s
     cat = load_catalogue(catalogue) if catalogue else None
-    if os.path.exists(trace_name) or extra_history:
+    from slurm_hooks.simulate.trace import profiles
+
+    if trace_name not in profiles() or extra_history:
         _history([trace_name, *extra_history], policy, nodes or 0, cat, as_json)
         return
     _fleet(trace_name, nodes, days, seed, settings, sweep, policy, repair, hang_s, cat,

@@ -160,7 +160,13 @@ def read_history(paths: Sequence[str | Path]) -> Trace:
     replayed through the same judges), every record is kept for comparison."""
     records: list[dict[str, Any]] = []
     for p in paths:
-        records.extend(_records(Path(p)))
+        try:
+            records.extend(_records(Path(p)))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"{p}: neither a published trace ({', '.join(profiles())}) nor a readable "
+                f"audit log or history document: {exc}"
+            ) from exc
     records = [r for r in records if isinstance(r.get("ts"), str) and r.get("action")]
     if not records:
         raise ConfigError(f"no audit records in {', '.join(map(str, paths))}")
