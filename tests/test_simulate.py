@@ -19,6 +19,7 @@ from slurm_hooks.core.reason import try_parse_reason
 from slurm_hooks.decide import PolicyConfig
 from slurm_hooks.detect.xid.catalogue import parse_catalogue
 from slurm_hooks.simulate.cluster import US
+from slurm_hooks.simulate.evidence import Evidence, findings
 from slurm_hooks.simulate.history import replay_history
 from slurm_hooks.simulate.params import SimParams
 from slurm_hooks.simulate.replay import Baseline, Replay, run_all
@@ -42,6 +43,19 @@ def test_generated_trace_is_deterministic_and_follows_the_published_rate():
     events = len({f.t for f in a.faults})  # a switch's nodes fail together: one event
     assert abs(events - expected_faults("llama3", 2048, 54)) < 4 * 419**0.5
     assert {f.cause for f in a.faults} >= {"faulty_gpu", "gpu_hbm3", "software_bug"}
+
+
+@pytest.mark.parametrize(
+    ("code", "action"),
+    [("XID79", "reboot"), ("XID48", "reset_gpu"), ("GPU_LOST", "reboot"),
+     ("GPU_RESET_REQUIRED", "reset_gpu"), ("ECC_DBE", "reset_gpu"), ("IB_PORT_DOWN", "drain"),
+     ("HANG", "drain"), ("GPU_TEMP", "drain")],
+)  # fmt: skip
+def test_a_logged_code_becomes_evidence_the_product_judges_the_same(code, action):
+    ev = Evidence.from_code(code)
+    assert ev is not None
+    found, _ = findings(ev, node="n1", gpu=2, now=1e9)
+    assert [(f.code, str(f.action)) for f in found] == [(code, action)]
 
 
 def test_replay_is_deterministic_for_a_seed():

@@ -4,7 +4,9 @@ judges (the same code a health check or the watcher runs on a real node).
 * ``xid``: a kernel-log line in the driver's format (``NVRM: Xid (PCI:...):
   79, pid=..., GPU has fallen off the bus.``) goes through the XID scanner
   and the XID rules with the packaged catalogue (or the one passed in);
-* ``gpu_lost``: an NVML error ``GPU_IS_LOST`` through the gpu_lost check;
+* ``gpu_lost`` / ``gpu_reset``: an NVML error ``GPU_IS_LOST`` /
+  ``RESET_REQUIRED`` through the gpu_lost check;
+* ``ecc``: a volatile uncorrectable ECC count through the ecc check's judge;
 * ``thermal``: a GPU temperature through the gpu_temp check's judge;
 * ``link``: an InfiniBand port DOWN in sysfs terms through the ib check;
 * ``hang``: progress records where one rank stopped, through the hang judge
@@ -25,11 +27,12 @@ from typing import Any
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
 from slurm_hooks.core.reason import job_component
 from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.ecc import EccCheck
 from slurm_hooks.detect.checks.gpu_lost import GpuLostCheck
 from slurm_hooks.detect.checks.gpu_temp import GpuTempCheck
 from slurm_hooks.detect.checks.gpubase import GpuSample
 from slurm_hooks.detect.checks.ib import IbCheck
-from slurm_hooks.detect.probes.nvml import ERROR_GPU_IS_LOST
+from slurm_hooks.detect.probes.nvml import ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED
 from slurm_hooks.detect.probes.sysfs import IbPort
 from slurm_hooks.detect.progress.judge import HangSettings, ProcState, Verdict, judge_hang
 from slurm_hooks.detect.progress.records import RankView
@@ -79,6 +82,8 @@ class Evidence:
 
 _BY_CODE = {
     "GPU_LOST": Evidence("gpu_lost"),
+    "GPU_RESET_REQUIRED": Evidence("gpu_reset"),
+    "ECC_DBE": Evidence("ecc"),
     "GPU_TEMP": Evidence("thermal"),
     "IB_PORT_DOWN": Evidence("link"),
     "HANG": Evidence("hang"),
@@ -117,9 +122,13 @@ def findings(
                          gpus={pci: GpuRef(pci, gpu)})  # fmt: skip
         # The scan saw no wall clock (a dmesg line): stamp its incidents now.
         return [f for f in found if f.is_problem], incidents_from(result.aggregates, now)
-    if ev.kind == "gpu_lost":
-        sample = GpuSample(comp, error=NVMLError_Simulated(ERROR_GPU_IS_LOST))
+    if ev.kind in ("gpu_lost", "gpu_reset"):
+        code = ERROR_GPU_IS_LOST if ev.kind == "gpu_lost" else ERROR_RESET_REQUIRED
+        sample = GpuSample(comp, error=NVMLError_Simulated(code))
         return [GpuLostCheck().on_gpu_error(sample, ctx)], []
+    if ev.kind == "ecc":
+        counts = {"volatile_uncorrected": 1, "aggregate_uncorrected": 1, "volatile_corrected": 0}
+        return list(EccCheck().judge_gpu(comp, counts, ctx)), []
     if ev.kind == "thermal":
         return list(GpuTempCheck().judge_gpu(comp, int(ev.temp_c), ctx)), []
     if ev.kind == "link":
