@@ -31,7 +31,8 @@ class Figures:
     replacements: int = 0
     spares_resumed: int = 0
     max_spares_in_use: int = 0
-    #: slurm-hooks' writes the door refused (a foreign reason on the node).
+    #: Faults on a node someone else's reason holds (NHC, an admin, Slurm's
+    #: own): left alone by the policy or refused by the door.
     foreign_refusals: int = 0
     faults: int = 0
     decisions: Counter[str] = field(default_factory=Counter)

@@ -384,6 +384,7 @@ class Replay:
                                        else d.kind)] += 1  # fmt: skip
                 continue
             self.fig.decisions[str(d.kind)] += 1
+            self.fig.foreign_refusals += int(d.kind is DecisionKind.FOREIGN_REASON)
             if d.kind is DecisionKind.FOREIGN_REASON and d.evacuate and job is not None:
                 self._evacuate(job, name, f)
                 outcome = "acted"

@@ -31,7 +31,7 @@ ROWS = (
     ("breaker: nodes held / trips", ("breaker_held", "breaker_trips"), "{:,} / {:,}"),
     ("replacement requests", "replacements", "{:,}"),
     ("spares resumed / max in use", ("spares_resumed", "max_spares_in_use"), "{:,} / {:,}"),
-    ("foreign reasons refused", "foreign_refusals", "{:,}"),
+    ("foreign reasons left alone", "foreign_refusals", "{:,}"),
 )
 
 
