@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "preflight": ("preflight", "Multi-node all-reduce check of a job's nodes; drain the slow one."),
     "nhc": ("nhc", "Translate an LBNL NHC config into site checks (nhc import)."),
+    "simulate": ("simulate", "Replay a failure trace through the real policy; report ETTR."),
 }
 
 #: Entry-point group through which other distributions add commands (the
