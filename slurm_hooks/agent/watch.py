@@ -17,6 +17,13 @@ that closes the gap:
   hands what changed to the engine; every call also rolls forward an
   incident whose grace worker died.
 
+The progress pass (hangs and stragglers from records jobs write,
+docs/progress.md) runs in its own thread (:class:`ProgressThread`): it reads
+files users write, so its cost is theirs to choose, and the kernel-log scan
+and the NVML poll never wait behind it.  It takes the detect lock only
+around the engine call a hang verdict makes; a pass that raises is counted
+(``slurm_hooks_progress_crashes``) and the thread goes on.
+
 One event is handled once.  The scan (cursor read, records read, cursor and
 XID history written) and the engine call run under the node's ``detect``
 lock in the state dir (:func:`detect_lock`), which the hooks take too, so a
@@ -317,9 +324,9 @@ class Watcher:
         self._last_scan = float("-inf")
         self._retry_at = 0.0
         self._retry_delay = self.settings.retry_s
-        #: Hang and straggler pass over jobs' progress records (docs/progress.md).
+        #: Hang and straggler pass over jobs' progress records (docs/progress.md),
+        #: run by its own thread (:meth:`run`).
         self.progress = self._progress_pass(cfg)
-        self._next_progress = 0.0
 
     def _progress_pass(self, cfg: Any) -> Any:
         from slurm_hooks.detect.progress.settings import ProgressConfig
@@ -332,11 +339,11 @@ class Watcher:
 
         nvml = self.rs.services.get("nvml") if hasattr(self.rs, "services") else None
         view = (lambda: gpu_view(nvml)) if nvml is not None else None
-        return ProgressPass(settings, self.node, self.engine, gpu_view=view)
+        engine = SerialEngine(self.engine, self.state_dir, self.settings.lock_timeout_s)
+        return ProgressPass(settings, self.node, engine, gpu_view=view)
 
     def progress_pass(self) -> list[Any]:
         """Judge the progress of this node's jobs that write records."""
-        self._next_progress = self.clock() + self.progress.s.interval_s
         return list(self.progress.run())
 
     # -- one step each ---------------------------------------------------------
@@ -497,6 +504,9 @@ class Watcher:
                  type(follower).__name__ if follower else "nothing", s.nvml_interval_s)  # fmt: skip
         self.resume_pending()
         next_poll = self.clock()
+        progress = ProgressThread(self) if self.progress is not None else None
+        if progress is not None:
+            progress.start()
         try:
             while not self.stop_event.is_set():
                 now = self.clock()
@@ -505,16 +515,11 @@ class Watcher:
                     next_poll = self.clock() + s.nvml_interval_s
                     self._reap()
                     continue
-                if self.progress is not None and now >= self._next_progress:
-                    self._guard(self.progress_pass)
-                    continue
                 retry = bool(self._retry) or self._rescan
                 if retry and now >= self._retry_at:
                     self._guard(self.scan_log)
                     continue
                 wait = next_poll - now
-                if self.progress is not None:
-                    wait = min(wait, max(0.0, self._next_progress - now))
                 if retry:
                     wait = min(wait, max(0.0, self._retry_at - now))
                 if follower is None:
@@ -526,6 +531,9 @@ class Watcher:
                         break
                     self._guard(self.scan_log)
         finally:
+            self.stop_event.set()
+            if progress is not None:
+                progress.join(self.settings.lock_timeout_s)
             if follower is not None:
                 follower.close()
             self.rs.close()
@@ -572,6 +580,60 @@ class Watcher:
         )
 
 
+class SerialEngine:
+    """The engine as the progress thread uses it: each ``handle`` under the
+    node's detect lock, so a hang verdict and an XID are never acted on at
+    once; everything else (slurm reads, notify, audit) passes through."""
+
+    def __init__(self, engine: Any, state_dir: str, timeout: float):
+        self._engine = engine
+        self._state_dir = state_dir
+        self._timeout = timeout
+
+    def handle(self, node: str, findings: Sequence[Finding]) -> list[Any]:
+        with detect_lock(self._state_dir, self._timeout):
+            return list(self._engine.handle(node, findings))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+class ProgressThread:
+    """Runs the progress pass every ``[progress] interval_s`` beside the
+    watcher's loop.  A pass that raises is logged and counted; a pass that
+    outlasts its interval is counted; neither stops the thread or the
+    watcher."""
+
+    def __init__(self, watcher: Watcher):
+        self.watcher = watcher
+        self.thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+    def _loop(self) -> None:
+        w = self.watcher
+        interval = w.progress.s.interval_s
+        while not w.stop_event.is_set():
+            t0 = time.monotonic()
+            try:
+                w.progress_pass()
+            except Exception:  # noqa: BLE001 - logged with its traceback; the thread survives
+                w.progress.totals.crashes += 1
+                log.exception("watch node=%s: progress pass crashed", w.node)
+            took = time.monotonic() - t0
+            if took > interval:
+                w.progress.totals.overruns += 1
+                log.warning("watch node=%s: progress pass took %.1fs (interval %gs)",
+                            w.node, took, interval)  # fmt: skip
+            for path, why in w.progress.last.rejected:
+                log.info("watch node=%s: progress: %s %s", w.node, path, why)
+            w.stop_event.wait(max(0.0, interval - took) if took <= interval else interval)
+
+
 class _WatchCollector:
     """Serves the watcher's latest poll at every scrape."""
 
@@ -584,6 +646,7 @@ class _WatchCollector:
         families = list(build_registry(self.watcher.phase_run()).collect())
         if self.watcher.progress is not None:  # step-time skew per job (docs/progress.md)
             families += self.watcher.progress.metric_families()
+            families += self.watcher.progress.totals.metric_families()
         return families
 
 

@@ -12,21 +12,27 @@ recycled pid is GONE, not a healthy stranger).
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import itertools
 import logging
 import os
 import re
 import stat
+import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_hooks.detect.progress.bounded import Rejected
 from slurm_hooks.detect.progress.external import (
     MAX_BYTES,
     FrDump,
     Suspect,
     fr_waited_for,
-    parse_flight_recorder,
     parse_ras,
+    read_flight_recorder,
 )
 from slurm_hooks.detect.progress.judge import ProcState
 from slurm_hooks.detect.progress.records import Record, parse_line
@@ -47,15 +53,85 @@ _STATES = {
 }
 
 
-def job_dirs(base: str | os.PathLike[str]) -> Iterator[str]:
-    """Job ids with a progress directory (digits only, real directories)."""
+# -- what one pass may read ----------------------------------------------------------------
+
+
+@dataclass
+class Budget:
+    """What one pass over users' files may cost, and what it cost.
+
+    Every read below charges the budget of the pass running in this thread
+    (:func:`metering`); once a cap is reached the rest is skipped and
+    counted, never read: the directory is the users', its size is theirs to
+    choose, the pass's cost is not."""
+
+    max_files: int = 2048
+    max_bytes: int = 32 << 20
+    #: Seconds of this thread's CPU (``time.thread_time``) per pass.
+    max_cpu_s: float = 2.0
+    files: int = 0
+    bytes: int = 0
+    skipped_files: int = 0
+    #: (path, why) of each file refused by a parser's limits.
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    started_cpu: float = field(default_factory=time.thread_time)
+
+    def cpu_s(self) -> float:
+        return time.thread_time() - self.started_cpu
+
+    def spent(self) -> bool:
+        return (
+            self.files >= self.max_files
+            or self.bytes >= self.max_bytes
+            or self.cpu_s() >= self.max_cpu_s
+        )
+
+    def take(self, size: int) -> bool:
+        """Charge one file of ``size`` bytes; False (counted) when over budget."""
+        if self.spent() or self.bytes + size > self.max_bytes:
+            self.skipped_files += 1
+            return False
+        self.files += 1
+        self.bytes += size
+        return True
+
+    def reject(self, path: str, why: str) -> None:
+        if len(self.rejected) < 256:
+            self.rejected.append((path, why))
+
+
+_current = threading.local()
+
+
+def current_budget() -> Budget | None:
+    return getattr(_current, "budget", None)
+
+
+@contextlib.contextmanager
+def metering(budget: Budget) -> Iterator[Budget]:
+    """Charge every read in this thread to ``budget`` until the block ends."""
+    before = current_budget()
+    _current.budget = budget
     try:
-        entries = list(os.scandir(base))
+        yield budget
+    finally:
+        _current.budget = before
+
+
+def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator[str]:
+    """Job ids with a progress directory (digits only, real directories);
+    at most ``limit`` directory entries are looked at."""
+    try:
+        it = os.scandir(base)
     except OSError:
         return
-    for e in entries:
-        if e.name.isdigit() and len(e.name) <= 20 and e.is_dir(follow_symlinks=False):
-            yield e.name
+    with it:
+        for e in itertools.islice(it, limit):
+            try:
+                if e.name.isdigit() and len(e.name) <= 20 and e.is_dir(follow_symlinks=False):
+                    yield e.name
+            except OSError:
+                continue
 
 
 def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
@@ -65,11 +141,14 @@ def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    budget = current_budget()
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
             return []
         start = max(0, st.st_size - limit)
+        if budget is not None and not budget.take(min(limit, st.st_size)):
+            return []
         os.lseek(fd, start, os.SEEK_SET)
         data = os.read(fd, limit)
     except OSError:
@@ -152,11 +231,15 @@ def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    budget = current_budget()
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
             return None
         if st.st_size > limit:
+            _rejected(path, f"rejected: {st.st_size} bytes, more than {limit}")
+            return None
+        if budget is not None and not budget.take(st.st_size):
             return None
         chunks, left = [], limit + 1
         while left > 0:
@@ -179,20 +262,37 @@ def _paths(pattern: str, job: str) -> list[str]:
     return sorted(glob.glob(pattern.replace("{job}", job)))[:MAX_EVIDENCE_FILES]
 
 
+def _rejected(path: str, why: str) -> None:
+    """A user's file a parser refused: logged, and kept for the pass's report."""
+    log.warning("progress: %s %s", path, why)
+    budget = current_budget()
+    if budget is not None:
+        budget.reject(path, why)
+
+
 def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) -> list[Suspect]:
     """What NCCL RAS outputs and flight-recorder dumps of ``job`` say about
-    the rank the others wait for (RAS first: it sees dead processes)."""
+    the rank the others wait for (RAS first: it sees dead processes).  A
+    file a parser refuses (too large, too deep, not plain data) is left out
+    and reported (:func:`_rejected`)."""
     hints: list[Suspect] = []
     for path in _paths(ras_pattern, job):
         data = read_whole(path, MAX_BYTES, uid)
         if data is not None:
-            hints += parse_ras(data.decode("utf-8", errors="replace")).suspects
+            report = parse_ras(data.decode("utf-8", errors="replace"))
+            if report.rejected is not None:
+                _rejected(path, f"rejected: {report.rejected}")
+            hints += report.suspects
     dumps: dict[int, FrDump] = {}
     for path in _paths(fr_pattern, job):
         m = _TRAILING_RANK.search(os.path.basename(path))
         data = read_whole(path, MAX_BYTES, uid) if m else None
-        dump = parse_flight_recorder(data) if data is not None else None
-        if m and dump is not None:
+        if m is None or data is None:
+            continue
+        dump = read_flight_recorder(data)
+        if isinstance(dump, Rejected):
+            _rejected(path, str(dump))
+        else:
             dumps[int(m.group(1))] = dump
     fr = fr_waited_for(dumps)
     if fr is not None:
