@@ -629,8 +629,6 @@ class ProgressThread:
                 w.progress.totals.overruns += 1
                 log.warning("watch node=%s: progress pass took %.1fs (interval %gs)",
                             w.node, took, interval)  # fmt: skip
-            for path, why in w.progress.last.rejected:
-                log.info("watch node=%s: progress: %s %s", w.node, path, why)
             w.stop_event.wait(max(0.0, interval - took) if took <= interval else interval)
 
 

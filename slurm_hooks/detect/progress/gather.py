@@ -262,9 +262,19 @@ def _paths(pattern: str, job: str) -> list[str]:
     return sorted(glob.glob(pattern.replace("{job}", job)))[:MAX_EVIDENCE_FILES]
 
 
+_told: set[tuple[str, str]] = set()
+
+
 def _rejected(path: str, why: str) -> None:
-    """A user's file a parser refused: logged, and kept for the pass's report."""
-    log.warning("progress: %s %s", path, why)
+    """A user's file a parser refused: logged (once per file and reason),
+    and kept for the pass's report (counted every pass)."""
+    if (path, why) not in _told:
+        if len(_told) >= 4096:
+            _told.clear()
+        _told.add((path, why))
+        log.warning("progress: %s %s", path, why)
+    else:
+        log.debug("progress: %s %s", path, why)
     budget = current_budget()
     if budget is not None:
         budget.reject(path, why)
