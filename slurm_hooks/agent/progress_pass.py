@@ -1,9 +1,13 @@
 """The watcher's progress pass: judge the jobs on this node that write progress
 records, and act on a hang or a straggler through the engine.
 
-Every ``[progress] interval_s`` the watcher calls :meth:`ProgressPass.run`.
-While every job progresses it reads only the record files (no Slurm call);
-a job without records is never looked at.  On suspicion (a stall, a
+Every ``[progress] interval_s`` the watcher's progress thread calls
+:meth:`ProgressPass.run`.  Its cost is bounded whatever users put in the
+directory (issue #27): one Slurm read of this node's jobs (kept
+``jobs_cache_s`` unless a new directory appears), and only the directories
+of jobs running here are read, within a budget of files, bytes and CPU
+(``gather.Budget``); what was skipped or refused is counted
+(``progress_cost``).  A job without records is never looked at.  On suspicion (a stall, a
 straggler) it asks Slurm about the job and judges again with what Slurm
 says, because the records were written by the job's user:
 

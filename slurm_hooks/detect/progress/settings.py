@@ -55,9 +55,10 @@ class ProgressConfig:
     flight_recorder_path: str = ""
     #: What one pass may cost, however many directories and files users
     #: create: its job list comes from one Slurm read of this node's jobs
-    #: (kept this many seconds unless a new job directory appears), and
-    #: only directories of jobs running here are read.
-    jobs_cache_s: float = 60.0
+    #: (kept this many seconds unless a new job directory appears: a job
+    #: requeued onto this node into an existing directory waits at most
+    #: this long), and only directories of jobs running here are read.
+    jobs_cache_s: float = 15.0
     #: Directory entries looked at per pass (the rest counted as skipped).
     max_dirs: int = 100_000
     #: Rank and evidence files read per pass.
