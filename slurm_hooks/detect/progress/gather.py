@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Rank files per job read at most (a job cannot make the watcher read forever).
 MAX_FILES = 1024
+#: Entries of one job's directory looked at, at most.
+MAX_ENTRIES = 16 * MAX_FILES
 _STATES = {
     "R": ProcState.RUNNING,
     "S": ProcState.SLEEPING,
@@ -166,7 +168,12 @@ def read_job(
 ) -> list[Record]:
     d = Path(base) / job
     try:
-        names = sorted(n for n in os.listdir(d) if n.startswith("rank") and n.endswith(".log"))
+        with os.scandir(d) as it:  # the job's user chooses how many entries there are
+            names = sorted(
+                e.name
+                for e in itertools.islice(it, MAX_ENTRIES)
+                if e.name.startswith("rank") and e.name.endswith(".log")
+            )
     except OSError:
         return []
     out: list[Record] = []
@@ -259,7 +266,8 @@ def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
 def _paths(pattern: str, job: str) -> list[str]:
     if not pattern or not job.isdigit():
         return []
-    return sorted(glob.glob(pattern.replace("{job}", job)))[:MAX_EVIDENCE_FILES]
+    found = glob.iglob(pattern.replace("{job}", job))
+    return sorted(itertools.islice(found, MAX_ENTRIES))[:MAX_EVIDENCE_FILES]
 
 
 _told: set[tuple[str, str]] = set()
