@@ -154,3 +154,15 @@ def test_the_cost_counters_are_served(tmp_path):
     assert "slurm_hooks_progress_skipped_dirs_total 1.0" in text
     assert "slurm_hooks_progress_slurm_reads_total 1.0" in text
     assert "slurm_hooks_progress_crashes_total 2.0" in text
+
+
+def test_a_symlinked_job_directory_is_never_read(tmp_path):
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    (real / "rank0.log").write_text(records("4243", "n1", time.time(), pid=2**22 + 3))
+    base = tmp_path / "progress"
+    base.mkdir()
+    (base / "4243").symlink_to(real)
+    p, slurm = make(base, [job("4243")])
+    p.run()
+    assert slurm.listed == 1 and p.last.files == 0 and p.last.judged == 0 and slurm.asked == []

@@ -28,6 +28,7 @@ already carries our HANG reason for it.
 from __future__ import annotations
 
 import logging
+import os
 import pwd
 import statistics
 import time
@@ -43,6 +44,7 @@ from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
 from slurm_hooks.detect.progress.gather import (
     Budget,
+    is_job_dir,
     job_dirs,
     metering,
     proc_state,
@@ -130,6 +132,7 @@ class ProgressPass:
         self._turn = 0
         self._suspect_turn = 0
         self._reads: PassReads | None = None
+        self._names: tuple[tuple[int, int, int], float, list[str]] | None = None
         #: The last pass's cost, and every pass's summed (``/metrics``).
         self.last = PassStats()
         self.totals = PassTotals()
@@ -161,6 +164,24 @@ class ProgressPass:
         self._absent = {n for n in names if n not in self._jobs}
         return self._jobs
 
+    def _listing(self) -> list[str]:
+        """The directory's job names, listed again only when it changed (its
+        mtime moves when an entry is added or removed) or ``jobs_cache_s``
+        passed: thousands of entries cost one ``stat`` a pass, not a walk."""
+        try:
+            st = os.stat(self.s.dir)
+        except OSError:
+            return []
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        now = time.monotonic()
+        if (
+            self._names is None
+            or self._names[0] != stamp
+            or now - self._names[1] > self.s.jobs_cache_s
+        ):
+            self._names = (stamp, now, list(job_dirs(self.s.dir, self.s.max_dirs)))
+        return self._names[2]
+
     def run(self) -> list[Any]:
         """One look at the record directories of this node's running jobs;
         returns the engine's decisions.  Cost bounded by :class:`Budget`."""
@@ -187,7 +208,7 @@ class ProgressPass:
     def _pass(
         self, now: float, stats: PassStats, budget: Budget, reports: dict[str, JobReport]
     ) -> list[Any]:
-        names = list(job_dirs(self.s.dir, self.s.max_dirs))
+        names = self._listing()
         stats.dirs = len(names)
         if not names:
             return []
@@ -195,7 +216,7 @@ class ProgressPass:
         if jobs is None:
             stats.skipped_dirs = len(names)
             return []
-        mine = sorted((n for n in names if n in jobs), key=int)
+        mine = sorted((n for n in jobs.keys() & set(names) if is_job_dir(self.s.dir, n)), key=int)
         stats.skipped_dirs = len(names) - len(mine)
         # In turn: a pass cut short by its budget starts further on next time.
         if mine:

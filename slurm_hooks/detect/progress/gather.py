@@ -121,19 +121,25 @@ def metering(budget: Budget) -> Iterator[Budget]:
 
 
 def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator[str]:
-    """Job ids with a progress directory (digits only, real directories);
-    at most ``limit`` directory entries are looked at."""
+    """Names that may be job directories (digits only); at most ``limit``
+    entries are looked at.  Whether one is a real directory is asked
+    (:func:`is_job_dir`) only of the few a pass reads."""
     try:
         it = os.scandir(base)
     except OSError:
         return
     with it:
         for e in itertools.islice(it, limit):
-            try:
-                if e.name.isdigit() and len(e.name) <= 20 and e.is_dir(follow_symlinks=False):
-                    yield e.name
-            except OSError:
-                continue
+            if e.name.isdigit() and len(e.name) <= 20:
+                yield e.name
+
+
+def is_job_dir(base: str | os.PathLike[str], name: str) -> bool:
+    """A real directory (never a symlink to someone else's)."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(base, name)).st_mode)
+    except OSError:
+        return False
 
 
 def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
