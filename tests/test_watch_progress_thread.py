@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from slurm_hooks.agent.progress_cost import PassStats, PassTotals
-from slurm_hooks.agent.watch import SerialEngine, Watcher, detect_lock
+from slurm_hooks.agent.progress_thread import SerialEngine
+from slurm_hooks.agent.watch import Watcher, detect_lock
 from slurm_hooks.store.state import LockTimeout
 from tests.test_watch import XID79, RecordingEngine, append, load, node_cfg, stamp  # noqa: F401
 

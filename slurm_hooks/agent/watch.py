@@ -339,6 +339,8 @@ class Watcher:
 
         nvml = self.rs.services.get("nvml") if hasattr(self.rs, "services") else None
         view = (lambda: gpu_view(nvml)) if nvml is not None else None
+        from slurm_hooks.agent.progress_thread import SerialEngine
+
         engine = SerialEngine(self.engine, self.state_dir, self.settings.lock_timeout_s)
         return ProgressPass(settings, self.node, engine, gpu_view=view)
 
@@ -504,6 +506,8 @@ class Watcher:
                  type(follower).__name__ if follower else "nothing", s.nvml_interval_s)  # fmt: skip
         self.resume_pending()
         next_poll = self.clock()
+        from slurm_hooks.agent.progress_thread import ProgressThread
+
         progress = ProgressThread(self) if self.progress is not None else None
         if progress is not None:
             progress.start()
@@ -578,58 +582,6 @@ class Watcher:
             check_durations=self.stats.durations,
             xid_counts={code: n for code, n in self.stats.xid_counts.items()},
         )
-
-
-class SerialEngine:
-    """The engine as the progress thread uses it: each ``handle`` under the
-    node's detect lock, so a hang verdict and an XID are never acted on at
-    once; everything else (slurm reads, notify, audit) passes through."""
-
-    def __init__(self, engine: Any, state_dir: str, timeout: float):
-        self._engine = engine
-        self._state_dir = state_dir
-        self._timeout = timeout
-
-    def handle(self, node: str, findings: Sequence[Finding]) -> list[Any]:
-        with detect_lock(self._state_dir, self._timeout):
-            return list(self._engine.handle(node, findings))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-
-class ProgressThread:
-    """Runs the progress pass every ``[progress] interval_s`` beside the
-    watcher's loop.  A pass that raises is logged and counted; a pass that
-    outlasts its interval is counted; neither stops the thread or the
-    watcher."""
-
-    def __init__(self, watcher: Watcher):
-        self.watcher = watcher
-        self.thread = threading.Thread(target=self._loop, name="progress", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-
-    def _loop(self) -> None:
-        w = self.watcher
-        interval = w.progress.s.interval_s
-        while not w.stop_event.is_set():
-            t0 = time.monotonic()
-            try:
-                w.progress_pass()
-            except Exception:  # noqa: BLE001 - logged with its traceback; the thread survives
-                w.progress.totals.crashes += 1
-                log.exception("watch node=%s: progress pass crashed", w.node)
-            took = time.monotonic() - t0
-            if took > interval:
-                w.progress.totals.overruns += 1
-                log.warning("watch node=%s: progress pass took %.1fs (interval %gs)",
-                            w.node, took, interval)  # fmt: skip
-            w.stop_event.wait(max(0.0, interval - took) if took <= interval else interval)
 
 
 class _WatchCollector:
