@@ -29,7 +29,7 @@ FUZZ = settings(max_examples=200, deadline=None)
 
 
 def test_the_issue_bombs_are_rejected_with_a_reason():
-    assert "nested 100000 deep" in str(read_flight_recorder(nested_json()))
+    assert "nested more than 64 deep" in str(read_flight_recorder(nested_json()))
     assert "dict key of type int" in str(read_flight_recorder(hash_bomb(2000)))
     assert "2147483648 bytes" in str(read_flight_recorder(string_bomb()))
     assert parse_ras("{" + '"c":' + nested_json().decode() + "}").rejected
@@ -167,3 +167,29 @@ def test_ras_parser_never_raises(parts):
 def test_record_parser_never_raises(tokens):
     rec = parse_line(" ".join(tokens))
     assert rec is None or rec.pid >= 1
+
+
+def test_an_unchanged_evidence_file_is_parsed_once(tmp_path, monkeypatch):
+    from slurm_hooks.detect.progress import gather
+
+    calls = []
+    real = gather.read_flight_recorder
+
+    def counting(data: bytes):  # type: ignore[no-untyped-def]
+        calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(gather, "read_flight_recorder", counting)
+    d = tmp_path / "55"
+    d.mkdir()
+    (d / "fr_0.json").write_bytes(nested_json())
+    pattern = f"{tmp_path}/{{job}}/fr_*"
+    for _ in range(3):
+        budget = gather.Budget()
+        with gather.metering(budget):
+            assert gather.read_hints("", pattern, "55", uid=None) == []
+        assert [w for _, w in budget.rejected] == ["rejected: nested more than 64 deep"]
+    assert len(calls) == 1, "parsed once, reported every pass"
+    (d / "fr_0.json").write_bytes(nested_json(10))  # changed: read again
+    gather.read_hints("", pattern, "55", uid=None)
+    assert len(calls) == 2

@@ -21,7 +21,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from slurm_hooks.detect.progress.bounded import Rejected
 from slurm_hooks.detect.progress.external import (
     MAX_BYTES,
     FrDump,
+    RasReport,
     Suspect,
     fr_waited_for,
     parse_ras,
@@ -240,6 +241,22 @@ _TRAILING_RANK = re.compile(r"(\d{1,9})(?:\.(?:json|pkl|pickle))?$")
 def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
     """At most ``limit`` bytes of a regular file owned by ``uid`` (None: any),
     never through a symlink; None when it cannot be read or is too large."""
+    got = _read_whole(path, limit, uid, None)
+    return got if isinstance(got, bytes) else None
+
+
+#: Parsed evidence by file identity (device, inode, size, mtime, owner, kind):
+#: an unchanged file - a hostile one above all - is not read or parsed again
+#: every pass.
+_PARSED: dict[tuple[object, ...], object] = {}
+_PARSED_MAX = 1024
+_MISSING = object()
+
+
+def _read_whole(path: str, limit: int, uid: int | None, kind: str | None) -> object:
+    """The bytes (``kind`` None), or the cached parse of this very file
+    (keyed by what ``fstat`` says of the descriptor read, so never another
+    file's), or None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -252,6 +269,11 @@ def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
         if st.st_size > limit:
             _rejected(path, f"rejected: {st.st_size} bytes, more than {limit}")
             return None
+        if kind is not None:
+            key = (kind, path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_uid)
+            hit = _PARSED.get(key, _MISSING)
+            if hit is not _MISSING:
+                return _Cached(key, hit)
         if budget is not None and not budget.take(st.st_size):
             return None
         chunks, left = [], limit + 1
@@ -266,7 +288,31 @@ def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    return data if len(data) <= limit else None
+    if len(data) > limit:
+        return None
+    return data if kind is None else _Cached(key, data, fresh=True)
+
+
+@dataclass
+class _Cached:
+    key: tuple[object, ...]
+    value: object
+    fresh: bool = False
+
+
+def _parsed(path: str, uid: int | None, kind: str, parse: Callable[[bytes], object]) -> object:
+    """``parse`` of the file's bytes, from the cache while it is unchanged."""
+    got = _read_whole(path, MAX_BYTES, uid, kind)
+    if not isinstance(got, _Cached):
+        return None
+    if not got.fresh:
+        return got.value
+    assert isinstance(got.value, bytes)
+    value = parse(got.value)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[got.key] = value
+    return value
 
 
 def _paths(pattern: str, job: str) -> list[str]:
@@ -301,22 +347,21 @@ def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) 
     and reported (:func:`_rejected`)."""
     hints: list[Suspect] = []
     for path in _paths(ras_pattern, job):
-        data = read_whole(path, MAX_BYTES, uid)
-        if data is not None:
-            report = parse_ras(data.decode("utf-8", errors="replace"))
+        report = _parsed(path, uid, "ras",
+                         lambda b: parse_ras(b.decode("utf-8", errors="replace")))  # fmt: skip
+        if isinstance(report, RasReport):
             if report.rejected is not None:
                 _rejected(path, f"rejected: {report.rejected}")
             hints += report.suspects
     dumps: dict[int, FrDump] = {}
     for path in _paths(fr_pattern, job):
         m = _TRAILING_RANK.search(os.path.basename(path))
-        data = read_whole(path, MAX_BYTES, uid) if m else None
-        if m is None or data is None:
+        if m is None:
             continue
-        dump = read_flight_recorder(data)
+        dump = _parsed(path, uid, "fr", read_flight_recorder)
         if isinstance(dump, Rejected):
             _rejected(path, str(dump))
-        else:
+        elif isinstance(dump, FrDump):
             dumps[int(m.group(1))] = dump
     fr = fr_waited_for(dumps)
     if fr is not None:
