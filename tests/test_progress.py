@@ -262,6 +262,13 @@ class FakeSlurm:
     def __init__(self, job: JobInfo | None):
         self.job = job
         self.calls = 0
+        self.listed = 0
+
+    def jobs_on_node(self, name):
+        from slurm_hooks.core import hostlist
+
+        self.listed += 1
+        return [self.job] if self.job and hostlist.contains(self.job.nodes, name) else []
 
     def get_job(self, job_id):
         self.calls += 1
@@ -309,8 +316,11 @@ def _pass(tmp_path, node, slurm, now, **cfg):
 def test_pass_without_records_makes_no_slurm_call(tmp_path):
     slurm = FakeSlurm(_job(_me()))
     p, engine = _pass(tmp_path, "n0", slurm, 1e9)
-    (tmp_path / "999").mkdir()  # a directory, no records: never touched
+    (tmp_path / "999").mkdir()  # a directory of no job here: never read
+    (tmp_path / JOB).mkdir()  # a job's directory, no records: no question about it
     assert p.run() == [] and slurm.calls == 0 and not engine.handled
+    assert p.run() == [] and slurm.listed == 1  # the node's jobs: one read, kept
+    assert p.last.skipped_dirs == 1 and p.last.judged == 0
 
 
 def test_pass_drains_the_stopped_ranks_node_only(tmp_path):
@@ -376,8 +386,8 @@ def test_step_skew_metrics_per_job_on_the_watchers_metrics(tmp_path):
     now = 1000.0 + 40
     for r, b in ((0, 0.5), (1, 0.55), (2, 0.5)):  # 10 %: below slow_percent
         _write(tmp_path, r, range(1, 31), busy=b, node="n1", pid=os.getpid())
-    pp = ProgressPass(ProgressConfig(dir=str(tmp_path)), "n1", SimpleNamespace(),
-                      clock=lambda: now)  # fmt: skip
+    engine = SimpleNamespace(slurm=FakeSlurm(_job(_me())))
+    pp = ProgressPass(ProgressConfig(dir=str(tmp_path)), "n1", engine, clock=lambda: now)
     assert pp.run() == []
     watcher = SimpleNamespace(progress=pp, phase_run=lambda: PhaseRun("watch", (), 0.0, 0.0))
     reg = CollectorRegistry(auto_describe=False)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from slurm_hooks.core import hostlist
 from slurm_hooks.core.history import FaultEvent, NodeHistory
 from slurm_hooks.core.model import (
     Action,
@@ -268,6 +269,8 @@ class PolicyEngine:
             get_job=lambda j: job,
             get_node=lambda n: SimpleNamespace(name=n, state="mixed", flags=frozenset(),
                                                reason=None),
+            # The pass reads this node's jobs once (one cached read).
+            jobs_on_node=lambda n: [job] if hostlist.contains(job.nodes or "", n) else [],
         )  # fmt: skip
         self.history = history
         self.decisions: list = []

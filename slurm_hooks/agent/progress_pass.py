@@ -1,9 +1,13 @@
 """The watcher's progress pass: judge the jobs on this node that write progress
 records, and act on a hang or a straggler through the engine.
 
-Every ``[progress] interval_s`` the watcher calls :meth:`ProgressPass.run`.
-While every job progresses it reads only the record files (no Slurm call);
-a job without records is never looked at.  On suspicion (a stall, a
+Every ``[progress] interval_s`` the watcher's progress thread calls
+:meth:`ProgressPass.run`.  Its cost is bounded whatever users put in the
+directory (issue #27): one Slurm read of this node's jobs (kept
+``jobs_cache_s`` unless a new directory appears), and only the directories
+of jobs running here are read, within a budget of files, bytes and CPU
+(``gather.Budget``); what was skipped or refused is counted
+(``progress_cost``).  A job without records is never looked at.  On suspicion (a stall, a
 straggler) it asks Slurm about the job and judges again with what Slurm
 says, because the records were written by the job's user:
 
@@ -32,6 +36,7 @@ already carries our HANG reason for it.
 from __future__ import annotations
 
 import logging
+import os
 import pwd
 import statistics
 import time
@@ -39,13 +44,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_hooks.agent.progress_cost import PassReads, PassStats, PassTotals
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Provenance, Status
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
 from slurm_hooks.detect.progress import corroborate
-from slurm_hooks.detect.progress.gather import job_dirs, proc_state, read_hints, read_job
+from slurm_hooks.detect.progress.gather import (
+    Budget,
+    is_job_dir,
+    job_dirs,
+    metering,
+    proc_state,
+    read_hints,
+    read_job,
+)
 from slurm_hooks.detect.progress.judge import (
     HangVerdict,
     ProcState,
@@ -135,31 +149,133 @@ class ProgressPass:
         self.proc = proc
         self.seen = _Seen()
         self.reports: dict[str, JobReport] = {}
+        #: This node's running jobs from the last Slurm read, and when.
+        self._jobs: dict[str, JobInfo] | None = None
+        self._jobs_at = 0.0
+        #: Directories the last read found no running job for.
+        self._absent: set[str] = set()
+        self._turn = 0
+        self._suspect_turn = 0
+        self._reads: PassReads | None = None
+        self._names: tuple[tuple[int, int, int], float, list[str]] | None = None
+        #: The last pass's cost, and every pass's summed (``/metrics``).
+        self.last = PassStats()
+        self.totals = PassTotals()
 
     @property
     def slurm(self) -> Any:
-        return self.engine.slurm
+        """Slurm as the pass reads it: every read counted, nodes read once
+        per pass (:class:`PassReads`)."""
+        return self._reads if self._reads is not None else self.engine.slurm
 
     # -- the pass -------------------------------------------------------------------
 
+    def _node_jobs(self, names: list[str], stats: PassStats) -> dict[str, JobInfo] | None:
+        """This node's running jobs: one Slurm read, kept ``jobs_cache_s``
+        unless a directory appeared that the last read did not explain."""
+        now = time.monotonic()
+        fresh = self._jobs is not None and now - self._jobs_at < self.s.jobs_cache_s
+        if fresh and self._jobs is not None and not (set(names) - set(self._jobs) - self._absent):
+            return self._jobs
+        stats.slurm_reads += 1
+        try:
+            jobs = self.engine.slurm.jobs_on_node(self.node)
+        except SlurmError as exc:
+            log.warning("progress node=%s: cannot list the node's jobs: %s; pass skipped",
+                        self.node, exc)  # fmt: skip
+            return None
+        self._jobs = {j.job_id: j for j in jobs if (j.state or "").upper().startswith("RUNNING")}
+        self._jobs_at = now
+        self._absent = {n for n in names if n not in self._jobs}
+        return self._jobs
+
+    def _listing(self) -> list[str]:
+        """The directory's job names, listed again only when it changed (its
+        mtime moves when an entry is added or removed) or ``jobs_cache_s``
+        passed: thousands of entries cost one ``stat`` a pass, not a walk."""
+        try:
+            st = os.stat(self.s.dir)
+        except OSError:
+            return []
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        now = time.monotonic()
+        if (
+            self._names is None
+            or self._names[0] != stamp
+            or now - self._names[1] > self.s.jobs_cache_s
+        ):
+            self._names = (stamp, now, list(job_dirs(self.s.dir, self.s.max_dirs)))
+        return self._names[2]
+
     def run(self) -> list[Any]:
-        """One look at every job directory; returns the engine's decisions."""
+        """One look at the record directories of this node's running jobs;
+        returns the engine's decisions.  Cost bounded by :class:`Budget`."""
         now = self.clock()
+        stats = PassStats()
+        budget = Budget(self.s.max_files, self.s.max_bytes, self.s.max_cpu_s)
         out: list[Any] = []
         reports: dict[str, JobReport] = {}
-        for job in job_dirs(self.s.dir):
+        self._reads = PassReads(self.engine.slurm, stats)
+        try:
+            with metering(budget):
+                out = self._pass(now, stats, budget, reports)
+        finally:
+            self._reads = None
+            stats.files, stats.bytes = budget.files, budget.bytes
+            stats.skipped_files = budget.skipped_files
+            stats.rejected = list(budget.rejected)
+            stats.cpu_s = budget.cpu_s()
+            self.last = stats
+            self.totals.add(stats)
+        self.reports = reports
+        return out
+
+    def _pass(
+        self, now: float, stats: PassStats, budget: Budget, reports: dict[str, JobReport]
+    ) -> list[Any]:
+        names = self._listing()
+        stats.dirs = len(names)
+        if not names:
+            return []
+        jobs = self._node_jobs(names, stats)
+        if jobs is None:
+            stats.skipped_dirs = len(names)
+            return []
+        mine = sorted((n for n in jobs.keys() & set(names) if is_job_dir(self.s.dir, n)), key=int)
+        stats.skipped_dirs = len(names) - len(mine)
+        # In turn: a pass cut short by its budget starts further on next time.
+        if mine:
+            k = self._turn % len(mine)
+            mine = mine[k:] + mine[:k]
+        out: list[Any] = []
+        suspects: list[str] = []
+        for i, job in enumerate(mine):
+            if budget.spent():
+                stats.skipped_dirs += len(mine) - i
+                self._turn += i
+                break
             views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes), job)
             local = {r: v for r, v in views.items() if v.node == self.node}
             if not local or now - max(v.last_time for v in views.values()) > FORGET_S:
                 continue
+            stats.judged += 1
             procs = self._procs(local, None)
             verdict = judge_hang(job, views, procs, now, self.s.hang)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
                                      verdict.explanation, verdict.stalled_s)  # fmt: skip
             if verdict.verdict in (Verdict.HANG, Verdict.STALLED) or slow:
-                out += self._suspect(job, now)
-        self.reports = reports
+                suspects.append(job)
+        # Suspects ask Slurm about their job: at most max_job_reads per pass,
+        # the others in turn on the next passes.
+        k = self._suspect_turn % len(suspects) if suspects else 0
+        ordered = suspects[k:] + suspects[:k]
+        for n, job in enumerate(ordered):
+            if n >= self.s.max_job_reads:
+                stats.deferred_suspects += 1
+                continue
+            out += self._suspect(job, now)
+        self._suspect_turn += min(len(ordered), self.s.max_job_reads)
         return out
 
     def _procs(self, local: Mapping[int, RankView], uid: int | None) -> dict[int, ProcState]:

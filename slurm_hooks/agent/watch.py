@@ -17,6 +17,13 @@ that closes the gap:
   hands what changed to the engine; every call also rolls forward an
   incident whose grace worker died.
 
+The progress pass (hangs and stragglers from records jobs write,
+docs/progress.md) runs in its own thread (:class:`ProgressThread`): it reads
+files users write, so its cost is theirs to choose, and the kernel-log scan
+and the NVML poll never wait behind it.  It takes the detect lock only
+around the engine call a hang verdict makes; a pass that raises is counted
+(``slurm_hooks_progress_crashes``) and the thread goes on.
+
 One event is handled once.  The scan (cursor read, records read, cursor and
 XID history written) and the engine call run under the node's ``detect``
 lock in the state dir (:func:`detect_lock`), which the hooks take too, so a
@@ -317,9 +324,9 @@ class Watcher:
         self._last_scan = float("-inf")
         self._retry_at = 0.0
         self._retry_delay = self.settings.retry_s
-        #: Hang and straggler pass over jobs' progress records (docs/progress.md).
+        #: Hang and straggler pass over jobs' progress records (docs/progress.md),
+        #: run by its own thread (:meth:`run`).
         self.progress = self._progress_pass(cfg)
-        self._next_progress = 0.0
 
     def _progress_pass(self, cfg: Any) -> Any:
         from slurm_hooks.detect.progress.settings import ProgressConfig
@@ -332,11 +339,13 @@ class Watcher:
 
         nvml = self.rs.services.get("nvml") if hasattr(self.rs, "services") else None
         view = (lambda: gpu_view(nvml)) if nvml is not None else None
-        return ProgressPass(settings, self.node, self.engine, gpu_view=view)
+        from slurm_hooks.agent.progress_thread import SerialEngine
+
+        engine = SerialEngine(self.engine, self.state_dir, self.settings.lock_timeout_s)
+        return ProgressPass(settings, self.node, engine, gpu_view=view)
 
     def progress_pass(self) -> list[Any]:
         """Judge the progress of this node's jobs that write records."""
-        self._next_progress = self.clock() + self.progress.s.interval_s
         return list(self.progress.run())
 
     # -- one step each ---------------------------------------------------------
@@ -497,6 +506,11 @@ class Watcher:
                  type(follower).__name__ if follower else "nothing", s.nvml_interval_s)  # fmt: skip
         self.resume_pending()
         next_poll = self.clock()
+        from slurm_hooks.agent.progress_thread import ProgressThread
+
+        progress = ProgressThread(self) if self.progress is not None else None
+        if progress is not None:
+            progress.start()
         try:
             while not self.stop_event.is_set():
                 now = self.clock()
@@ -505,16 +519,11 @@ class Watcher:
                     next_poll = self.clock() + s.nvml_interval_s
                     self._reap()
                     continue
-                if self.progress is not None and now >= self._next_progress:
-                    self._guard(self.progress_pass)
-                    continue
                 retry = bool(self._retry) or self._rescan
                 if retry and now >= self._retry_at:
                     self._guard(self.scan_log)
                     continue
                 wait = next_poll - now
-                if self.progress is not None:
-                    wait = min(wait, max(0.0, self._next_progress - now))
                 if retry:
                     wait = min(wait, max(0.0, self._retry_at - now))
                 if follower is None:
@@ -526,6 +535,9 @@ class Watcher:
                         break
                     self._guard(self.scan_log)
         finally:
+            self.stop_event.set()
+            if progress is not None:
+                progress.join(self.settings.lock_timeout_s)
             if follower is not None:
                 follower.close()
             self.rs.close()
@@ -584,6 +596,7 @@ class _WatchCollector:
         families = list(build_registry(self.watcher.phase_run()).collect())
         if self.watcher.progress is not None:  # step-time skew per job (docs/progress.md)
             families += self.watcher.progress.metric_families()
+            families += self.watcher.progress.totals.metric_families()
         return families
 
 

@@ -211,7 +211,9 @@ def _int(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        m = re.match(r"\s*(\d+)", value)
+        # At most 20 digits: a longer run is no Slurm number (and int() of
+        # 4,301 digits raises ValueError).
+        m = re.match(r"\s*(\d{1,20})(?!\d)", value)
         return int(m.group(1)) if m else None
     return None
 

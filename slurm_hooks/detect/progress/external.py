@@ -28,21 +28,25 @@ Every byte was written by the job's user (or by a process of theirs), so
 nothing here raises on hostile input, sizes are capped, and pickles are
 loaded by :func:`safe_unpickle`, which refuses every global: no class is
 ever constructed, no code runs - only dicts, lists, tuples, strings,
-numbers, booleans and None come out (what the recorder writes).
+numbers, booleans and None come out (what the recorder writes).  JSON and
+pickles go through ``bounded`` (size, items, depth, string length, memo and
+CPU capped before anything is built); a refused file is a
+:class:`~slurm_hooks.detect.progress.bounded.Rejected` with its reason.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import pickle
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_hooks.detect.progress.bounded import DEFAULT_LIMITS, Rejected, load_json, load_pickle
+
 #: Bytes of one RAS output or flight-recorder dump parsed at most.
-MAX_BYTES = 16 << 20
+MAX_BYTES = DEFAULT_LIMITS.max_bytes
+#: Suspects one RAS output may name (a communicator of every rank of a big job).
+MAX_SUSPECTS = 4096
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:#()/\-]")
@@ -100,11 +104,15 @@ class RasReport:
     version: str | None = None
     #: Communicators flagged, as ``#G-C (hash) KIND``.
     flagged: tuple[str, ...] = ()
+    #: Why the output was refused (too large, too deep...); None when read.
+    rejected: str | None = None
 
 
 def parse_ras(text: str) -> RasReport:
     """The suspects in an ``ncclras`` status, text or ``-f json`` (anything
     else is ignored)."""
+    if len(text) > MAX_BYTES:
+        return RasReport(rejected=f"{len(text)} characters, more than {MAX_BYTES}")
     if text.lstrip()[:1] == "{":
         return _parse_ras_json(text)
     suspects: list[Suspect] = []
@@ -127,7 +135,9 @@ def parse_ras(text: str) -> RasReport:
                 suspects.append(low[0])
         counted.clear()
 
-    for raw in text[:MAX_BYTES].splitlines():
+    for raw in text.splitlines():
+        if len(suspects) + len(counted) >= MAX_SUSPECTS:
+            break
         line = raw.rstrip("\r")
         if line.startswith("NCCL version ") and version is None:
             version = line[len("NCCL version ") :].strip()[:64]
@@ -195,10 +205,9 @@ def _parse_ras_json(text: str) -> RasReport:
     """``ncclras -f json`` (``rasDumpCommsToJSON``): ``communicators[]`` with
     ``size``, ``ranks[]`` (``rank``, ``host``, ``pid``, ``collective_counts``)
     and ``missing_ranks[]`` (``status``: ``unresponsive``, ``considered_dead``)."""
-    try:
-        doc = json.loads(text[:MAX_BYTES])
-    except ValueError:
-        return RasReport()
+    doc = load_json(text)
+    if isinstance(doc, Rejected):
+        return RasReport(rejected=doc.why)
     if not isinstance(doc, dict):
         return RasReport()
     suspects: list[Suspect] = []
@@ -215,9 +224,9 @@ def _parse_ras_json(text: str) -> RasReport:
                 why = "dead" if dead else "no response"
                 pid = _int(m.get("pid"))
                 suspects.append(Suspect("ras", why, _int(m.get("rank")), pid if pid > 0 else None,
-                                        str(m.get("host") or "") or None,
-                                        f"communicator {c.get('hash')}: rank {m.get('rank')} "
-                                        f"missing", size))  # fmt: skip
+                                        _text(m.get("host"), 255) or None,
+                                        f"communicator {_text(c.get('hash'), 32)}: rank "
+                                        f"{_int(m.get('rank'))} missing", size))  # fmt: skip
         ranks = [r for r in c.get("ranks") or () if isinstance(r, dict)][:4096]
         ops: dict[str, dict[int, int]] = {}
         for r in ranks:
@@ -233,33 +242,26 @@ def _parse_ras_json(text: str) -> RasReport:
                 r = next(x for x in ranks if id(x) == alone[0])
                 pid = _int(r.get("pid"))
                 suspects.append(Suspect("ras", "behind", _int(r.get("rank")),
-                                        pid if pid > 0 else None, str(r.get("host") or "") or None,
-                                        f"rank {r.get('rank')} launched {low} {op} operation(s), "
+                                        pid if pid > 0 else None, _text(r.get("host"), 255) or None,
+                                        f"rank {_int(r.get('rank'))} launched {low} {op} operation(s), "
                                         f"the others up to {max(by.values())}", size))  # fmt: skip
                 break
-    version = doc.get("nccl_version")
-    return RasReport(tuple(suspects), str(version)[:64] if version else None, ())
+    version = _text(doc.get("nccl_version"), 64)
+    return RasReport(tuple(suspects[:MAX_SUSPECTS]), version or None, ())
 
 
 # -- flight recorder -------------------------------------------------------------------------
 
 
-class _NoGlobals(pickle.Unpickler):
-    """An unpickler that constructs nothing: any GLOBAL / STACK_GLOBAL fails."""
-
-    def find_class(self, module: str, name: str) -> Any:  # noqa: ARG002 - refusing all
-        raise pickle.UnpicklingError(f"global {module}.{name} refused")
-
-
 def safe_unpickle(data: bytes) -> Any:
     """Load a pickle of plain containers only; raises ``ValueError`` for
-    anything else (a class, a reduce call, a persistent id, garbage)."""
-    if len(data) > MAX_BYTES:
-        raise ValueError("pickle too large")
-    try:
-        return _NoGlobals(io.BytesIO(data)).load()
-    except Exception as exc:  # noqa: BLE001 - hostile bytes can raise anything
-        raise ValueError(f"not a plain pickle: {type(exc).__name__}: {exc}"[:200]) from exc
+    anything else (a class, a reduce call, a persistent id, garbage, or a
+    pickle past :class:`~slurm_hooks.detect.progress.bounded.Limits`).
+    Never the C unpickler: it allocates the lengths a pickle claims."""
+    doc = load_pickle(data)
+    if isinstance(doc, Rejected):
+        raise ValueError(f"not a plain pickle: {doc.why}"[:200])
+    return doc
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,16 @@ class FrDump:
     pg_status: Mapping[str, tuple[int, int, int]]
     #: The newest entry's (collective_seq_id, profiling_name, state) per pg id.
     last_entry: Mapping[str, tuple[int, str, str]]
+
+
+def _text(v: Any, limit: int) -> str:
+    """A user's scalar as text (never ``str()`` of a container: a huge or
+    deep one costs what its owner chose)."""
+    if isinstance(v, str):
+        return v[:limit]
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return str(v)[:limit]
+    return ""
 
 
 def _int(v: Any, default: int = -1) -> int:
@@ -286,23 +298,28 @@ def _int(v: Any, default: int = -1) -> int:
 def parse_flight_recorder(data: bytes) -> FrDump | None:
     """A dump in the JSON form (``_dump_nccl_trace_json``) or the pickle form
     (the file the recorder writes); None for anything that is not one."""
+    dump = read_flight_recorder(data)
+    return dump if isinstance(dump, FrDump) else None
+
+
+def read_flight_recorder(data: bytes) -> FrDump | Rejected:
+    """:func:`parse_flight_recorder` with the reason a file was refused."""
     doc: Any
     head = data[:1]
-    try:
-        if head in (b"{", b" ", b"\n"):
-            doc = json.loads(data[:MAX_BYTES].decode("utf-8", errors="replace"))
-        else:
-            doc = safe_unpickle(data)
-    except ValueError:
-        return None
+    if head in (b"{", b" ", b"\n", b"\t", b"\r", b"["):
+        doc = load_json(data)
+    else:
+        doc = load_pickle(data)
+    if isinstance(doc, Rejected):
+        return doc
     if not isinstance(doc, dict) or "version" not in doc:
-        return None
+        return Rejected("not a flight-recorder dump (no version)")
     status: dict[str, tuple[int, int, int]] = {}
     raw_status = doc.get("pg_status")
     if isinstance(raw_status, dict):
         for pg, s in list(raw_status.items())[:4096]:
             if isinstance(s, dict):
-                status[str(pg)[:32]] = (
+                status[_text(pg, 32)] = (
                     _int(s.get("last_enqueued_collective")),
                     _int(s.get("last_started_collective")),
                     _int(s.get("last_completed_collective")),
@@ -313,15 +330,15 @@ def parse_flight_recorder(data: bytes) -> FrDump | None:
         for e in entries[-100000:]:
             if not isinstance(e, dict) or e.get("is_p2p") is True:
                 continue
-            pg = str(e.get("pg_id", ""))[:32]
+            pg = _text(e.get("pg_id", ""), 32)
             seq = _int(e.get("collective_seq_id"))
             if seq >= 0 and seq >= last.get(pg, (-1, "", ""))[0]:
-                last[pg] = (seq, str(e.get("profiling_name", ""))[:64],
-                            str(e.get("state", ""))[:16])  # fmt: skip
+                last[pg] = (seq, _text(e.get("profiling_name", ""), 64),
+                            _text(e.get("state", ""), 16))  # fmt: skip
     for pg, (seq, _, _) in last.items():  # an older dump without pg_status
         if pg not in status:
             status[pg] = (seq, -1, -1)
-    return FrDump(str(doc.get("version"))[:16], status, last)
+    return FrDump(_text(doc.get("version"), 16), status, last)
 
 
 def fr_waited_for(dumps: Mapping[int, FrDump], pg: str | None = None) -> Suspect | None:

@@ -12,21 +12,28 @@ recycled pid is GONE, not a healthy stranger).
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import itertools
 import logging
 import os
 import re
 import stat
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_hooks.detect.progress.bounded import Rejected
 from slurm_hooks.detect.progress.external import (
     MAX_BYTES,
     FrDump,
+    RasReport,
     Suspect,
     fr_waited_for,
-    parse_flight_recorder,
     parse_ras,
+    read_flight_recorder,
 )
 from slurm_hooks.detect.progress.judge import ProcState
 from slurm_hooks.detect.progress.records import Record, parse_line
@@ -35,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Rank files per job read at most (a job cannot make the watcher read forever).
 MAX_FILES = 1024
+#: Entries of one job's directory looked at, at most.
+MAX_ENTRIES = 16 * MAX_FILES
 _STATES = {
     "R": ProcState.RUNNING,
     "S": ProcState.SLEEPING,
@@ -47,15 +56,91 @@ _STATES = {
 }
 
 
-def job_dirs(base: str | os.PathLike[str]) -> Iterator[str]:
-    """Job ids with a progress directory (digits only, real directories)."""
+# -- what one pass may read ----------------------------------------------------------------
+
+
+@dataclass
+class Budget:
+    """What one pass over users' files may cost, and what it cost.
+
+    Every read below charges the budget of the pass running in this thread
+    (:func:`metering`); once a cap is reached the rest is skipped and
+    counted, never read: the directory is the users', its size is theirs to
+    choose, the pass's cost is not."""
+
+    max_files: int = 2048
+    max_bytes: int = 32 << 20
+    #: Seconds of this thread's CPU (``time.thread_time``) per pass.
+    max_cpu_s: float = 2.0
+    files: int = 0
+    bytes: int = 0
+    skipped_files: int = 0
+    #: (path, why) of each file refused by a parser's limits.
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    started_cpu: float = field(default_factory=time.thread_time)
+
+    def cpu_s(self) -> float:
+        return time.thread_time() - self.started_cpu
+
+    def spent(self) -> bool:
+        return (
+            self.files >= self.max_files
+            or self.bytes >= self.max_bytes
+            or self.cpu_s() >= self.max_cpu_s
+        )
+
+    def take(self, size: int) -> bool:
+        """Charge one file of ``size`` bytes; False (counted) when over budget."""
+        if self.spent() or self.bytes + size > self.max_bytes:
+            self.skipped_files += 1
+            return False
+        self.files += 1
+        self.bytes += size
+        return True
+
+    def reject(self, path: str, why: str) -> None:
+        if len(self.rejected) < 256:
+            self.rejected.append((path, why))
+
+
+_current = threading.local()
+
+
+def current_budget() -> Budget | None:
+    return getattr(_current, "budget", None)
+
+
+@contextlib.contextmanager
+def metering(budget: Budget) -> Iterator[Budget]:
+    """Charge every read in this thread to ``budget`` until the block ends."""
+    before = current_budget()
+    _current.budget = budget
     try:
-        entries = list(os.scandir(base))
+        yield budget
+    finally:
+        _current.budget = before
+
+
+def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator[str]:
+    """Names that may be job directories (digits only); at most ``limit``
+    entries are looked at.  Whether one is a real directory is asked
+    (:func:`is_job_dir`) only of the few a pass reads."""
+    try:
+        it = os.scandir(base)
     except OSError:
         return
-    for e in entries:
-        if e.name.isdigit() and len(e.name) <= 20 and e.is_dir(follow_symlinks=False):
-            yield e.name
+    with it:
+        for e in itertools.islice(it, limit):
+            if e.name.isdigit() and len(e.name) <= 20:
+                yield e.name
+
+
+def is_job_dir(base: str | os.PathLike[str], name: str) -> bool:
+    """A real directory (never a symlink to someone else's)."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(base, name)).st_mode)
+    except OSError:
+        return False
 
 
 def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
@@ -65,11 +150,14 @@ def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    budget = current_budget()
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
             return []
         start = max(0, st.st_size - limit)
+        if budget is not None and not budget.take(min(limit, st.st_size)):
+            return []
         os.lseek(fd, start, os.SEEK_SET)
         data = os.read(fd, limit)
     except OSError:
@@ -87,7 +175,12 @@ def read_job(
 ) -> list[Record]:
     d = Path(base) / job
     try:
-        names = sorted(n for n in os.listdir(d) if n.startswith("rank") and n.endswith(".log"))
+        with os.scandir(d) as it:  # the job's user chooses how many entries there are
+            names = sorted(
+                e.name
+                for e in itertools.islice(it, MAX_ENTRIES)
+                if e.name.startswith("rank") and e.name.endswith(".log")
+            )
     except OSError:
         return []
     out: list[Record] = []
@@ -148,15 +241,40 @@ _TRAILING_RANK = re.compile(r"(\d{1,9})(?:\.(?:json|pkl|pickle))?$")
 def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
     """At most ``limit`` bytes of a regular file owned by ``uid`` (None: any),
     never through a symlink; None when it cannot be read or is too large."""
+    got = _read_whole(path, limit, uid, None)
+    return got if isinstance(got, bytes) else None
+
+
+#: Parsed evidence by file identity (device, inode, size, mtime, owner, kind):
+#: an unchanged file - a hostile one above all - is not read or parsed again
+#: every pass.
+_PARSED: dict[tuple[object, ...], object] = {}
+_PARSED_MAX = 1024
+_MISSING = object()
+
+
+def _read_whole(path: str, limit: int, uid: int | None, kind: str | None) -> object:
+    """The bytes (``kind`` None), or the cached parse of this very file
+    (keyed by what ``fstat`` says of the descriptor read, so never another
+    file's), or None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    budget = current_budget()
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
             return None
         if st.st_size > limit:
+            _rejected(path, f"rejected: {st.st_size} bytes, more than {limit}")
+            return None
+        if kind is not None:
+            key = (kind, path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_uid)
+            hit = _PARSED.get(key, _MISSING)
+            if hit is not _MISSING:
+                return _Cached(key, hit)
+        if budget is not None and not budget.take(st.st_size):
             return None
         chunks, left = [], limit + 1
         while left > 0:
@@ -170,29 +288,80 @@ def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    return data if len(data) <= limit else None
+    if len(data) > limit:
+        return None
+    return data if kind is None else _Cached(key, data, fresh=True)
+
+
+@dataclass
+class _Cached:
+    key: tuple[object, ...]
+    value: object
+    fresh: bool = False
+
+
+def _parsed(path: str, uid: int | None, kind: str, parse: Callable[[bytes], object]) -> object:
+    """``parse`` of the file's bytes, from the cache while it is unchanged."""
+    got = _read_whole(path, MAX_BYTES, uid, kind)
+    if not isinstance(got, _Cached):
+        return None
+    if not got.fresh:
+        return got.value
+    assert isinstance(got.value, bytes)
+    value = parse(got.value)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[got.key] = value
+    return value
 
 
 def _paths(pattern: str, job: str) -> list[str]:
     if not pattern or not job.isdigit():
         return []
-    return sorted(glob.glob(pattern.replace("{job}", job)))[:MAX_EVIDENCE_FILES]
+    found = glob.iglob(pattern.replace("{job}", job))
+    return sorted(itertools.islice(found, MAX_ENTRIES))[:MAX_EVIDENCE_FILES]
+
+
+_told: set[tuple[str, str]] = set()
+
+
+def _rejected(path: str, why: str) -> None:
+    """A user's file a parser refused: logged (once per file and reason),
+    and kept for the pass's report (counted every pass)."""
+    if (path, why) not in _told:
+        if len(_told) >= 4096:
+            _told.clear()
+        _told.add((path, why))
+        log.warning("progress: %s %s", path, why)
+    else:
+        log.debug("progress: %s %s", path, why)
+    budget = current_budget()
+    if budget is not None:
+        budget.reject(path, why)
 
 
 def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) -> list[Suspect]:
     """What NCCL RAS outputs and flight-recorder dumps of ``job`` say about
-    the rank the others wait for (RAS first: it sees dead processes)."""
+    the rank the others wait for (RAS first: it sees dead processes).  A
+    file a parser refuses (too large, too deep, not plain data) is left out
+    and reported (:func:`_rejected`)."""
     hints: list[Suspect] = []
     for path in _paths(ras_pattern, job):
-        data = read_whole(path, MAX_BYTES, uid)
-        if data is not None:
-            hints += parse_ras(data.decode("utf-8", errors="replace")).suspects
+        report = _parsed(path, uid, "ras",
+                         lambda b: parse_ras(b.decode("utf-8", errors="replace")))  # fmt: skip
+        if isinstance(report, RasReport):
+            if report.rejected is not None:
+                _rejected(path, f"rejected: {report.rejected}")
+            hints += report.suspects
     dumps: dict[int, FrDump] = {}
     for path in _paths(fr_pattern, job):
         m = _TRAILING_RANK.search(os.path.basename(path))
-        data = read_whole(path, MAX_BYTES, uid) if m else None
-        dump = parse_flight_recorder(data) if data is not None else None
-        if m and dump is not None:
+        if m is None:
+            continue
+        dump = _parsed(path, uid, "fr", read_flight_recorder)
+        if isinstance(dump, Rejected):
+            _rejected(path, str(dump))
+        elif isinstance(dump, FrDump):
             dumps[int(m.group(1))] = dump
     fr = fr_waited_for(dumps)
     if fr is not None:

@@ -17,6 +17,8 @@ _FIELD = re.compile(r"^([a-z]{1,16})=([A-Za-z0-9_.:\-\[\],+/]{1,64})$")
 _INT_FIELDS = ("job", "restart", "rank", "pid", "step")
 #: Steps kept per rank for the straggler windows.
 KEEP_STEPS = 512
+#: Characters of one record line at most (12 fields of at most 16 + 1 + 64).
+MAX_LINE = 1024
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,9 @@ class Record:
 
 def parse_line(line: str) -> Record | None:
     """One record, or None for anything that is not exactly one."""
-    parts = line.split()
+    if len(line) > MAX_LINE:
+        return None
+    parts = line.split(None, 12)
     if len(parts) < 8 or parts[0] != "P1" or len(parts) > 12:
         return None
     fields: dict[str, str] = {}

@@ -53,6 +53,23 @@ class ProgressConfig:
     #: the file name's trailing digits (``TORCH_FR_DUMP_TEMP_FILE`` prefix):
     #: a glob with ``{job}``, e.g. ``/dev/shm/slurm-hooks-progress/{job}/fr_*``.
     flight_recorder_path: str = ""
+    #: What one pass may cost, however many directories and files users
+    #: create: its job list comes from one Slurm read of this node's jobs
+    #: (kept this many seconds unless a new job directory appears: a job
+    #: requeued onto this node into an existing directory waits at most
+    #: this long), and only directories of jobs running here are read.
+    jobs_cache_s: float = 15.0
+    #: Directory entries looked at per pass (the rest counted as skipped).
+    max_dirs: int = 100_000
+    #: Rank and evidence files read per pass.
+    max_files: int = 2048
+    #: Bytes read per pass.
+    max_bytes: int = 32 << 20
+    #: Seconds of the progress thread's CPU per pass.
+    max_cpu_s: float = 2.0
+    #: Slurm reads of suspect jobs per pass (one ``get_job``); other
+    #: suspects wait for the next pass, in turn.
+    max_job_reads: int = 1
     #: A SLOW report this recent makes the prolog run its full check instead
     #: of its cached pass, and acceptance report it (seconds).
     slow_history_s: float = 7 * 86400.0
@@ -62,7 +79,8 @@ class ProgressConfig:
             raise ValueError(f"slow_policy must be one of {', '.join(SLOW_POLICIES)}")
         if not self.dir.startswith("/"):
             raise ValueError("dir must be an absolute path")
-        for name in ("hang_s", "interval_s", "slow_percent", "tail_bytes"):
+        for name in ("hang_s", "interval_s", "slow_percent", "tail_bytes", "jobs_cache_s",
+                     "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("ras_path", "flight_recorder_path"):
