@@ -99,8 +99,11 @@ _NULL = ("", "(null)", "None", "N/A", "n/a")
 #: it cannot shift the other columns.
 SQUEUE_SEP = "\x1f"
 #: (squeue -o directive, JobInfo field) in output order; free text last.
+#: ``%A``, not ``%i``: an array task's own job id (what ``scontrol show job``,
+#: slurmrestd and the task's ``$SLURM_JOB_ID`` say), where ``%i`` prints
+#: ``<array id>_<index>``; a job's progress directory is named by the former.
 SQUEUE_FIELDS: Sequence[tuple[str, str]] = (
-    ("%i", "job_id"),
+    ("%A", "job_id"),
     ("%u", "user"),
     ("%T", "state"),
     ("%N", "nodes"),
