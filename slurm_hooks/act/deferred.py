@@ -23,6 +23,7 @@ with the lost GPU for 243.6 s until the watcher's ``refeed_s``.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.act import alerts
@@ -31,7 +32,7 @@ from slurm_hooks.core.errors import ForeignReasonError
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.core.ownership import Ownership
 from slurm_hooks.core.reason import format_reason
-from slurm_hooks.store.state import incident_pending, iso
+from slurm_hooks.store import journal
 
 if TYPE_CHECKING:
     from slurm_hooks.act.engine import Engine
@@ -41,6 +42,10 @@ log = logging.getLogger(__name__)
 
 #: Journal key: our drain waits for a foreign reason to be lifted.
 KEY = "drain_deferred"
+
+
+def _str(v: object) -> str | None:
+    return None if v is None else str(v)
 
 
 def wanted(d: Decision) -> bool:
@@ -58,36 +63,26 @@ def evacuate(engine: Engine, d: Decision) -> None:
     node = d.node
     open_inc = engine.state.open_incident(node)
     if open_inc:
-        prior = engine.state.read_incident(open_inc)
-        if prior is not None and (prior.get(KEY) or incident_pending(prior)):
+        prior = engine.journal.read(open_inc)
+        if prior is not None and (prior.deferred or prior.pending):
             return
     now = engine.clock()
     text = format_reason(d.reason)
     incident = str(d.incident)
     foreign = d.facts.get("foreign_reason")
-    doc: dict[str, Any] = {
-        "incident": incident,
-        "node": node,
-        "kind": str(d.facts.get("would_be") or "drain"),
-        "code": d.code,
-        "component": d.component,
-        "reason": text,
-        "why": d.explanation,
-        "opened_at": iso(now),
-        "grace_s": engine.policy.grace_seconds,
-        "signal_batch": engine.policy.signal_batch,
-        "signal_steps": engine.policy.signal_steps,
-        "evacuate": d.evacuate,
-        "status": IncidentStatus.EVACUATING,
-        KEY: True,
-        "foreign_reason": foreign,
-        "jobs": None if d.evacuate else {},
-        "jobs_done": not d.evacuate,
-        "deadline": None,
-        "worker_env": engine.worker_env,
-        "audit_log": str(engine.audit.path),
-        "steps": [{"step": "drain_deferred", "at": iso(now)}],
-    }
+    inc = replace(
+        journal.opened(
+            incident=incident, node=node, kind=str(d.facts.get("would_be") or "drain"),
+            code=d.code, component=d.component, reason=text, why=d.explanation, at=now,
+            grace_s=engine.policy.grace_seconds, signal_batch=engine.policy.signal_batch,
+            signal_steps=engine.policy.signal_steps, evacuate=d.evacuate,
+            status=IncidentStatus.EVACUATING, step="drain_deferred",
+            worker_env=engine.worker_env, audit_log=str(engine.audit.path),
+            deferred=True, foreign_reason=_str(foreign),
+        ),
+        jobs=None if d.evacuate else {}, jobs_done=not d.evacuate,
+    )  # fmt: skip
+    doc = inc.to_doc()
     alert = Alert(
         "node_fault",
         f"{node}: {d.code} needs the node out of service; it is already drained by someone "
@@ -97,7 +92,7 @@ def evacuate(engine: Engine, d: Decision) -> None:
         fields={"component": d.component, "foreign_reason": foreign, "reason": text},
     )  # fmt: skip
     alerts.queue(doc, "node_fault", alert, now)
-    engine.state.write_incident(doc)
+    engine.journal.write(doc)
     engine.state.set_open_incident(node, incident)
     engine.audit.record(
         "evacuate", node=node, incident=incident, code=d.code, component=d.component,
@@ -121,9 +116,9 @@ def roll_forward(engine: Engine, incident: str, doc: dict[str, Any]) -> None:
         _done(engine, incident, "drain_by_us", drained_by=view.node.reason)
         return
     try:
-        with engine.state.incident_lock(incident):
+        with engine.journal.lock(incident):
             engine.door.drain(node, str(doc["reason"]))
-            _done(engine, incident, "claimed", locked=True, status=IncidentStatus.CLAIMED)
+            _done(engine, incident, "claimed", status=IncidentStatus.CLAIMED)
     except ForeignReasonError:
         return  # re-drained by its owner between our look and our write: still theirs
     engine.state.set_open_incident(node, incident)
@@ -146,12 +141,7 @@ def roll_forward(engine: Engine, incident: str, doc: dict[str, Any]) -> None:
     )  # fmt: skip
 
 
-def _done(
-    engine: Engine, incident: str, step: str, *, locked: bool = False, **changes: Any
-) -> None:
-    """End the deferral in the journal (with the incident lock unless held)."""
-    if locked:
-        engine._step(incident, step, **{KEY: False}, **changes)
-        return
-    with engine.state.incident_lock(incident):
-        engine._step(incident, step, **{KEY: False}, **changes)
+def _done(engine: Engine, incident: str, step: str, **changes: Any) -> None:
+    """End the deferral in the journal (one step; the lock is re-entrant)."""
+    changes[KEY] = False
+    engine.journal.step(incident, step, **changes)

@@ -61,7 +61,9 @@ from slurm_hooks.decide.repair import RepairConfig
 from slurm_hooks.detect.probes.process import pid_alive
 from slurm_hooks.slurm.base import SignalTarget, SlurmClient
 from slurm_hooks.slurm.door import UNSET, NodeView, SlurmDoor, Unset
+from slurm_hooks.store import journal as journal_mod
 from slurm_hooks.store.audit import AuditLog
+from slurm_hooks.store.journal import Incident, Journal
 from slurm_hooks.store.state import BreakerLatch, StateStore, iso, parse_time
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,11 @@ def _key_at(d: Decision) -> datetime | None:
     the claims' order: decide.breaker.rank_claim); None when it has none."""
     key_at = d.facts.get("breaker_key_at")
     return key_at if isinstance(key_at, datetime) else None
+
+
+def _never_drained(doc: dict[str, Any]) -> None:
+    """A claim taken back or never written: its drain alert is not owed."""
+    (doc.get("alerts") or {}).pop("node_drained", None)
 
 
 def utcnow() -> datetime:
@@ -234,6 +241,11 @@ class Engine:
         )
 
     @property
+    def journal(self) -> Journal:
+        """The incidents' journal (store/journal.py): typed reads, one ``step``."""
+        return Journal(self.state, self.clock)
+
+    @property
     def door(self) -> SlurmDoor:
         """Every write to Slurm goes through the door (ownership guard,
         requeue exactly once, typed refusals)."""
@@ -346,12 +358,12 @@ class Engine:
         if not d.kind.drains or d.observe_only or d.incident is None:
             return d
         try:
-            doc = self.state.read_incident(d.incident)
+            inc = self.journal.read(d.incident)
         except StateError:
             return d
-        if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.HELD:
+        if inc is None or inc.status is not IncidentStatus.HELD:
             return d
-        claim = doc.get("claim") or {}
+        claim = inc.claim or {}
         why = claim.get("why") or (
             f"claim ranked {claim.get('rank')} past the breaker's limit {claim.get('limit')} "
             f"in partition {claim.get('partition')}"
@@ -542,29 +554,14 @@ class Engine:
                 why="already drained by slurm-hooks", actor=self.actor,
             )  # fmt: skip
             return
-        doc = {
-            "incident": d.incident,
-            "node": d.node,
-            "kind": str(d.kind),
-            "code": d.code,
-            "component": d.component,
-            "reason": text,
-            "why": d.explanation,
-            "opened_at": iso(now),
-            "grace_s": self.policy.grace_seconds,
-            "signal_batch": self.policy.signal_batch,
-            "signal_steps": self.policy.signal_steps,
-            "evacuate": d.evacuate,
+        doc = self._opened(
+            d,
+            text,
+            now,
+            "drain_intent",
             # The catalogue's advice, for the repair ladder (act/repair.py).
-            "action": str(d.findings[0].action) if d.findings else None,
-            "status": IncidentStatus.DRAINING,
-            "jobs": None,
-            "jobs_done": False,
-            "deadline": None,
-            "worker_env": self.worker_env,
-            "audit_log": str(self.audit.path),
-            "steps": [{"step": "drain_intent", "at": iso(now)}],
-        }
+            action=str(d.findings[0].action) if d.findings else None,
+        ).to_doc()
         alert = Alert(
             "node_held" if d.kind is DecisionKind.HOLD_FOR_HUMAN else "node_drained",
             f"{d.node} drained: {d.explanation}",
@@ -580,7 +577,7 @@ class Engine:
             # (timeout) or the process died must still be rolled forward by the
             # next run, which looks for an open incident (hooks' fast path).
             self.state.set_open_incident(d.node, d.incident, timeout=BOOKKEEPING_WAIT_S)
-            lock = self.state.incident_lock(str(d.incident))
+            lock = self.journal.lock(str(d.incident))
             lock.__enter__()
         except StateError as exc:
             # Remediation never waits on local storage: drain anyway.  Our
@@ -599,19 +596,16 @@ class Engine:
             # job is signalled; a LEND/SPARE hold takes the fault's reason.
             before = self.door.drain(d.node, text, expect=expect)
             prior = before.ours if before.ours is not None and not before.ours.is_fault else None
-            self._step(
+            self.journal.step(
                 str(d.incident), "claimed", status=IncidentStatus.CLAIMED,
                 prior_reason=before.node.reason if prior is not None else None,
             )  # fmt: skip
         except ReasonChanged as exc:
             changed = exc
-
-            def unclaimed(doc: dict[str, Any]) -> None:
-                doc.setdefault("steps", []).append({"step": "abandoned", "at": iso(self.clock())})
-                doc.update(status=IncidentStatus.ABANDONED, jobs_done=True)
-                (doc.get("alerts") or {}).pop("node_drained", None)  # it was never drained
-
-            self.state.update_incident(str(d.incident), unclaimed)
+            self.journal.step(
+                str(d.incident), "abandoned", edit=_never_drained,
+                status=IncidentStatus.ABANDONED, jobs_done=True,
+            )  # fmt: skip
         finally:
             lock.__exit__(None, None, None)
         if changed is not None:
@@ -624,6 +618,17 @@ class Engine:
         if not self._confirm_claim(str(d.incident)):
             return
         self._after_drain(d, text)
+
+    def _opened(self, d: Decision, text: str, now: datetime, step: str, **more: Any) -> Incident:
+        """The journal of a drain about to be claimed (status draining)."""
+        return journal_mod.opened(
+            incident=str(d.incident), node=d.node, kind=str(d.kind), code=d.code,
+            component=d.component, reason=text, why=d.explanation, at=now,
+            grace_s=self.policy.grace_seconds, signal_batch=self.policy.signal_batch,
+            signal_steps=self.policy.signal_steps, evacuate=d.evacuate,
+            status=IncidentStatus.DRAINING, step=step, worker_env=self.worker_env,
+            audit_log=str(self.audit.path), **more,
+        )  # fmt: skip
 
     def _after_drain(self, d: Decision, text: str) -> None:
         """A confirmed drain: audit, remember, evacuate, tell people."""
@@ -650,7 +655,7 @@ class Engine:
         again on roll-forward until delivered); straight out when the
         incident has no journal here."""
         try:
-            with self.state.incident_lock(incident):
+            with self.journal.lock(incident):
                 doc = self.state.read_incident(incident)
                 if doc is None:
                     raise StateError(f"no journal for incident {incident}")
@@ -668,21 +673,12 @@ class Engine:
             self.state, incident, self.notifier, self.audit, clock=self.clock, actor=self.actor
         )
 
-    def _step(self, incident: str, step: str, **changes: Any) -> dict[str, Any]:
-        at = iso(self.clock())
-
-        def change(doc: dict[str, Any]) -> None:
-            doc.setdefault("steps", []).append({"step": step, "at": at})
-            doc.update(changes)
-
-        return self.state.update_incident(incident, change)
-
     # -- evacuate -------------------------------------------------------------
 
     def _evacuate(self, incident: str) -> None:
         """Record the node's jobs, signal them, then leave the grace wait to
         the worker (or finish at once when the grace is 0)."""
-        with self.state.incident_lock(incident):
+        with self.journal.lock(incident):
             doc = self.state.read_incident(incident)
             if doc is None:
                 raise StateError(f"incident {incident} vanished")
@@ -789,8 +785,8 @@ class Engine:
             # The journal still says what is left; resume_pending() finishes it.
             log.error("cannot start grace worker for %s: %s", incident, exc)
             return
-        with self.state.incident_lock(incident):  # the worker may be writing already
-            self._step(incident, "worker_started", worker_pid=pid)
+        with self.journal.lock(incident):  # the worker may be writing already
+            self.journal.step(incident, "worker_started", worker_pid=pid)
 
     # -- finishing (worker, resume_pending) ----------------------------------------
 
@@ -806,7 +802,7 @@ class Engine:
         process."""
         outcomes: list[JobOutcome] = []
         try:
-            with self.state.incident_lock(incident):
+            with self.journal.lock(incident):
                 doc = self.state.read_incident(incident)
                 if doc is None or doc.get("jobs_done"):
                     return []
@@ -847,7 +843,7 @@ class Engine:
 
         if not self.repair.enabled:
             return
-        doc = self.state.read_incident(incident)
+        doc = self.journal.read_doc(incident)
         if not doc or not doc.get("jobs_done"):
             return
         if self.repair.resume_spares:
@@ -859,17 +855,15 @@ class Engine:
                 log.warning("spares for %s not resumed yet: %s", incident, exc)
         if not repair.due(doc, self.repair) or self.spawn is None:
             return
-        if pid_alive((doc.get("repair") or {}).get("worker_pid") or doc.get("worker_pid")):
+        inc = Incident.from_doc(doc)
+        if pid_alive((inc.repair or {}).get("worker_pid") or inc.worker_pid):
             return
         try:
             pid = self.spawn(self.state.incident_path(incident))
         except (OSError, SlurmHooksError) as exc:
             log.error("cannot start the repair worker for %s: %s", incident, exc)
             return
-        with self.state.incident_lock(incident):
-            self.state.update_incident(
-                incident, lambda d: d.setdefault("repair", {}).update(worker_pid=pid)
-            )
+        self.journal.update(incident, lambda d: d.setdefault("repair", {}).update(worker_pid=pid))
 
     def _still_running(self, job_id: str) -> bool:
         try:
@@ -984,9 +978,9 @@ class Engine:
         requeue what is past its grace, restart a dead worker.  Returns the
         incidents touched."""
         touched = []
-        for doc in self.state.incidents(node, pending_only=True):
-            self._roll_forward(doc["incident"])
-            touched.append(doc["incident"])
+        for inc in self.journal.pending(node):
+            self._roll_forward(inc.id)
+            touched.append(inc.id)
         return touched
 
     def _roll_forward(self, incident: str, node: str | None = None) -> None:
@@ -995,17 +989,18 @@ class Engine:
             doc = self._rebuild_incident(node, incident)
         if doc is None:
             return
-        if doc.get(deferred.KEY):
+        inc = Incident.from_doc(doc)
+        if inc.deferred:
             # Our drain waits behind a foreign reason: one look, drain once lifted.
             deferred.roll_forward(self, incident, doc)
-            doc = self.state.read_incident(incident) or doc
-        if doc.get("jobs_done"):
-            if alerts.unsent(doc):
+            inc = self.journal.read(incident) or inc
+        if inc.jobs_done:
+            if alerts.unsent(inc.to_doc()):
                 self.flush_alerts(incident)
             self._after_jobs(incident)
             return
-        self._roll_forward_jobs(incident, doc)
-        if alerts.unsent(self.state.read_incident(incident) or {}):
+        self._roll_forward_jobs(inc)
+        if alerts.unsent(self.journal.read_doc(incident) or {}):
             self.flush_alerts(incident)
 
     def _rebuild_incident(self, node: str, incident: str) -> dict[str, Any] | None:
@@ -1020,31 +1015,19 @@ class Engine:
                         incident, node)  # fmt: skip
             self.state.clear_open_incident(node, incident)
             return None
-        now = self.clock()
-        doc = {
-            "incident": incident,
-            "node": node,
-            "kind": "drain",
-            "code": ours.code,
-            "component": ours.component,
-            "reason": current.reason,
-            "why": "journal rebuilt from Slurm's reason",
-            "opened_at": iso(now),
-            "grace_s": self.policy.grace_seconds,
-            "signal_batch": self.policy.signal_batch,
-            "signal_steps": self.policy.signal_steps,
-            "evacuate": True,
-            # Ranked again before any job is touched: a claim whose run died
-            # with the state dir is handled like one with a journal.
-            "status": IncidentStatus.CLAIMED,
-            "jobs": None,
-            "jobs_done": False,
-            "deadline": None,
-            "worker_env": self.worker_env,
-            "audit_log": str(self.audit.path),
-            "steps": [{"step": "rebuilt_from_slurm", "at": iso(now)}],
-        }
-        self.state.write_incident(doc)
+        doc = self.journal.open(
+            journal_mod.opened(
+                incident=incident, node=node, kind="drain", code=ours.code,
+                component=ours.component, reason=current.reason or "",
+                why="journal rebuilt from Slurm's reason", at=self.clock(),
+                grace_s=self.policy.grace_seconds, signal_batch=self.policy.signal_batch,
+                signal_steps=self.policy.signal_steps, evacuate=True,
+                # Ranked again before any job is touched: a claim whose run died
+                # with the state dir is handled like one with a journal.
+                status=IncidentStatus.CLAIMED, step="rebuilt_from_slurm",
+                worker_env=self.worker_env, audit_log=str(self.audit.path),
+            )
+        )  # fmt: skip
         log.error("incident %s of %s: journal lost, rebuilt from Slurm's reason %r",
                   incident, node, current.reason)  # fmt: skip
         self.audit.record(
@@ -1053,24 +1036,26 @@ class Engine:
         )  # fmt: skip
         return doc
 
-    def _roll_forward_jobs(self, incident: str, doc: dict[str, Any]) -> None:
-        status = IncidentStatus.parse(doc.get("status"))
+    def _roll_forward_jobs(self, inc: Incident) -> None:
+        incident, status = inc.id, inc.status
         if status in (IncidentStatus.DRAINING, IncidentStatus.CLAIMED):
-            view = self.door.look(doc["node"])
+            view = self.door.look(inc.node)
             current, ours = view.node, view.ours
             if ours is not None and ours.incident == incident:
                 if status is IncidentStatus.DRAINING:
-                    self._step(incident, "claimed", status=IncidentStatus.CLAIMED)
+                    self.journal.step(incident, "claimed", status=IncidentStatus.CLAIMED)
             elif not view.ownership.claimed:  # no reason, or a stale one (24.11)
-                with self.state.incident_lock(incident):
-                    self.door.drain(doc["node"], doc["reason"])
-                    self._step(incident, "claimed", status=IncidentStatus.CLAIMED)
-                self.state.set_open_incident(doc["node"], incident)
+                with self.journal.lock(incident):
+                    self.door.drain(inc.node, inc.reason)
+                    self.journal.step(incident, "claimed", status=IncidentStatus.CLAIMED)
+                self.state.set_open_incident(inc.node, incident)
             else:
-                self._step(incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True)
-                self.state.clear_open_incident(doc["node"], incident)
+                self.journal.step(
+                    incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True
+                )
+                self.state.clear_open_incident(inc.node, incident)
                 self.audit.record(
-                    "drain", node=doc["node"], incident=incident, outcome="skipped",
+                    "drain", node=inc.node, incident=incident, outcome="skipped",
                     why=f"on recovery the node carries another reason: {current.reason!r}",
                     actor=self.actor,
                 )  # fmt: skip
@@ -1079,20 +1064,18 @@ class Engine:
             # and rank again; confirmed or taken back, never signalled before.
             if not self._confirm_claim(incident):
                 return
-            doc = self.state.read_incident(incident) or doc
-        if not doc.get("evacuate", True):
-            self._step(incident, "jobs_done", jobs_done=True, status=IncidentStatus.JOBS_DONE)
+            inc = self.journal.read(incident) or inc
+        if not inc.evacuate:
+            self.journal.step(
+                incident, "jobs_done", jobs_done=True, status=IncidentStatus.JOBS_DONE
+            )
             return
-        pending_signal = doc.get("jobs") is None or any(
-            not r.get("signalled_at") for r in doc["jobs"].values()
-        )
-        if pending_signal or doc.get("deadline") is None:
+        if inc.unsignalled or inc.deadline is None:
             self._evacuate(incident)
             return
-        deadline = parse_time(doc["deadline"])
-        if self.clock() >= deadline:
+        if self.clock() >= parse_time(inc.deadline):
             self.finish_incident(incident)
-        elif self.spawn is not None and not pid_alive(doc.get("worker_pid")):
+        elif self.spawn is not None and not pid_alive(inc.worker_pid):
             self._spawn(incident)
 
     # -- breaker ----------------------------------------------------------------
@@ -1144,10 +1127,10 @@ class Engine:
         from slurm_hooks.act import claim
         from slurm_hooks.decide.breaker import rank_claim
 
-        doc = self.state.read_incident(incident)
-        if doc is None or IncidentStatus.parse(doc.get("status")) is not IncidentStatus.CLAIMED:
-            return doc is not None
-        node = doc["node"]
+        inc = self.journal.read(incident)
+        if inc is None or inc.status is not IncidentStatus.CLAIMED:
+            return inc is not None
+        node = inc.node
         try:
             if fleet is None:
                 claim.settle(self.slurm)
@@ -1155,10 +1138,8 @@ class Engine:
         except SlurmError as exc:
             self._unsettled(node, incident, exc)
             return False
-        verdict = rank_claim(
-            node, doc["reason"], fleet, self.policy, self.clock(), self.latch.read()
-        )
-        return self._judged(doc, verdict, verdict.explain())
+        verdict = rank_claim(node, inc.reason, fleet, self.policy, self.clock(), self.latch.read())
+        return self._judged(inc, verdict, verdict.explain())
 
     def _unsettled(self, node: str, incident: str, exc: SlurmError) -> None:
         log.warning("claim of %s (%s) not ranked yet: %s", node, incident, exc)
@@ -1167,14 +1148,15 @@ class Engine:
             actor=self.actor,
         )  # fmt: skip
 
-    def _judged(self, doc: dict[str, Any], verdict: Any, why: str) -> bool:
+    def _judged(self, inc: Incident, verdict: Any, why: str) -> bool:
         """Carry out a claim's verdict: lost (abandoned), confirmed (True: go
         on), or past the cap (taken back, held)."""
-        incident, node = str(doc["incident"]), str(doc["node"])
+        incident, node = inc.id, inc.node
         facts = {"rank": verdict.rank, "limit": verdict.limit, "partition": verdict.partition}
         if verdict.lost:
-            with self.state.incident_lock(incident):
-                self._step(incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True)
+            self.journal.step(
+                incident, "abandoned", status=IncidentStatus.ABANDONED, jobs_done=True
+            )
             self.state.clear_open_incident(node, incident)
             self.audit.record(
                 "claim", node=node, incident=incident, outcome="lost", why=why,
@@ -1182,46 +1164,40 @@ class Engine:
             )  # fmt: skip
             return False
         if verdict.confirmed:
-            with self.state.incident_lock(incident):
-                self._step(incident, "drained", status=IncidentStatus.DRAINED, claim=facts)
+            self.journal.step(incident, "drained", status=IncidentStatus.DRAINED, claim=facts)
             self.audit.record(
                 "claim", node=node, incident=incident, outcome="confirmed", why=why,
                 actor=self.actor, **facts,
             )  # fmt: skip
             self._clear_held(node)
             return True
-        self._back_off(doc, verdict)
+        self._back_off(inc, verdict)
         return False
 
-    def _back_off(self, doc: dict[str, Any], verdict: Any) -> None:
+    def _back_off(self, inc: Incident, verdict: Any) -> None:
         """The claim ranked past the cap: take it back (only if it is still
         exactly ours), hold the fault, latch.  No job was signalled."""
-        incident, node = str(doc["incident"]), str(doc["node"])
+        incident, node = inc.id, inc.node
         try:
-            taken = self.door.take_back(node, doc["reason"], restore=doc.get("prior_reason"))
+            taken = self.door.take_back(node, inc.reason, restore=inc.prior_reason)
         except SlurmError as exc:
             # The claim stays; the next run (roll-forward) ranks it again.
             log.error("claim of %s (%s) past the cap but not taken back: %s", node, incident, exc)
             return
-
-        def change(d: dict[str, Any]) -> None:
-            d.setdefault("steps", []).append({"step": "taken_back", "at": iso(self.clock())})
-            d.update(status=IncidentStatus.HELD, jobs_done=True, jobs={}, held=True)
-            d["claim"] = {"rank": verdict.rank, "limit": verdict.limit,
-                          "partition": verdict.partition, "taken_back": taken,
-                          "latched": verdict.latched, "why": verdict.explain()}  # fmt: skip
-            (d.get("alerts") or {}).pop("node_drained", None)  # it was never drained
-
-        with self.state.incident_lock(incident):
-            self.state.update_incident(incident, change)
+        self.journal.step(
+            incident, "taken_back", edit=_never_drained, status=IncidentStatus.HELD,
+            jobs_done=True, jobs={}, held=True,
+            claim={"rank": verdict.rank, "limit": verdict.limit, "partition": verdict.partition,
+                   "taken_back": taken, "latched": verdict.latched, "why": verdict.explain()},
+        )  # fmt: skip
         self.state.clear_open_incident(node, incident)
         self.audit.record(
             "claim", node=node, incident=incident, outcome="taken_back", why=verdict.explain(),
             rank=verdict.rank, limit=verdict.limit, partition=verdict.partition, actor=self.actor,
         )  # fmt: skip
         d = Decision(
-            DecisionKind.BREAKER_TRIPPED, node, str(doc.get("code")),
-            f"{doc.get('why')}; NOT drained: {verdict.explain()}", doc.get("component"),
+            DecisionKind.BREAKER_TRIPPED, node, str(inc.code),
+            f"{inc.why}; NOT drained: {verdict.explain()}", inc.component,
             facts={"breaker_partition": verdict.partition, "breaker_counted": verdict.rank - 1,
                    "breaker_limit": verdict.limit, "incident": incident,
                    "breaker_key_at": verdict.key_at, "breaker_latched": verdict.latched},
@@ -1462,15 +1438,7 @@ class Engine:
         assert d.reason is not None
         text = format_reason(d.reason)
         now = self.clock()
-        doc = {
-            "incident": d.incident, "node": d.node, "kind": str(d.kind), "code": d.code,
-            "component": d.component, "reason": text, "why": d.explanation,
-            "opened_at": iso(now), "grace_s": self.policy.grace_seconds,
-            "signal_batch": self.policy.signal_batch, "signal_steps": self.policy.signal_steps,
-            "evacuate": d.evacuate, "status": IncidentStatus.DRAINING, "jobs": None,
-            "jobs_done": False, "deadline": None, "worker_env": self.worker_env,
-            "audit_log": str(self.audit.path), "steps": [{"step": "drain_intent", "at": iso(now)}],
-        }  # fmt: skip
+        doc = self._opened(d, text, now, "drain_intent").to_doc()
         alerts.queue(
             doc, "node_drained",
             Alert("node_drained", f"{d.node} drained: {d.explanation}", node=d.node,
@@ -1481,16 +1449,16 @@ class Engine:
         self.state.write_incident(doc)
         self.state.set_open_incident(d.node, str(d.incident))
         try:
-            with self.state.incident_lock(str(d.incident)):
+            with self.journal.lock(str(d.incident)):
                 before = self.door.drain(d.node, text)
                 prior = before.ours is not None and not before.ours.is_fault
-                self._step(
+                self.journal.step(
                     str(d.incident), "claimed", status=IncidentStatus.CLAIMED,
                     prior_reason=before.node.reason if prior else None,
                 )  # fmt: skip
         except (ForeignReasonError, SlurmError) as exc:
             log.warning("held fault of %s not claimed: %s", d.node, exc)
-            self._step(str(d.incident), "abandoned", status=IncidentStatus.ABANDONED,
+            self.journal.step(str(d.incident), "abandoned", status=IncidentStatus.ABANDONED,
                        jobs_done=True)  # fmt: skip
             self.state.clear_open_incident(d.node, str(d.incident))
             return False
@@ -1555,8 +1523,8 @@ class Engine:
             return Decision(DecisionKind.LOG, node, d.code, "reason changed meanwhile; not resumed")
         self.state.record_resume(node, self.clock(), d.incident)
         if d.incident and self.state.read_incident(d.incident):
-            with self.state.incident_lock(d.incident):
-                self._step(d.incident, "resumed", status=IncidentStatus.CLOSED)
+            with self.journal.lock(d.incident):
+                self.journal.step(d.incident, "resumed", status=IncidentStatus.CLOSED)
         self.audit.record(
             "resume", node=node, incident=d.incident, code=d.code, why=d.explanation,
             actor=self.actor,

@@ -159,15 +159,9 @@ def _action_of(doc: dict[str, Any]) -> str | None:
     return str(cat.bucket(info.bucket).action) if info is not None else None
 
 
-def _save(engine: Engine, incident: str, rep: dict[str, Any], step: str) -> dict[str, Any]:
-    at = iso(engine.clock())
-
-    def change(doc: dict[str, Any]) -> None:
-        doc.setdefault("steps", []).append({"step": f"repair_{step}", "at": at})
-        doc["repair"] = rep
-
-    with engine.state.incident_lock(incident):
-        return engine.state.update_incident(incident, change)
+def _save(engine: Engine, incident: str, rep: dict[str, Any], step: str) -> None:
+    """Journal the repair record with its step (``repair_<step>``), once."""
+    engine.journal.step(incident, f"repair_{step}", repair=rep)
 
 
 def _audit(engine: Engine, doc: dict[str, Any], outcome: str, **fields: Any) -> None:
@@ -346,10 +340,7 @@ def _resume(engine: Engine, doc: dict[str, Any], rep: dict[str, Any]) -> str:
         if not view.out_of_service:
             log.info("repair of %s: node in service already (resumed by an earlier run)", node)
             engine.state.record_resume(node, engine.clock(), incident)
-            with engine.state.incident_lock(incident):
-                engine.state.update_incident(
-                    incident, lambda j: j.update(status=str(IncidentStatus.CLOSED))
-                )
+            engine.journal.update(incident, lambda j: j.update(status=str(IncidentStatus.CLOSED)))
             _audit(engine, doc, "resumed_earlier", why="in service already when asked again")
         else:
             log.warning("repair of %s passed acceptance but not resumed: %s", node, d.explanation)

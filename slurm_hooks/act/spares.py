@@ -44,7 +44,6 @@ from slurm_hooks.core.incident import Outcome
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.topology import FLAT, Topology, parse_topology_conf, parse_topology_yaml
-from slurm_hooks.store.state import iso
 
 if TYPE_CHECKING:
     from slurm_hooks.act.engine import Engine
@@ -158,12 +157,8 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
 
             def change(d: dict[str, Any], job_id: str = job_id, spare: str = spare) -> None:
                 d.setdefault("spares", {})[job_id] = spare
-                d.setdefault("steps", []).append(
-                    {"step": "spare_intent", "at": iso(engine.clock())}
-                )
 
-            with engine.state.incident_lock(incident):
-                engine.state.update_incident(incident, change)
+            engine.journal.step(incident, "spare_intent", edit=change)
     done = dict(doc.get("spares_done") or {})
     for job_id, spare in chosen.items():
         if done.get(job_id):
@@ -177,8 +172,7 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
         def mark(d: dict[str, Any], job_id: str = job_id) -> None:
             d.setdefault("spares_done", {})[job_id] = True
 
-        with engine.state.incident_lock(incident):
-            engine.state.update_incident(incident, mark)
+        engine.journal.update(incident, mark)
         engine.audit.record(
             "spare", node=doc["node"], incident=incident, job=job_id, spare=spare,
             why=f"spare resumed for job {job_id} requeued off {doc['node']}", actor=engine.actor,
