@@ -35,7 +35,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_hooks.act import alerts, deferred
+from slurm_hooks.act import alerts, deferred, resume
+from slurm_hooks.act.context import Audit, Context, Spawner
 from slurm_hooks.act.notify.base import Alert, Notifier
 from slurm_hooks.core.errors import (
     ForeignReasonError,
@@ -55,7 +56,7 @@ from slurm_hooks.core.ownership import Ownership, our_reason
 from slurm_hooks.core.reason import format_reason
 from slurm_hooks.decide.breaker import FleetView, Trip
 from slurm_hooks.decide.config import PolicyConfig
-from slurm_hooks.decide.decide import decide, decide_resume
+from slurm_hooks.decide.decide import decide
 from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.decide.repair import RepairConfig
 from slurm_hooks.detect.probes.process import pid_alive
@@ -73,8 +74,6 @@ log = logging.getLogger(__name__)
 BOOKKEEPING_WAIT_S = 2.0
 
 Clock = Callable[[], datetime]
-#: Starts the grace worker for an incident file; returns its pid (or None).
-Spawner = Callable[[Path], int | None]
 
 #: Job states after which there is nothing left to requeue.
 TERMINAL_JOB_STATES = frozenset(
@@ -241,6 +240,17 @@ class Engine:
         )
 
     @property
+    def context(self) -> Context:
+        """The ports the rooms of act/ take (act/context.py), built from
+        this engine's settings as they are now."""
+        return Context(
+            slurm=self.slurm, door=self.door, journal=self.journal, state=self.state,
+            audit=Audit(self.audit, self.actor), clock=self.clock, policy=self.policy,
+            notifier=self.notifier, spawn=self.spawn, latch=self.latch,
+            observe_only=self.observe_only, worker_env=self.worker_env, repair=self.repair,
+        )  # fmt: skip
+
+    @property
     def journal(self) -> Journal:
         """The incidents' journal (store/journal.py): typed reads, one ``step``."""
         return Journal(self.state, self.clock)
@@ -400,10 +410,7 @@ class Engine:
 
     def _state_failed(self, what: str, message: str) -> None:
         """A local state write failed: say it loudly, count it, go on."""
-        from slurm_hooks.act.metrics import count_state_failure
-
-        log.error("STATE DIR BROKEN (%s): %s", what, message)
-        count_state_failure(what)
+        self.context.state_failed(what, message)
 
     def _absorb_repeats(self, node: str, findings: Sequence[Finding]) -> list[Decision] | None:
         """Repeats of the fault(s) we already drained this node for: counted,
@@ -508,7 +515,12 @@ class Engine:
             self._trip(d)
             self._hold(d)
         elif d.kind is DecisionKind.FOREIGN_REASON and deferred.wanted(d):
-            deferred.evacuate(self, d)  # their reason stays; the jobs still leave
+            # Their reason stays; the jobs still leave.
+            opened = deferred.evacuate(self.context, d)
+            if opened is not None:
+                if d.evacuate:
+                    self._evacuate(opened)
+                self.flush_alerts(opened)
 
     # -- drain ------------------------------------------------------------------
 
@@ -669,9 +681,7 @@ class Engine:
 
     def flush_alerts(self, incident: str) -> int:
         """Send what the incident's journal still owes to people."""
-        return alerts.flush(
-            self.state, incident, self.notifier, self.audit, clock=self.clock, actor=self.actor
-        )
+        return self.context.flush_alerts(incident)
 
     # -- evacuate -------------------------------------------------------------
 
@@ -850,7 +860,7 @@ class Engine:
             from slurm_hooks.act import spares
 
             try:
-                spares.resume_spares(self, incident)
+                spares.resume_spares(self.context, incident)
             except (SlurmError, StateError) as exc:
                 log.warning("spares for %s not resumed yet: %s", incident, exc)
         if not repair.due(doc, self.repair) or self.spawn is None:
@@ -992,7 +1002,10 @@ class Engine:
         inc = Incident.from_doc(doc)
         if inc.deferred:
             # Our drain waits behind a foreign reason: one look, drain once lifted.
-            deferred.roll_forward(self, incident, doc)
+            if deferred.roll_forward(self.context, inc) and self._confirm_claim(incident):
+                alert = deferred.drained(self.context, inc)
+                self._remember_drain(inc.node, incident, str(inc.code))
+                self._incident_alert(incident, "node_drained", alert)
             inc = self.journal.read(incident) or inc
         if inc.jobs_done:
             if alerts.unsent(inc.to_doc()):
@@ -1499,41 +1512,8 @@ class Engine:
         self, node: str, *, human: bool = False, skip_acceptance: bool = False
     ) -> Decision:
         """Resume ``node`` if it carries our reason and passed acceptance since
-        the fault.  Returns the decision (RESUME when it was resumed)."""
-        current = self.slurm.get_node(node)
-        d = decide_resume(
-            current, self.state.history(node), self.clock(),
-            skip_acceptance=skip_acceptance, human=human,
-        )  # fmt: skip
-        if self.observe_only and d.kind is DecisionKind.RESUME:
-            d = d.observed()
-        self.audit.record(
-            "decision", node=node, decision=str(d.kind), code=d.code, incident=d.incident,
-            why=d.explanation, actor=self.actor,
-        )  # fmt: skip
-        if d.kind is not DecisionKind.RESUME or d.observe_only:
-            return d
-        try:  # the reason must still be the one we judged
-            self.door.resume(node, expect_reason=current.reason)
-        except (ReasonChanged, ForeignReasonError):
-            self.audit.record(
-                "resume", node=node, outcome="refused", why="reason changed meanwhile",
-                actor=self.actor,
-            )  # fmt: skip
-            return Decision(DecisionKind.LOG, node, d.code, "reason changed meanwhile; not resumed")
-        self.state.record_resume(node, self.clock(), d.incident)
-        if d.incident and self.state.read_incident(d.incident):
-            with self.journal.lock(d.incident):
-                self.journal.step(d.incident, "resumed", status=IncidentStatus.CLOSED)
-        self.audit.record(
-            "resume", node=node, incident=d.incident, code=d.code, why=d.explanation,
-            actor=self.actor,
-        )  # fmt: skip
-        self._alert(
-            Alert("node_resumed", f"{node} resumed: {d.explanation}", node=node,
-                  incident=d.incident, code=d.code)
-        )  # fmt: skip
-        return d
+        the fault (act/resume.py).  Returns the decision (RESUME when resumed)."""
+        return resume.try_resume(self.context, node, human=human, skip_acceptance=skip_acceptance)
 
     # -- telling people -----------------------------------------------------------
 
@@ -1543,17 +1523,5 @@ class Engine:
         self._alert(alert)
 
     def _alert(self, alert: Alert) -> None:
-        """An alert outside an incident's journal (node resumed, breaker
-        tripped): off the critical path, with a total deadline
-        (``alerts.send_bounded``): a hanging webhook never delays the
-        resume or the breaker decision."""
-
-        def record(delivery: Any) -> None:
-            self.audit.record(
-                "notify", node=alert.node, job=alert.job_id, incident=alert.incident,
-                user=alert.user, sink=delivery.sink, kind=alert.kind,
-                outcome="sent" if delivery.ok else "failed", why=delivery.error,
-                actor=self.actor,
-            )  # fmt: skip
-
-        alerts.send_bounded(self.notifier, alert, record)
+        """An alert outside an incident's journal (``Context.alert``)."""
+        self.context.alert(alert)

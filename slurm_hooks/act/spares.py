@@ -46,7 +46,7 @@ from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.topology import FLAT, Topology, parse_topology_conf, parse_topology_yaml
 
 if TYPE_CHECKING:
-    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +79,12 @@ def conf_dir(config: Mapping[str, str] | None = None) -> Path:
     return Path(conf).parent
 
 
-def load_topology(engine: Engine) -> Topology:
+def load_topology(ctx: Context) -> Topology:
     """The cluster's topology; FLAT when none is configured or it cannot be
     read.  A TopologyPlugin that needs a file, with no file found: FLAT and a
     warning (spares are then picked without regard to switches)."""
     try:
-        config = engine.slurm.show_config()
+        config = ctx.slurm.show_config()
     except (SlurmError, NotImplementedError, AttributeError):
         config = {}
     plugin = (config.get("TopologyPlugin") or "").strip().lower()
@@ -106,11 +106,11 @@ def load_topology(engine: Engine) -> Topology:
     return FLAT
 
 
-def spare_nodes(engine: Engine) -> list[NodeState]:
+def spare_nodes(ctx: Context) -> list[NodeState]:
     """Our SPARE nodes held out of service (drained or down), powered
     down ones included (``cold``)."""
     out = []
-    for n in engine.slurm.list_nodes():
+    for n in ctx.slurm.list_nodes():
         ours = our_reason(n)
         if ours is not None and ours.code == "SPARE" and (n.drained or n.down):
             out.append(n)
@@ -122,14 +122,14 @@ def cold(node: NodeState) -> bool:
     return bool(node.flags & COLD_FLAGS)
 
 
-def spare_names(engine: Engine) -> list[str]:
-    return [n.name for n in spare_nodes(engine)]
+def spare_names(ctx: Context) -> list[str]:
+    return [n.name for n in spare_nodes(ctx)]
 
 
-def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
+def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
     """For each requeued job of ``incident``, resume one spare (journalled).
     Returns job -> spare resumed (or already chosen)."""
-    doc = engine.state.read_incident(incident)
+    doc = ctx.state.read_incident(incident)
     if not doc or not doc.get("jobs_done"):
         return {}
     chosen: dict[str, str] = dict(doc.get("spares") or {})
@@ -137,11 +137,11 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
         (job_id, rec) for job_id, rec in (doc.get("jobs") or {}).items()
         if Outcome.parse(rec.get("outcome")) is Outcome.REQUEUED and job_id not in chosen
     ]  # fmt: skip
-    if todo and not engine.observe_only:
-        pool = [n for n in spare_nodes(engine) if n.name not in chosen.values()]
+    if todo and not ctx.observe_only:
+        pool = [n for n in spare_nodes(ctx) if n.name not in chosen.values()]
         spares = [n.name for n in pool]
         powered_down = {n.name for n in pool if cold(n)}
-        topo = load_topology(engine) if spares else FLAT
+        topo = load_topology(ctx) if spares else FLAT
         for job_id, rec in todo:
             try:
                 job_nodes = hostlist.expand(rec.get("nodes") or doc["node"])
@@ -158,13 +158,13 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
             def change(d: dict[str, Any], job_id: str = job_id, spare: str = spare) -> None:
                 d.setdefault("spares", {})[job_id] = spare
 
-            engine.journal.step(incident, "spare_intent", edit=change)
+            ctx.journal.step(incident, "spare_intent", edit=change)
     done = dict(doc.get("spares_done") or {})
     for job_id, spare in chosen.items():
         if done.get(job_id):
             continue
         try:
-            engine.door.resume(spare, owned=lambda r: r.code == "SPARE")
+            ctx.door.resume(spare, owned=lambda r: r.code == "SPARE")
         except (ForeignReasonError, SlurmError) as exc:
             log.warning("spare %s for job %s not resumed: %s", spare, job_id, exc)
             continue
@@ -172,10 +172,10 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
         def mark(d: dict[str, Any], job_id: str = job_id) -> None:
             d.setdefault("spares_done", {})[job_id] = True
 
-        engine.journal.update(incident, mark)
-        engine.audit.record(
+        ctx.journal.update(incident, mark)
+        ctx.audit.record(
             "spare", node=doc["node"], incident=incident, job=job_id, spare=spare,
-            why=f"spare resumed for job {job_id} requeued off {doc['node']}", actor=engine.actor,
+            why=f"spare resumed for job {job_id} requeued off {doc['node']}",
         )  # fmt: skip
     return chosen
 
