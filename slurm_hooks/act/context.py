@@ -24,6 +24,7 @@ from typing import Any
 
 from slurm_hooks.act import alerts
 from slurm_hooks.act.notify.base import Alert, Notifier
+from slurm_hooks.core.errors import StateError
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.repair import RepairConfig
 from slurm_hooks.slurm.base import SlurmClient
@@ -92,6 +93,23 @@ class Context:
             )  # fmt: skip
 
         alerts.send_bounded(self.notifier, alert, record)
+
+    def incident_alert(self, incident: str, key: str, alert: Alert) -> None:
+        """Queue ``alert`` in the incident's journal and send it now (and
+        again on roll-forward until delivered); straight out when the
+        incident has no journal here."""
+        try:
+            with self.journal.lock(incident):
+                doc = self.journal.read_doc(incident)
+                if doc is None:
+                    raise StateError(f"no journal for incident {incident}")
+                if alerts.queue(doc, key, alert, self.clock()):
+                    self.journal.write(doc)
+        except StateError as exc:
+            log.warning("alert %s for %s not journalled (%s): sent once, now", key, incident, exc)
+            self.alert(alert)
+            return
+        self.flush_alerts(incident)
 
     def flush_alerts(self, incident: str) -> int:
         """Send what the incident's journal still owes to people."""

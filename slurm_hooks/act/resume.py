@@ -9,6 +9,7 @@ judged: an admin's reason set meanwhile is never lifted.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from slurm_hooks.act.notify.base import Alert
@@ -16,6 +17,7 @@ from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.decide.decide import decide_resume
 from slurm_hooks.decide.decision import Decision, DecisionKind
+from slurm_hooks.store.state import iso
 
 if TYPE_CHECKING:
     from slurm_hooks.act.context import Context
@@ -53,3 +55,25 @@ def try_resume(
               incident=d.incident, code=d.code)
     )  # fmt: skip
     return d
+
+
+def record_acceptance(
+    ctx: Context,
+    node: str,
+    passed: bool,
+    *,
+    at: datetime | None = None,
+    detail: str = "",
+    resume: bool = True,
+) -> Decision | None:
+    """Take the acceptance run's verdict; on a pass with an incident open
+    here and auto_resume on, try to resume the node."""
+    at = at or ctx.clock()
+    ctx.state.record_acceptance(node, at, passed, detail)
+    ctx.audit.record(
+        "acceptance", node=node, outcome="passed" if passed else "failed", why=detail or None,
+        acceptance_at=iso(at),
+    )  # fmt: skip
+    if resume and passed and ctx.policy.auto_resume and ctx.state.open_incident(node):
+        return try_resume(ctx, node)
+    return None
