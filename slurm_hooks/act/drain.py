@@ -134,6 +134,13 @@ def claim(ctx: Context, d: Decision, seen: NodeState | None = None) -> Claimed:
             why="already drained by slurm-hooks",
         )  # fmt: skip
         return Claimed.SKIPPED
+    return _write_claim(ctx, d, text, expect, now)
+
+
+def _write_claim(
+    ctx: Context, d: Decision, text: str, expect: str | None | Unset, now: datetime
+) -> Claimed:
+    """Journal the intent, open the incident, write our reason (the claim)."""
     # The catalogue's advice, for the repair ladder (act/repair.py).
     action = str(d.findings[0].action) if d.findings else None
     doc = opened(ctx, d, text, now, action=action).to_doc()

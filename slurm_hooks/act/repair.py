@@ -244,26 +244,7 @@ def _step_once(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, *, accept: 
     status = rep.get("status")
     now = ctx.clock()
     if status is None:
-        serial = uuid = None
-        idx = gpu_index(doc.get("component"))
-        if idx is not None and nvml is not None:
-            from slurm_hooks.detect.probes.gpu_reset import identity
-
-            ident = identity(nvml, idx)
-            serial, uuid = ident.serial, ident.uuid
-        plan = plan_repair(_action_of(doc), str(doc.get("code")), doc.get("component"), serial,
-                           attempts(ctx, node), cfg, now)  # fmt: skip
-        rep = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
-               "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": [],
-               "worker_pid": (doc.get("repair") or {}).get("worker_pid")}  # fmt: skip
-        if ctx.observe_only:
-            rep["status"] = Status.OBSERVED
-            _save(ctx, incident, rep, "observed")
-            _audit(ctx, doc, "observe_only", step=str(plan.step), why=plan.why)
-            return Status.OBSERVED
-        _save(ctx, incident, rep, "planned")
-        _audit(ctx, doc, "planned", step=str(plan.step), why=plan.why)
-        return Status.PLANNED
+        return _plan(ctx, doc, cfg, nvml)
     step = RepairStep(rep.get("step", "none"))
     if status in (Status.PLANNED, Status.DEFERRED):
         if step is RepairStep.NONE:
@@ -326,6 +307,32 @@ def _step_once(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, *, accept: 
     if status == Status.TICKET_INTENT:
         return _send_ticket(ctx, doc, rep, cfg)
     return str(status)
+
+
+def _plan(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:
+    """The first rung: what the ladder says to try (observe-only: only say it)."""
+    node, incident = doc["node"], doc["incident"]
+    now = ctx.clock()
+    serial = uuid = None
+    idx = gpu_index(doc.get("component"))
+    if idx is not None and nvml is not None:
+        from slurm_hooks.detect.probes.gpu_reset import identity
+
+        ident = identity(nvml, idx)
+        serial, uuid = ident.serial, ident.uuid
+    plan = plan_repair(_action_of(doc), str(doc.get("code")), doc.get("component"), serial,
+                       attempts(ctx, node), cfg, now)  # fmt: skip
+    rep: dict[str, Any] = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
+           "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": [],
+           "worker_pid": (doc.get("repair") or {}).get("worker_pid")}  # fmt: skip
+    if ctx.observe_only:
+        rep["status"] = Status.OBSERVED
+        _save(ctx, incident, rep, "observed")
+        _audit(ctx, doc, "observe_only", step=str(plan.step), why=plan.why)
+        return Status.OBSERVED
+    _save(ctx, incident, rep, "planned")
+    _audit(ctx, doc, "planned", step=str(plan.step), why=plan.why)
+    return Status.PLANNED
 
 
 def _resume(ctx: Context, doc: dict[str, Any], rep: dict[str, Any]) -> str:
