@@ -30,11 +30,11 @@ from slurm_hooks.act.held import key_at
 from slurm_hooks.act.notify.base import Alert
 from slurm_hooks.act.repeats import BOOKKEEPING_WAIT_S
 from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged, SlurmError, StateError
+from slurm_hooks.core.history import Trip
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.ownership import Ownership
 from slurm_hooks.core.reason import format_reason
-from slurm_hooks.decide.breaker import Trip
 from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.slurm.door import UNSET, NodeView, Unset
 from slurm_hooks.store import journal
