@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from test_actions import env, xid79  # noqa: F401 - env is a fixture
 
 PACKAGE = Path(__file__).resolve().parent.parent / "slurm_hooks"
 
@@ -141,3 +142,35 @@ def test_the_door_check_sees_a_write_that_bypasses_it(src):
 def test_the_door_check_lets_reads_and_the_door_pass(src):
     tree = ast.parse(src)
     assert not write_calls(tree) and not slurm_write_argvs(tree)
+
+
+def test_handle_decides_once_then_once_more_only_for_a_drain(env, monkeypatch):  # noqa: F811
+    """The Slurm-free decision is made once per run and handed to the
+    repeats and held rooms: with a drain memo and a held record on the node
+    (each once made its own decision), a new fault costs two decide() calls,
+    a log-only finding one."""
+    from slurm_hooks.act import engine as engine_mod
+    from slurm_hooks.act import held
+    from slurm_hooks.core.model import Action, Component, Finding, Status
+    from slurm_hooks.decide import PolicyConfig
+
+    slurm, clock, _, make, _ = env
+    policy = PolicyConfig(grace_seconds=60, breaker_max_share=1.0, breaker_max_nodes=10)
+    make(policy).handle("n1", [xid79()])  # drained: a drain memo for XID79
+    eng = make(policy)
+    held.record(
+        eng.state, "n1", code="XID94", component="gpu1", incident=None, partition="gpu",
+        message="held", now=clock(), marked=False,
+    )  # fmt: skip
+    calls = []
+    real = engine_mod.decide
+    monkeypatch.setattr(engine_mod, "decide", lambda *a, **k: calls.append(1) or real(*a, **k))
+    dbe = Finding("xid", Status.FAIL, "XID48", "DBE", Component("gpu", 1), Action.RESET_GPU)
+    eng.handle("n1", [dbe])
+    assert len(calls) == 2
+    calls.clear()
+    log_only = Finding(
+        "xid", Status.WARN, "XID13", "gr exc", Component("gpu", 0), Action.RESTART_APP
+    )
+    eng.handle("n1", [log_only])
+    assert len(calls) == 1
