@@ -60,6 +60,7 @@ from slurm_hooks.decide.repair import (
     plan_repair,
     reboot_allowed,
 )
+from slurm_hooks.store.journal import Incident
 from slurm_hooks.store.state import REPAIR_SETTLED, iso, parse_time
 
 if TYPE_CHECKING:
@@ -146,10 +147,10 @@ def _remember(ctx: Context, node: str, rec: dict[str, Any]) -> None:
         log.error("repair history of %s not recorded: %s", node, exc)
 
 
-def _action_of(doc: dict[str, Any]) -> str | None:
-    if doc.get("action"):
-        return str(doc["action"])
-    m = re.match(r"^XID(\d+)$", str(doc.get("code") or ""))
+def _action_of(inc: Incident) -> str | None:
+    if inc.action:
+        return str(inc.action)
+    m = re.match(r"^XID(\d+)$", str(inc.code or ""))
     if not m:
         return None
     from slurm_hooks.detect.xid.catalogue import load_catalogue
@@ -164,9 +165,9 @@ def _save(ctx: Context, incident: str, rep: dict[str, Any], step: str) -> None:
     ctx.journal.step(incident, f"repair_{step}", repair=rep)
 
 
-def _audit(ctx: Context, doc: dict[str, Any], outcome: str, **fields: Any) -> None:
+def _audit(ctx: Context, inc: Incident, outcome: str, **fields: Any) -> None:
     ctx.audit.record(
-        "repair", node=doc["node"], incident=doc["incident"], code=doc.get("code"),
+        "repair", node=inc.node, incident=inc.id, code=inc.code,
         outcome=outcome, **fields,
     )  # fmt: skip
 
@@ -190,7 +191,8 @@ def advance(ctx: Context, incident: str, *, accept: Accept | None = None, nvml: 
                     return (doc or {}).get("repair", {}).get("status") if doc else None
                 assert doc is not None
                 before = (doc.get("repair") or {}).get("status")
-                status = _step_once(ctx, doc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
+                inc = Incident.from_doc(doc)
+                status = _step_once(ctx, inc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
                 if status in (before, Status.REBOOTING, Status.DEFERRED, Status.TICKET_INTENT) or (
                     status in _DONE_STATES
                 ):
@@ -199,9 +201,9 @@ def advance(ctx: Context, incident: str, *, accept: Accept | None = None, nvml: 
         log.info("repair of incident %s: another worker is on it", incident)
         return None
     if status is not None:
-        doc = ctx.state.read_incident(incident)
-        if doc is not None:
-            publish_health(ctx, doc["node"], status)
+        done = ctx.journal.read(incident)
+        if done is not None:
+            publish_health(ctx, done.node, status)
     return status
 
 
@@ -237,14 +239,14 @@ def publish_health(ctx: Context, node: str, status: str) -> bool:
         return False
 
 
-def _step_once(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, *, accept: Accept | None,
+def _step_once(ctx: Context, inc: Incident, cfg: RepairConfig, *, accept: Accept | None,
                nvml: Any, boot_id: str | None) -> str:  # fmt: skip
-    rep: dict[str, Any] = dict(doc.get("repair") or {})
-    node, incident = doc["node"], doc["incident"]
+    rep: dict[str, Any] = dict(inc.repair or {})
+    node, incident = inc.node, inc.id
     status = rep.get("status")
     now = ctx.clock()
     if status is None:
-        return _plan(ctx, doc, cfg, nvml)
+        return _plan(ctx, inc, cfg, nvml)
     step = RepairStep(rep.get("step", "none"))
     if status in (Status.PLANNED, Status.DEFERRED):
         if step is RepairStep.NONE:
@@ -252,10 +254,10 @@ def _step_once(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, *, accept: 
             _save(ctx, incident, rep, "left_for_human")
             return Status.HUMAN
         if step is RepairStep.RESET:
-            return _reset(ctx, doc, rep, cfg, nvml)
+            return _reset(ctx, inc, rep, cfg, nvml)
         if step is RepairStep.REBOOT:
-            return _reboot(ctx, doc, rep, cfg, boot_id, status)
-        return _replace(ctx, doc, rep, cfg)
+            return _reboot(ctx, inc, rep, cfg, boot_id, status)
+        return _replace(ctx, inc, rep, cfg)
     if status == Status.RESET_INTENT:
         # A run died between the intent and the result: never reset twice;
         # acceptance tells whether it worked.
@@ -269,19 +271,19 @@ def _step_once(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, *, accept: 
             rep["status"] = Status.REBOOTING
             _save(ctx, incident, rep, "rebooting")
             return Status.REBOOTING
-        return _reboot(ctx, doc, rep, cfg, boot_id, status, cap=False)
+        return _reboot(ctx, inc, rep, cfg, boot_id, status, cap=False)
     if status == Status.REBOOTING:
         current = ctx.slurm.get_node(node)
         if current.flags & _REBOOT_FLAGS and not (boot_id and boot_id != rep.get("boot_id")):
             started = parse_time(rep.get("reboot_at") or iso(now))
             if now - started < timedelta(seconds=cfg.reboot_timeout_s):
                 return Status.REBOOTING
-            return _climb(ctx, doc, rep, step, f"node did not come back within "
+            return _climb(ctx, inc, rep, step, f"node did not come back within "
                           f"{cfg.reboot_timeout_s:g}s")  # fmt: skip
         rep["status"] = Status.ACCEPTING
         rep["back_at"] = iso(now)
         _save(ctx, incident, rep, "back")
-        _audit(ctx, doc, "back", step=str(step), why="node registered after the reboot")
+        _audit(ctx, inc, "back", step=str(step), why="node registered after the reboot")
         return Status.ACCEPTING
     if status == Status.ACCEPTING:
         if accept is None:
@@ -289,58 +291,58 @@ def _step_once(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, *, accept: 
         passed, detail = accept(node)
         rep.setdefault("history", []).append({"step": str(step), "passed": passed,
                                               "detail": detail, "at": iso(ctx.clock())})  # fmt: skip
-        _remember(ctx, node, _attempt_rec(doc, rep, step, "passed" if passed else "failed"))
+        _remember(ctx, node, _attempt_rec(inc, rep, step, "passed" if passed else "failed"))
         if not passed:
             ctx.state.record_acceptance(node, ctx.clock(), False, detail)
             ctx.audit.record("acceptance", node=node, incident=incident, outcome="failed",
                                 why=detail, actor=ctx.actor)  # fmt: skip
-            return _climb(ctx, doc, rep, step, f"acceptance failed: {detail}")
+            return _climb(ctx, inc, rep, step, f"acceptance failed: {detail}")
         ctx.state.record_acceptance(node, ctx.clock(), True, detail)
         ctx.audit.record("acceptance", node=node, incident=incident, outcome="passed",
                             why=detail, actor=ctx.actor)  # fmt: skip
         rep["status"] = Status.RESUME_INTENT
         _save(ctx, incident, rep, "accepted")
-        _audit(ctx, doc, "accepted", step=str(step), why=detail)
-        return _resume(ctx, doc, rep)
+        _audit(ctx, inc, "accepted", step=str(step), why=detail)
+        return _resume(ctx, inc, rep)
     if status == Status.RESUME_INTENT:
-        return _resume(ctx, doc, rep)
+        return _resume(ctx, inc, rep)
     if status == Status.TICKET_INTENT:
-        return _send_ticket(ctx, doc, rep, cfg)
+        return _send_ticket(ctx, inc, rep, cfg)
     return str(status)
 
 
-def _plan(ctx: Context, doc: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:
+def _plan(ctx: Context, inc: Incident, cfg: RepairConfig, nvml: Any) -> str:
     """The first rung: what the ladder says to try (observe-only: only say it)."""
-    node, incident = doc["node"], doc["incident"]
+    node, incident = inc.node, inc.id
     now = ctx.clock()
     serial = uuid = None
-    idx = gpu_index(doc.get("component"))
+    idx = gpu_index(inc.component)
     if idx is not None and nvml is not None:
         from slurm_hooks.detect.probes.gpu_reset import identity
 
         ident = identity(nvml, idx)
         serial, uuid = ident.serial, ident.uuid
-    plan = plan_repair(_action_of(doc), str(doc.get("code")), doc.get("component"), serial,
+    plan = plan_repair(_action_of(inc), str(inc.code), inc.component, serial,
                        attempts(ctx, node), cfg, now)  # fmt: skip
     rep: dict[str, Any] = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
            "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": [],
-           "worker_pid": (doc.get("repair") or {}).get("worker_pid")}  # fmt: skip
+           "worker_pid": (inc.repair or {}).get("worker_pid")}  # fmt: skip
     if ctx.observe_only:
         rep["status"] = Status.OBSERVED
         _save(ctx, incident, rep, "observed")
-        _audit(ctx, doc, "observe_only", step=str(plan.step), why=plan.why)
+        _audit(ctx, inc, "observe_only", step=str(plan.step), why=plan.why)
         return Status.OBSERVED
     _save(ctx, incident, rep, "planned")
-    _audit(ctx, doc, "planned", step=str(plan.step), why=plan.why)
+    _audit(ctx, inc, "planned", step=str(plan.step), why=plan.why)
     return Status.PLANNED
 
 
-def _resume(ctx: Context, doc: dict[str, Any], rep: dict[str, Any]) -> str:
+def _resume(ctx: Context, inc: Incident, rep: dict[str, Any]) -> str:
     """Resume after a passed acceptance; safe to repeat (``resume_intent``).
     A run killed after Slurm's resume and before its record leaves the node in
     service: the next run finds nothing to resume and closes the incident
     itself, so the node is resumed once and the incident does not stay open."""
-    node, incident = doc["node"], doc["incident"]
+    node, incident = inc.node, inc.id
     from slurm_hooks.act import resume
 
     d = resume.try_resume(ctx, node)
@@ -350,7 +352,7 @@ def _resume(ctx: Context, doc: dict[str, Any], rep: dict[str, Any]) -> str:
             log.info("repair of %s: node in service already (resumed by an earlier run)", node)
             ctx.state.record_resume(node, ctx.clock(), incident)
             ctx.journal.update(incident, lambda j: j.update(status=str(IncidentStatus.CLOSED)))
-            _audit(ctx, doc, "resumed_earlier", why="in service already when asked again")
+            _audit(ctx, inc, "resumed_earlier", why="in service already when asked again")
         else:
             log.warning("repair of %s passed acceptance but not resumed: %s", node, d.explanation)
     rep["status"] = Status.RESUMED
@@ -358,44 +360,44 @@ def _resume(ctx: Context, doc: dict[str, Any], rep: dict[str, Any]) -> str:
     return Status.RESUMED
 
 
-def _attempt_rec(doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, outcome: str) -> dict[str, Any]:  # fmt: skip
-    return {"at": rep.get("planned_at"), "step": str(step), "code": doc.get("code"),
-            "component": doc.get("component"), "serial": rep.get("serial"),
-            "incident": doc["incident"], "outcome": outcome}  # fmt: skip
+def _attempt_rec(inc: Incident, rep: dict[str, Any], step: RepairStep, outcome: str) -> dict[str, Any]:  # fmt: skip
+    return {"at": rep.get("planned_at"), "step": str(step), "code": inc.code,
+            "component": inc.component, "serial": rep.get("serial"),
+            "incident": inc.id, "outcome": outcome}  # fmt: skip
 
 
-def _climb(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, why: str) -> str:  # fmt: skip
+def _climb(ctx: Context, inc: Incident, rep: dict[str, Any], step: RepairStep, why: str) -> str:  # fmt: skip
     nxt = escalate(step)
     rep["history"] = list(rep.get("history") or []) + [{"step": str(step), "failed": why}]
     rep.update(step=str(nxt), status=Status.PLANNED, why=f"{step} did not hold ({why}): {nxt}")
-    _save(ctx, doc["incident"], rep, "escalated")
-    _audit(ctx, doc, "escalated", step=str(nxt), why=rep["why"])
+    _save(ctx, inc.id, rep, "escalated")
+    _audit(ctx, inc, "escalated", step=str(nxt), why=rep["why"])
     return Status.PLANNED
 
 
-def _reset(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:  # fmt: skip
+def _reset(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:  # fmt: skip
     from slurm_hooks.detect.probes.gpu_reset import GpuBusy, ResetFailed, reset_gpu
 
     idx = rep.get("gpu")
     if idx is None:
-        return _climb(ctx, doc, rep, RepairStep.RESET, "no GPU index to reset")
+        return _climb(ctx, inc, rep, RepairStep.RESET, "no GPU index to reset")
     rep["status"] = Status.RESET_INTENT
     rep["reset_at"] = iso(ctx.clock())
-    _save(ctx, doc["incident"], rep, "reset_intent")
-    _remember(ctx, doc["node"], _attempt_rec(doc, rep, RepairStep.RESET, "tried"))
+    _save(ctx, inc.id, rep, "reset_intent")
+    _remember(ctx, inc.node, _attempt_rec(inc, rep, RepairStep.RESET, "tried"))
     try:
         how = reset_gpu(int(idx), nvml=nvml, timeout=cfg.reset_timeout_s)
     except GpuBusy as exc:
         rep["status"] = Status.DEFERRED
-        _save(ctx, doc["incident"], rep, "reset_deferred")
-        _audit(ctx, doc, "deferred", step="reset", why=str(exc))
+        _save(ctx, inc.id, rep, "reset_deferred")
+        _audit(ctx, inc, "deferred", step="reset", why=str(exc))
         return Status.DEFERRED
     except ResetFailed as exc:
-        return _climb(ctx, doc, rep, RepairStep.RESET, str(exc))
+        return _climb(ctx, inc, rep, RepairStep.RESET, str(exc))
     rep["status"] = Status.ACCEPTING
     rep["reset"] = how
-    _save(ctx, doc["incident"], rep, "reset_done")
-    _audit(ctx, doc, "reset", step="reset", why=f"GPU {idx} reset ({how})")
+    _save(ctx, inc.id, rep, "reset_done")
+    _audit(ctx, inc, "reset", step="reset", why=f"GPU {idx} reset ({how})")
     return Status.ACCEPTING
 
 
@@ -409,8 +411,8 @@ def _reboot_seen(current: Any, rep: dict[str, Any], boot_id: str | None) -> bool
     )
 
 
-def _step_reason(doc: dict[str, Any], step: RepairStep, code: str | None = None) -> str:
-    ours = try_parse_reason(doc["reason"])
+def _step_reason(inc: Incident, step: RepairStep, code: str | None = None) -> str:
+    ours = try_parse_reason(inc.reason)
     assert ours is not None, "the incident's reason is ours"
     from slurm_hooks.core.reason import DrainReason
 
@@ -419,43 +421,43 @@ def _step_reason(doc: dict[str, Any], step: RepairStep, code: str | None = None)
     return format_reason(r)
 
 
-def _reboot(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig,
+def _reboot(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig,
             boot_id: str | None, status: str, *, cap: bool = True) -> str:  # fmt: skip
-    node, incident = doc["node"], doc["incident"]
+    node, incident = inc.node, inc.id
     if cap:
         verdict = reboot_allowed(node, ctx.slurm.list_nodes(), cfg)
         if not verdict.allowed:
             if status != Status.DEFERRED:
                 rep["status"] = Status.DEFERRED
                 _save(ctx, incident, rep, "reboot_deferred")
-                _audit(ctx, doc, "deferred", step="reboot", why=verdict.explain())
+                _audit(ctx, inc, "deferred", step="reboot", why=verdict.explain())
             return Status.DEFERRED
-    reason = _step_reason(doc, RepairStep.REBOOT)
+    reason = _step_reason(inc, RepairStep.REBOOT)
     rep.update(status=Status.REBOOT_INTENT, reboot_at=iso(ctx.clock()), boot_id=boot_id,
                reason=reason)  # fmt: skip
     _save(ctx, incident, rep, "reboot_intent")
     try:
         # The step goes into Slurm first: the cap counts it on every node.
         ctx.door.drain(node, reason)
-        if cap and not _still_allowed(ctx, doc, rep, cfg, node):
+        if cap and not _still_allowed(ctx, inc, rep, cfg, node):
             return Status.DEFERRED
-        _remember(ctx, node, _attempt_rec(doc, rep, RepairStep.REBOOT, "tried"))
+        _remember(ctx, node, _attempt_rec(inc, rep, RepairStep.REBOOT, "tried"))
         done = ctx.door.reboot(node, reason, incident=incident, nextstate=cfg.reboot_nextstate)
     except ForeignReasonError as exc:
         rep["status"] = Status.HUMAN
         _save(ctx, incident, rep, "reboot_refused")
-        _audit(ctx, doc, "refused", step="reboot", why=str(exc))
+        _audit(ctx, inc, "refused", step="reboot", why=str(exc))
         return Status.HUMAN
     if not done:
-        return _climb(ctx, doc, rep, RepairStep.REBOOT, "this Slurm client cannot reboot nodes")
+        return _climb(ctx, inc, rep, RepairStep.REBOOT, "this Slurm client cannot reboot nodes")
     rep["status"] = Status.REBOOTING
     _save(ctx, incident, rep, "rebooting")
-    _audit(ctx, doc, "reboot", step="reboot", why=rep.get("why"), reason=reason,
+    _audit(ctx, inc, "reboot", step="reboot", why=rep.get("why"), reason=reason,
            nextstate=cfg.reboot_nextstate)  # fmt: skip
     return Status.REBOOTING
 
 
-def _still_allowed(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig,
+def _still_allowed(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig,
                    node: str) -> bool:  # fmt: skip
     """The cap, counted again once our ``step=reboot`` is in Slurm.  Nodes
     that checked at the same moment all saw room; of any two, at least one
@@ -467,43 +469,43 @@ def _still_allowed(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: 
     if verdict.allowed:
         return True
     try:
-        ctx.door.drain(node, doc["reason"])
+        ctx.door.drain(node, inc.reason)
     except (ForeignReasonError, SlurmError) as exc:
         log.warning("step=reboot of %s not taken back: %s", node, exc)
     rep["status"] = Status.DEFERRED
-    _save(ctx, doc["incident"], rep, "reboot_deferred")
-    _audit(ctx, doc, "deferred", step="reboot", why=verdict.explain() + " (counted again)")
+    _save(ctx, inc.id, rep, "reboot_deferred")
+    _audit(ctx, inc, "deferred", step="reboot", why=verdict.explain() + " (counted again)")
     return False
 
 
-def _replace(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:
-    node, incident = doc["node"], doc["incident"]
-    reason = _step_reason(doc, RepairStep.REPLACE, REPLACE_CODE)
+def _replace(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig) -> str:
+    node, incident = inc.node, inc.id
+    reason = _step_reason(inc, RepairStep.REPLACE, REPLACE_CODE)
     try:
         ctx.door.drain(node, reason)  # stays out: REPLACE, until a human or the bridge acts
     except (ForeignReasonError, SlurmError) as exc:
         log.warning("REPLACE reason for %s not written: %s", node, exc)
     rep.update(status=Status.TICKET_INTENT, reason=reason, ticket_at=iso(ctx.clock()))
     _save(ctx, incident, rep, "ticket_intent")
-    _remember(ctx, node, _attempt_rec(doc, rep, RepairStep.REPLACE, "ticket"))
-    return _send_ticket(ctx, doc, rep, cfg)
+    _remember(ctx, node, _attempt_rec(inc, rep, RepairStep.REPLACE, "ticket"))
+    return _send_ticket(ctx, inc, rep, cfg)
 
 
-def ticket_alert(ctx: Context, doc: dict[str, Any], rep: dict[str, Any]) -> Alert:
+def ticket_alert(ctx: Context, inc: Incident, rep: dict[str, Any]) -> Alert:
     """The hardware ticket: node, GPU slot and serial, XID history, acceptance results."""
-    node = doc["node"]
+    node = inc.node
     faults = [
         {"at": iso(e.at), "code": e.code, "component": e.component}
         for e in ctx.state.history(node).faults_since(
             ctx.clock() - timedelta(seconds=config_of(ctx).window_s)
         )
     ][-20:]
-    text = (f"hardware replacement needed on {node} ({doc.get('code')} "
-            f"{doc.get('component') or ''}, GPU serial {rep.get('serial') or 'unknown'}): "
+    text = (f"hardware replacement needed on {node} ({inc.code} "
+            f"{inc.component or ''}, GPU serial {rep.get('serial') or 'unknown'}): "
             f"{rep.get('why')}")  # fmt: skip
     return Alert(
-        "hardware_ticket", text, node=node, incident=doc["incident"], code=doc.get("code"),
-        fields={"ticket_id": f"{node}-{doc['incident']}", "gpu_slot": doc.get("component"),
+        "hardware_ticket", text, node=node, incident=inc.id, code=inc.code,
+        fields={"ticket_id": f"{node}-{inc.id}", "gpu_slot": inc.component,
                 "gpu_index": rep.get("gpu"), "gpu_serial": rep.get("serial"),
                 "gpu_uuid": rep.get("uuid"), "faults": faults,
                 "repairs": rep.get("history") or [],
@@ -511,8 +513,8 @@ def ticket_alert(ctx: Context, doc: dict[str, Any], rep: dict[str, Any]) -> Aler
     )  # fmt: skip
 
 
-def _send_ticket(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:  # fmt: skip
-    alert = ticket_alert(ctx, doc, rep)
+def _send_ticket(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig) -> str:  # fmt: skip
+    alert = ticket_alert(ctx, inc, rep)
     try:
         if cfg.ticket_url:
             from slurm_hooks.act.notify.webhook import WebhookSink
@@ -523,13 +525,13 @@ def _send_ticket(ctx: Context, doc: dict[str, Any], rep: dict[str, Any], cfg: Re
             if failed and len(failed) == len(ctx.notifier.sinks):
                 raise SlurmHooksError("; ".join(str(d.error) for d in failed))
     except SlurmHooksError as exc:  # NotifyError: kept as intent, sent on the next run
-        log.error("hardware ticket for %s not sent: %s", doc["node"], exc)
-        _audit(ctx, doc, "ticket_failed", why=str(exc))
+        log.error("hardware ticket for %s not sent: %s", inc.node, exc)
+        _audit(ctx, inc, "ticket_failed", why=str(exc))
         return Status.TICKET_INTENT
     rep["status"] = Status.REPLACE
     rep["ticket_sent_at"] = iso(ctx.clock())
-    _save(ctx, doc["incident"], rep, "ticket_sent")
-    _audit(ctx, doc, "ticket", step="replace", why=rep.get("why"),
+    _save(ctx, inc.id, rep, "ticket_sent")
+    _audit(ctx, inc, "ticket", step="replace", why=rep.get("why"),
            ticket=alert.fields.get("ticket_id"))  # fmt: skip
     return Status.REPLACE
 

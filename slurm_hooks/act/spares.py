@@ -129,13 +129,13 @@ def spare_names(ctx: Context) -> list[str]:
 def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
     """For each requeued job of ``incident``, resume one spare (journalled).
     Returns job -> spare resumed (or already chosen)."""
-    doc = ctx.state.read_incident(incident)
-    if not doc or not doc.get("jobs_done"):
+    inc = ctx.journal.read(incident)
+    if inc is None or not inc.jobs_done:
         return {}
-    chosen: dict[str, str] = dict(doc.get("spares") or {})
+    chosen: dict[str, str] = dict(inc.spares or {})
     todo = [
-        (job_id, rec) for job_id, rec in (doc.get("jobs") or {}).items()
-        if Outcome.parse(rec.get("outcome")) is Outcome.REQUEUED and job_id not in chosen
+        (rec.job_id, rec) for rec in inc.job_records()
+        if rec.outcome is Outcome.REQUEUED and rec.job_id not in chosen
     ]  # fmt: skip
     if todo and not ctx.observe_only:
         pool = [n for n in spare_nodes(ctx) if n.name not in chosen.values()]
@@ -144,12 +144,12 @@ def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
         topo = load_topology(ctx) if spares else FLAT
         for job_id, rec in todo:
             try:
-                job_nodes = hostlist.expand(rec.get("nodes") or doc["node"])
+                job_nodes = hostlist.expand(rec.nodes or inc.node)
             except Exception:  # noqa: BLE001 - a malformed list: no topology preference
-                job_nodes = [doc["node"]]
+                job_nodes = [inc.node]
             from slurm_hooks.core.topology import pick_spare
 
-            spare = pick_spare(job_nodes, doc["node"], spares, topo, cold=powered_down)
+            spare = pick_spare(job_nodes, inc.node, spares, topo, cold=powered_down)
             if spare is None:
                 break
             spares.remove(spare)
@@ -159,7 +159,7 @@ def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
                 d.setdefault("spares", {})[job_id] = spare
 
             ctx.journal.step(incident, "spare_intent", edit=change)
-    done = dict(doc.get("spares_done") or {})
+    done = dict(inc.spares_done or {})
     for job_id, spare in chosen.items():
         if done.get(job_id):
             continue
@@ -174,8 +174,8 @@ def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
 
         ctx.journal.update(incident, mark)
         ctx.audit.record(
-            "spare", node=doc["node"], incident=incident, job=job_id, spare=spare,
-            why=f"spare resumed for job {job_id} requeued off {doc['node']}",
+            "spare", node=inc.node, incident=incident, job=job_id, spare=spare,
+            why=f"spare resumed for job {job_id} requeued off {inc.node}",
         )  # fmt: skip
     return chosen
 
