@@ -163,16 +163,23 @@ def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
     for job_id, spare in chosen.items():
         if done.get(job_id):
             continue
-        try:
-            ctx.door.resume(spare, owned=lambda r: r.code == "SPARE")
-        except (ForeignReasonError, SlurmError) as exc:
-            log.warning("spare %s for job %s not resumed: %s", spare, job_id, exc)
-            continue
 
         def mark(d: dict[str, Any], job_id: str = job_id) -> None:
             d.setdefault("spares_done", {})[job_id] = True
 
-        ctx.journal.update(incident, mark)
+        try:
+            # Under the incident lock, and only if no other run (the grace
+            # worker and a hook both finish the jobs) resumed it meanwhile:
+            # one resume and one audit line per job.
+            with ctx.journal.lock(incident):
+                now = ctx.journal.read(incident)
+                if now is not None and (now.spares_done or {}).get(job_id):
+                    continue
+                ctx.door.resume(spare, owned=lambda r: r.code == "SPARE")
+                ctx.journal.update(incident, mark)
+        except (ForeignReasonError, SlurmError) as exc:
+            log.warning("spare %s for job %s not resumed: %s", spare, job_id, exc)
+            continue
         ctx.audit.record(
             "spare", node=inc.node, incident=incident, job=job_id, spare=spare,
             why=f"spare resumed for job {job_id} requeued off {inc.node}",
