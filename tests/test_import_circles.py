@@ -10,15 +10,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "slurm_hooks"
 
-#: Circles known today.  Remove one when it is opened; never add one.
+#: Circles known today (issue 29 opened act/engine's and detect/xid's; these
+#: wait on the modules other changes own).  Remove one when it is opened;
+#: never add one.
 KNOWN = [
     {"slurm_hooks.detect.fold", "slurm_hooks.detect.runner"},
-    {
-        "slurm_hooks.detect.xid.cursor", "slurm_hooks.detect.xid.history",
-        "slurm_hooks.detect.xid.parser", "slurm_hooks.detect.xid.pci",
-        "slurm_hooks.detect.xid.rules", "slurm_hooks.detect.xid.scan",
-        "slurm_hooks.detect.xid.settings", "slurm_hooks.detect.xid.source",
-    },
     {"slurm_hooks.agent.hook", "slurm_hooks.agent.prolog"},
     {"slurm_hooks.bridge.service", "slurm_hooks.bridge.slinky_exec"},
 ]  # fmt: skip
