@@ -186,6 +186,18 @@ class FakeEngine:
         self.drains = drains
         self.audit = AuditLog("/dev/null")
 
+    @property
+    def context(self):
+        """The ports the prolog's requeue uses (act/evacuate.py): door, audit."""
+        from types import SimpleNamespace
+
+        from slurm_hooks.act.context import Audit
+        from slurm_hooks.slurm.door import SlurmDoor
+
+        return SimpleNamespace(
+            door=SlurmDoor(self.slurm), audit=Audit(self.audit, "slurm-hooks"), actor="slurm-hooks"
+        )
+
     def handle(self, node, findings):
         from slurm_hooks.decide.decision import Decision, DecisionKind
 

@@ -212,23 +212,23 @@ def test_reboot_then_acceptance_then_resume_and_replace_on_return(rig):
     eng = make()
     eng.handle("n1", [xid()])
     inc = _incident(state, "n1")
-    assert repair.advance(eng, inc, accept=lambda n: (True, "ok")) == "rebooting"
+    assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok")) == "rebooting"
     assert slurm.count("reboot") == 1
     (_, _, reason, nextstate) = next(c for c in slurm.calls if c[0] == "reboot")
     assert parse_reason(reason).extra["step"] == "reboot" and nextstate == "DOWN"
     # Still rebooting: nothing more, whoever asks.
-    assert repair.advance(eng, inc, accept=lambda n: (True, "ok")) == "rebooting"
+    assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok")) == "rebooting"
     assert slurm.count("reboot") == 1
     slurm.come_back("n1")
     clock.now = T0 + timedelta(minutes=6)
-    assert repair.advance(eng, inc, accept=lambda n: (True, "passed 3 checks")) == "resumed"
+    assert repair.advance(eng.context, inc, accept=lambda n: (True, "passed 3 checks")) == "resumed"
     assert slurm.nodes["n1"].reason is None and slurm.count("resume") == 1
     # The same XID on the same GPU within the window: no second reboot, a ticket.
     clock.now = T0 + timedelta(hours=1)
     eng.handle("n1", [xid()])
     inc2 = _incident(state, "n1")
     assert inc2 != inc
-    assert repair.advance(eng, inc2, accept=lambda n: (True, "ok")) == "replace"
+    assert repair.advance(eng.context, inc2, accept=lambda n: (True, "ok")) == "replace"
     assert slurm.count("reboot") == 1
     assert parse_reason(slurm.nodes["n1"].reason).code == "REPLACE"
     assert parse_reason(slurm.nodes["n1"].reason).extra["step"] == "replace"
@@ -237,7 +237,7 @@ def test_reboot_then_acceptance_then_resume_and_replace_on_return(rig):
     assert t.fields["ladder"] == ["reboot", "replace"] and t.fields["gpu_slot"] == "gpu0"
     assert [f["code"] for f in t.fields["faults"]].count("XID79") == 2
     # Asked again: the ticket is not sent twice.
-    repair.advance(eng, inc2, accept=lambda n: (True, "ok"))
+    repair.advance(eng.context, inc2, accept=lambda n: (True, "ok"))
     assert len(tickets(rec)) == 1
 
 
@@ -246,9 +246,9 @@ def test_failed_acceptance_after_reboot_escalates_to_replace(rig):
     eng = make()
     eng.handle("n1", [xid()])
     inc = _incident(state, "n1")
-    repair.advance(eng, inc, accept=lambda n: (True, "ok"))
+    repair.advance(eng.context, inc, accept=lambda n: (True, "ok"))
     slurm.come_back("n1")
-    assert repair.advance(eng, inc, accept=lambda n: (False, "burnin FAIL")) == "replace"
+    assert repair.advance(eng.context, inc, accept=lambda n: (False, "burnin FAIL")) == "replace"
     assert slurm.count("resume") == 0 and len(tickets(rec)) == 1
 
 
@@ -258,10 +258,10 @@ def test_reset_class_fault_on_idle_node_resets_then_resumes(rig):
     eng.handle("n2", [xid("XID48", Action.RESET_GPU, gpu=1)])
     inc = _incident(state, "n2")
     nvml = FakeNvml()
-    assert repair.advance(eng, inc, accept=lambda n: (True, "ok"), nvml=nvml) == "resumed"
+    assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok"), nvml=nvml) == "resumed"
     assert nvml.resets == [1] and slurm.count("reboot") == 0
     assert slurm.nodes["n2"].reason is None
-    hist = repair.attempts(eng, "n2")
+    hist = repair.attempts(eng.context, "n2")
     assert [a.step for a in hist] == [RepairStep.RESET] and hist[0].serial == "SER1"
 
 
@@ -272,9 +272,9 @@ def test_kill_during_reboot_call_reboots_once(rig):
     inc = _incident(state, "n1")
     slurm.crash_after = "reboot"  # the call landed, the process died before the journal
     with pytest.raises(Crash):
-        repair.advance(eng, inc, accept=lambda n: (True, "ok"))
+        repair.advance(eng.context, inc, accept=lambda n: (True, "ok"))
     assert state.read_incident(inc)["repair"]["status"] == "reboot_intent"
-    assert repair.advance(make(), inc, accept=lambda n: (True, "ok")) == "rebooting"
+    assert repair.advance(make().context, inc, accept=lambda n: (True, "ok")) == "rebooting"
     assert slurm.count("reboot") == 1
 
 
@@ -285,9 +285,9 @@ def test_kill_before_reboot_call_reboots_on_restart(rig):
     inc = _incident(state, "n1")
     slurm.crash_after = "update_reason"  # step=reboot written, died before scontrol reboot
     with pytest.raises(Crash):
-        repair.advance(eng, inc, accept=lambda n: (True, "ok"))
+        repair.advance(eng.context, inc, accept=lambda n: (True, "ok"))
     assert slurm.count("reboot") == 0
-    assert repair.advance(make(), inc, accept=lambda n: (True, "ok")) == "rebooting"
+    assert repair.advance(make().context, inc, accept=lambda n: (True, "ok")) == "rebooting"
     assert slurm.count("reboot") == 1
 
 
@@ -304,8 +304,10 @@ def test_kill_during_reset_never_resets_twice(rig):
 
     nvml = Dies()
     with pytest.raises(Crash):
-        repair.advance(eng, inc, accept=lambda n: (True, "ok"), nvml=nvml)
-    assert repair.advance(make(), inc, accept=lambda n: (True, "ok"), nvml=nvml) == "resumed"
+        repair.advance(eng.context, inc, accept=lambda n: (True, "ok"), nvml=nvml)
+    assert (
+        repair.advance(make().context, inc, accept=lambda n: (True, "ok"), nvml=nvml) == "resumed"
+    )
     assert nvml.resets == [1]
 
 
@@ -315,12 +317,12 @@ def test_kill_during_ticket_resends_with_the_same_id(rig):
     eng.handle("n1", [xid("XID79", Action.REPLACE)])
     inc = _incident(state, "n1")
     rec.fail = True  # the POST failed (or the run died in it): kept as intent
-    assert repair.advance(eng, inc) == "ticket_intent"
+    assert repair.advance(eng.context, inc) == "ticket_intent"
     rec.fail = False
-    assert repair.advance(make(), inc) == "replace"
+    assert repair.advance(make().context, inc) == "replace"
     ids = {a.fields["ticket_id"] for a in tickets(rec)}
     assert ids == {f"n1-{inc}"}
-    assert repair.advance(make(), inc) == "replace"
+    assert repair.advance(make().context, inc) == "replace"
     assert len(tickets(rec)) == 2  # the failed try and the delivered one, one id
 
 
@@ -331,13 +333,13 @@ def test_reboot_cap_holds_with_several_nodes(rig):
     for n in ("n1", "n2", "n3"):
         eng.handle(n, [xid()])
         incs.append(_incident(state, n))
-    got = [repair.advance(eng, i, accept=lambda n: (True, "ok")) for i in incs]
+    got = [repair.advance(eng.context, i, accept=lambda n: (True, "ok")) for i in incs]
     assert got == ["rebooting", "deferred", "deferred"] and slurm.count("reboot") == 1
     slurm.come_back("n1")
     clock.now = T0 + timedelta(minutes=6)
-    assert repair.advance(eng, incs[0], accept=lambda n: (True, "ok")) == "resumed"
+    assert repair.advance(eng.context, incs[0], accept=lambda n: (True, "ok")) == "resumed"
     assert slurm.nodes["n1"].reason is None
-    got = [repair.advance(eng, i, accept=lambda n: (True, "ok")) for i in incs[1:]]
+    got = [repair.advance(eng.context, i, accept=lambda n: (True, "ok")) for i in incs[1:]]
     assert got == ["rebooting", "deferred"] and slurm.count("reboot") == 2
 
 
@@ -348,7 +350,7 @@ def test_observe_only_plans_and_touches_nothing(rig):
                           "component": "gpu0", "action": "reboot", "jobs_done": True,
                           "status": "jobs_done", "reason": slurm.nodes["n1"].reason})  # fmt: skip
     calls = len(slurm.calls)
-    assert repair.advance(make(observe_only=True), "feed0001") == "observed"
+    assert repair.advance(make(observe_only=True).context, "feed0001") == "observed"
     assert not [c for c in slurm.calls[calls:] if c[0] not in ("get_node", "list_nodes")]
 
 
@@ -358,7 +360,7 @@ def test_repair_off_by_default(rig, tmp_path):
                  clock=clock, spawn=None)  # fmt: skip
     eng.handle("n1", [xid()])
     inc = _incident(state, "n1")
-    assert repair.advance(eng, inc) is None and slurm.count("reboot") == 0
+    assert repair.advance(eng.context, inc) is None and slurm.count("reboot") == 0
 
 
 def test_spare_from_the_jobs_block_is_resumed(rig, tmp_path, monkeypatch):

@@ -128,16 +128,19 @@ def test_repair_writes_repair_then_ok_then_replace(rig):  # noqa: F811
     eng = make(health_extra=True)
     eng.handle("n1", [xid()])
     inc = _incident(state, "n1")
-    assert repair.advance(eng, inc, accept=lambda n: (True, "ok")) == "rebooting"
+    assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok")) == "rebooting"
     assert _grade(slurm, "n1") == HealthGrade.REPAIR
     slurm.come_back("n1")
     clock.now = T0 + timedelta(minutes=6)
-    assert repair.advance(eng, inc, accept=lambda n: (True, "ok")) == "resumed"
+    assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok")) == "resumed"
     assert _grade(slurm, "n1") == HealthGrade.OK
     assert json.loads(slurm.nodes["n1"].extra)["rack"] == "r4"
     clock.now = T0 + timedelta(hours=1)
     eng.handle("n1", [xid()])
-    assert repair.advance(eng, _incident(state, "n1"), accept=lambda n: (True, "ok")) == "replace"
+    assert (
+        repair.advance(eng.context, _incident(state, "n1"), accept=lambda n: (True, "ok"))
+        == "replace"
+    )
     assert _grade(slurm, "n1") == HealthGrade.REPLACE
     assert slurm.count("extra") == 3  # one write per change of grade
 
@@ -146,12 +149,12 @@ def test_health_extra_off_by_default_and_in_observe_only(rig):  # noqa: F811
     slurm, clock, rec, make, state = rig
     _with_extra(slurm)
     make().handle("n1", [xid()])
-    repair.advance(make(), _incident(state, "n1"), accept=lambda n: (True, "ok"))
+    repair.advance(make().context, _incident(state, "n1"), accept=lambda n: (True, "ok"))
     make().handle("n2", [xid()])
     observed = make(observe_only=True, health_extra=True)
-    assert repair.advance(observed, _incident(state, "n2"), accept=lambda n: (True, "ok")) == (
-        "observed"
-    )
+    assert repair.advance(
+        observed.context, _incident(state, "n2"), accept=lambda n: (True, "ok")
+    ) == ("observed")
     assert slurm.count("extra") == 0
 
 
@@ -170,10 +173,10 @@ def test_slurm_refusing_extra_is_asked_once(rig, monkeypatch, caplog):  # noqa: 
     eng.handle("n1", [xid()])
     inc = _incident(state, "n1")
     with caplog.at_level("DEBUG", logger="slurm_hooks.act.repair"):
-        assert repair.advance(eng, inc, accept=lambda n: (True, "ok")) == "rebooting"
+        assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok")) == "rebooting"
         slurm.come_back("n1")
         clock.now = T0 + timedelta(minutes=6)
-        assert repair.advance(eng, inc, accept=lambda n: (True, "ok")) == "resumed"
+        assert repair.advance(eng.context, inc, accept=lambda n: (True, "ok")) == "resumed"
     assert len(calls) == 1
     assert sum("Extra" in r.message for r in caplog.records if r.levelname == "DEBUG") == 1
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
@@ -198,7 +201,7 @@ def _to_accepting(rig_):
     eng = make()
     eng.handle("n1", [xid()])
     inc = _incident(state, "n1")
-    repair.advance(eng, inc, accept=lambda n: (True, "ok"))
+    repair.advance(eng.context, inc, accept=lambda n: (True, "ok"))
     slurm.come_back("n1")
     clock.now = T0 + timedelta(minutes=6)
     return inc
@@ -219,9 +222,9 @@ def test_kill_around_resume_resumes_once_and_closes(rig, when):  # noqa: F811
 
         slurm.resume = dies
     with pytest.raises(Crash):
-        repair.advance(make(), inc, accept=lambda n: (True, "passed"))
+        repair.advance(make().context, inc, accept=lambda n: (True, "passed"))
     assert state.read_incident(inc)["repair"]["status"] == "resume_intent"
-    assert repair.advance(make(), inc, accept=lambda n: (True, "passed")) == "resumed"
+    assert repair.advance(make().context, inc, accept=lambda n: (True, "passed")) == "resumed"
     assert slurm.count("resume") == 1 and slurm.nodes["n1"].reason is None
     doc = state.read_incident(inc)
     assert doc["status"] == "closed" and doc["repair"]["status"] == "resumed"

@@ -83,7 +83,7 @@ def test_powered_down_spare_on_the_jobs_switch_is_resumed_once(rig):
     slurm, eng, state = rig
     _powered_down_spare(slurm, "n3")  # s1, the job's switch, powered down
     slurm.drain("n6", SPARE)  # s2, warm
-    assert sorted(spares.spare_names(eng)) == ["n3", "n6"]
+    assert sorted(spares.spare_names(eng.context)) == ["n3", "n6"]
     eng.handle("n1", [xid()])
     # Resumed through the door (State=RESUME lifts our drain; Slurm powers it
     # up when the job lands there): the switch wins over warmth.
@@ -106,7 +106,7 @@ def test_warm_spare_preferred_on_the_same_switch(rig):
 def test_powered_down_node_without_our_reason_is_not_a_spare(rig):
     slurm, eng, state = rig
     slurm.nodes["n3"] = NodeState("n3", "idle", frozenset({"POWERED_DOWN"}), partitions=("gpu",))
-    assert spares.spare_names(eng) == []
+    assert spares.spare_names(eng.context) == []
 
 
 # -- where topology.conf is looked for -------------------------------------------

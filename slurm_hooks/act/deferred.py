@@ -23,6 +23,7 @@ with the lost GPU for 243.6 s until the watcher's ``refeed_s``.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.act import alerts
@@ -31,16 +32,21 @@ from slurm_hooks.core.errors import ForeignReasonError
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.core.ownership import Ownership
 from slurm_hooks.core.reason import format_reason
-from slurm_hooks.store.state import incident_pending, iso
+from slurm_hooks.store import journal
 
 if TYPE_CHECKING:
-    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.context import Context
     from slurm_hooks.decide.decision import Decision
+    from slurm_hooks.store.journal import Incident
 
 log = logging.getLogger(__name__)
 
 #: Journal key: our drain waits for a foreign reason to be lifted.
 KEY = "drain_deferred"
+
+
+def _str(v: object) -> str | None:
+    return None if v is None else str(v)
 
 
 def wanted(d: Decision) -> bool:
@@ -49,45 +55,36 @@ def wanted(d: Decision) -> bool:
     return bool(d.facts.get("deferred_drain")) and d.reason is not None
 
 
-def evacuate(engine: Engine, d: Decision) -> None:
-    """Open an incident for ``d`` without writing a drain: evacuate the
-    node's jobs and keep our reason for later.  Nothing new when the node
+def evacuate(ctx: Context, d: Decision) -> str | None:
+    """Open an incident for ``d`` without writing a drain, keeping our
+    reason for later; returns it (the Engine evacuates its jobs, when
+    ``d.evacuate``, and sends its alert).  None: nothing new, the node
     already has an incident with work left (this fault's repeat, or one of
     ours in progress)."""
     assert d.reason is not None
     node = d.node
-    open_inc = engine.state.open_incident(node)
+    open_inc = ctx.state.open_incident(node)
     if open_inc:
-        prior = engine.state.read_incident(open_inc)
-        if prior is not None and (prior.get(KEY) or incident_pending(prior)):
-            return
-    now = engine.clock()
+        prior = ctx.journal.read(open_inc)
+        if prior is not None and (prior.deferred or prior.pending):
+            return None
+    now = ctx.clock()
     text = format_reason(d.reason)
     incident = str(d.incident)
     foreign = d.facts.get("foreign_reason")
-    doc: dict[str, Any] = {
-        "incident": incident,
-        "node": node,
-        "kind": str(d.facts.get("would_be") or "drain"),
-        "code": d.code,
-        "component": d.component,
-        "reason": text,
-        "why": d.explanation,
-        "opened_at": iso(now),
-        "grace_s": engine.policy.grace_seconds,
-        "signal_batch": engine.policy.signal_batch,
-        "signal_steps": engine.policy.signal_steps,
-        "evacuate": d.evacuate,
-        "status": IncidentStatus.EVACUATING,
-        KEY: True,
-        "foreign_reason": foreign,
-        "jobs": None if d.evacuate else {},
-        "jobs_done": not d.evacuate,
-        "deadline": None,
-        "worker_env": engine.worker_env,
-        "audit_log": str(engine.audit.path),
-        "steps": [{"step": "drain_deferred", "at": iso(now)}],
-    }
+    inc = replace(
+        journal.opened(
+            incident=incident, node=node, kind=str(d.facts.get("would_be") or "drain"),
+            code=d.code, component=d.component, reason=text, why=d.explanation, at=now,
+            grace_s=ctx.policy.grace_seconds, signal_batch=ctx.policy.signal_batch,
+            signal_steps=ctx.policy.signal_steps, evacuate=d.evacuate,
+            status=IncidentStatus.EVACUATING, step="drain_deferred",
+            worker_env=ctx.worker_env, audit_log=str(ctx.audit.path),
+            deferred=True, foreign_reason=_str(foreign),
+        ),
+        jobs=None if d.evacuate else {}, jobs_done=not d.evacuate,
+    )  # fmt: skip
+    doc = inc.to_doc()
     alert = Alert(
         "node_fault",
         f"{node}: {d.code} needs the node out of service; it is already drained by someone "
@@ -97,61 +94,55 @@ def evacuate(engine: Engine, d: Decision) -> None:
         fields={"component": d.component, "foreign_reason": foreign, "reason": text},
     )  # fmt: skip
     alerts.queue(doc, "node_fault", alert, now)
-    engine.state.write_incident(doc)
-    engine.state.set_open_incident(node, incident)
-    engine.audit.record(
+    ctx.journal.write(doc)
+    ctx.state.set_open_incident(node, incident)
+    ctx.audit.record(
         "evacuate", node=node, incident=incident, code=d.code, component=d.component,
         foreign_reason=foreign, reason=text, why="node held by a foreign reason (left as it "
-        "is): jobs evacuated, our drain deferred until it is lifted", actor=engine.actor,
+        "is): jobs evacuated, our drain deferred until it is lifted",
     )  # fmt: skip
-    if d.evacuate:
-        engine._evacuate(incident)
-    engine.flush_alerts(incident)
+    return incident
 
 
-def roll_forward(engine: Engine, incident: str, doc: dict[str, Any]) -> None:
+def roll_forward(ctx: Context, inc: Incident) -> bool:
     """One look at the node of a deferred drain: still foreign, nothing;
-    lifted, our drain at once (the breaker claim ranks it); ours already
-    (another path drained it), the deferral is over."""
-    node = str(doc["node"])
-    view = engine.door.look(node)
+    lifted, our drain at once (True: claimed now; the Engine ranks the
+    claim and, confirmed, calls ``drained``); ours already (another path
+    drained it), the deferral is over."""
+    node, incident = inc.node, inc.id
+    view = ctx.door.look(node)
     if view.ownership is Ownership.FOREIGN:
-        return
+        return False
     if view.ownership is Ownership.OURS:
-        _done(engine, incident, "drain_by_us", drained_by=view.node.reason)
-        return
+        _done(ctx, incident, "drain_by_us", drained_by=view.node.reason)
+        return False
     try:
-        with engine.state.incident_lock(incident):
-            engine.door.drain(node, str(doc["reason"]))
-            _done(engine, incident, "claimed", locked=True, status=IncidentStatus.CLAIMED)
+        with ctx.journal.lock(incident):
+            ctx.door.drain(node, inc.reason)
+            _done(ctx, incident, "claimed", status=IncidentStatus.CLAIMED)
     except ForeignReasonError:
-        return  # re-drained by its owner between our look and our write: still theirs
-    engine.state.set_open_incident(node, incident)
+        return False  # re-drained by its owner between our look and our write: still theirs
+    ctx.state.set_open_incident(node, incident)
     log.warning("node %s: foreign reason %r lifted; drained with ours at once (incident %s)",
-                node, doc.get("foreign_reason"), incident)  # fmt: skip
-    if not engine._confirm_claim(incident):
-        return
-    engine.audit.record(
-        "drain", node=node, incident=incident, code=doc.get("code"),
-        component=doc.get("component"), reason=doc["reason"],
-        why=f"the foreign reason {doc.get('foreign_reason')!r} was lifted; the fault of "
-        f"{doc.get('opened_at')} still needs the node out of service", actor=engine.actor,
+                node, inc.foreign_reason, incident)  # fmt: skip
+    return True
+
+
+def drained(ctx: Context, inc: Incident) -> Alert:
+    """Our deferred drain was confirmed: audit it; returns the alert owed."""
+    ctx.audit.record(
+        "drain", node=inc.node, incident=inc.id, code=inc.code, component=inc.component,
+        reason=inc.reason,
+        why=f"the foreign reason {inc.foreign_reason!r} was lifted; the fault of "
+        f"{inc.opened_at} still needs the node out of service",
     )  # fmt: skip
-    engine._remember_drain(node, incident, str(doc.get("code")))
-    engine._incident_alert(
-        incident, "node_drained",
-        Alert("node_drained", f"{node} drained: {doc.get('why')}", node=node,
-              incident=incident, code=doc.get("code"),
-              fields={"component": doc.get("component"), "reason": doc["reason"]}),
+    return Alert(
+        "node_drained", f"{inc.node} drained: {inc.why}", node=inc.node, incident=inc.id,
+        code=inc.code, fields={"component": inc.component, "reason": inc.reason},
     )  # fmt: skip
 
 
-def _done(
-    engine: Engine, incident: str, step: str, *, locked: bool = False, **changes: Any
-) -> None:
-    """End the deferral in the journal (with the incident lock unless held)."""
-    if locked:
-        engine._step(incident, step, **{KEY: False}, **changes)
-        return
-    with engine.state.incident_lock(incident):
-        engine._step(incident, step, **{KEY: False}, **changes)
+def _done(ctx: Context, incident: str, step: str, **changes: Any) -> None:
+    """End the deferral in the journal (one step; the lock is re-entrant)."""
+    changes[KEY] = False
+    ctx.journal.step(incident, step, **changes)

@@ -106,7 +106,7 @@ def textfile_name(phase: str) -> str:
 
 
 def _families(run: PhaseRun) -> Iterator[Any]:
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import GaugeMetricFamily
 
     findings = GaugeMetricFamily(
         f"{NAMESPACE}_findings",
@@ -158,6 +158,13 @@ def _families(run: PhaseRun) -> Iterator[Any]:
         for check, secs in sorted(run.check_durations.items()):
             cdur.add_metric([run.phase, check], secs)
         yield cdur
+
+    yield from _event_families(run)
+
+
+def _event_families(run: PhaseRun) -> Iterator[Any]:
+    """The node's event counts and held faults (kept across runs)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     if run.xid_counts:
         # CounterMetricFamily without ``created`` writes no _created sample:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 from slurm_hooks.core.errors import JobGone, NotRequeueable, SlurmError, SlurmUnavailable
 
 if TYPE_CHECKING:
-    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.context import Context
     from slurm_hooks.decide.decision import Decision
 
 log = logging.getLogger(__name__)
 
 
-def requeue(engine: Engine, d: Decision) -> str:
+def requeue(ctx: Context, d: Decision) -> str:
     """Requeue the decision's job (once); returns the outcome audited."""
     job_id = d.facts.get("job")
     user = d.facts.get("user")
@@ -31,20 +31,19 @@ def requeue(engine: Engine, d: Decision) -> str:
     if not isinstance(job_id, str) or not job_id.isdigit() or not isinstance(restarts, int):
         outcome, why = "refused", "the decision names no job id and restart count"
     else:
-        outcome, why = _requeue(engine, job_id, user, restarts)
-    engine.audit.record(
-        "job_requeue", node=d.node, job=job_id, user=user, code=d.code, outcome=outcome,
-        why=why, actor=engine.actor,
-    )  # fmt: skip
+        outcome, why = _requeue(ctx, job_id, user, restarts)
+    ctx.audit.record(
+        "job_requeue", node=d.node, job=job_id, user=user, code=d.code, outcome=outcome, why=why
+    )
     return outcome
 
 
-def _requeue(engine: Engine, job_id: str, user: object, restarts: int) -> tuple[str, str]:
+def _requeue(ctx: Context, job_id: str, user: object, restarts: int) -> tuple[str, str]:
     try:
-        job = engine.slurm.get_job(job_id)
+        job = ctx.slurm.get_job(job_id)
         if job.user != user:
             return "refused", f"job {job_id} belongs to {job.user!r}, not {user!r}"
-        done = engine.door.requeue_once(job_id, restarts, job=job)
+        done = ctx.door.requeue_once(job_id, restarts, job=job)
     except JobGone:
         return "gone", f"job {job_id} ended"
     except NotRequeueable as exc:

@@ -60,10 +60,11 @@ from slurm_hooks.decide.repair import (
     plan_repair,
     reboot_allowed,
 )
+from slurm_hooks.store.journal import Incident
 from slurm_hooks.store.state import REPAIR_SETTLED, iso, parse_time
 
 if TYPE_CHECKING:
-    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ class Status:
     OBSERVED = "observed"
 
 
-def config_of(engine: Engine) -> RepairConfig:
-    cfg = getattr(engine, "repair", None)
+def config_of(ctx: Context) -> RepairConfig:
+    cfg = getattr(ctx, "repair", None)
     return cfg if isinstance(cfg, RepairConfig) else RepairConfig()
 
 
@@ -116,10 +117,10 @@ def gpu_index(component: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def attempts(engine: Engine, node: str) -> list[Attempt]:
+def attempts(ctx: Context, node: str) -> list[Attempt]:
     """The ladder's memory for ``node`` (survives reboots: node-local disk)."""
     try:
-        raw = engine.state.read_node(node).get(HISTORY_KEY) or []
+        raw = ctx.state.read_node(node).get(HISTORY_KEY) or []
     except StateError:
         return []
     out = []
@@ -132,7 +133,7 @@ def attempts(engine: Engine, node: str) -> list[Attempt]:
     return out
 
 
-def _remember(engine: Engine, node: str, rec: dict[str, Any]) -> None:
+def _remember(ctx: Context, node: str, rec: dict[str, Any]) -> None:
     def change(d: dict[str, Any]) -> None:
         raw = d.get(HISTORY_KEY)
         hist: list[dict[str, Any]] = raw if isinstance(raw, list) else []
@@ -141,15 +142,15 @@ def _remember(engine: Engine, node: str, rec: dict[str, Any]) -> None:
         d[HISTORY_KEY] = (hist + [rec])[-50:]
 
     try:
-        engine.state.update_node(node, change)
+        ctx.state.update_node(node, change)
     except StateError as exc:
         log.error("repair history of %s not recorded: %s", node, exc)
 
 
-def _action_of(doc: dict[str, Any]) -> str | None:
-    if doc.get("action"):
-        return str(doc["action"])
-    m = re.match(r"^XID(\d+)$", str(doc.get("code") or ""))
+def _action_of(inc: Incident) -> str | None:
+    if inc.action:
+        return str(inc.action)
+    m = re.match(r"^XID(\d+)$", str(inc.code or ""))
     if not m:
         return None
     from slurm_hooks.detect.xid.catalogue import load_catalogue
@@ -159,44 +160,39 @@ def _action_of(doc: dict[str, Any]) -> str | None:
     return str(cat.bucket(info.bucket).action) if info is not None else None
 
 
-def _save(engine: Engine, incident: str, rep: dict[str, Any], step: str) -> dict[str, Any]:
-    at = iso(engine.clock())
-
-    def change(doc: dict[str, Any]) -> None:
-        doc.setdefault("steps", []).append({"step": f"repair_{step}", "at": at})
-        doc["repair"] = rep
-
-    with engine.state.incident_lock(incident):
-        return engine.state.update_incident(incident, change)
+def _save(ctx: Context, incident: str, rep: dict[str, Any], step: str) -> None:
+    """Journal the repair record with its step (``repair_<step>``), once."""
+    ctx.journal.step(incident, f"repair_{step}", repair=rep)
 
 
-def _audit(engine: Engine, doc: dict[str, Any], outcome: str, **fields: Any) -> None:
-    engine.audit.record(
-        "repair", node=doc["node"], incident=doc["incident"], code=doc.get("code"),
-        outcome=outcome, actor=engine.actor, **fields,
+def _audit(ctx: Context, inc: Incident, outcome: str, **fields: Any) -> None:
+    ctx.audit.record(
+        "repair", node=inc.node, incident=inc.id, code=inc.code,
+        outcome=outcome, **fields,
     )  # fmt: skip
 
 
-def advance(engine: Engine, incident: str, *, accept: Accept | None = None, nvml: Any = None,
+def advance(ctx: Context, incident: str, *, accept: Accept | None = None, nvml: Any = None,
             boot_id: str | None = None) -> str | None:  # fmt: skip
     """Move the incident's repair on as far as it goes now; returns the
     repair status reached (None: nothing to do).  Safe to call any number of
     times from any process (each step is journalled before its call)."""
     from slurm_hooks.store.state import LockTimeout
 
-    cfg = config_of(engine)
+    cfg = config_of(ctx)
     status: str | None = None
     try:
         # One repair worker at a time per incident (acceptance can take long:
         # the incident's own lock is taken only around each journal write).
-        with engine.state.lock(f"repair-{incident}", timeout=2.0):
+        with ctx.state.lock(f"repair-{incident}", timeout=2.0):
             for _ in range(8):  # a few rungs in one call (reset fails -> reboot ...)
-                doc = engine.state.read_incident(incident)
+                doc = ctx.state.read_incident(incident)
                 if not due(doc, cfg):
                     return (doc or {}).get("repair", {}).get("status") if doc else None
                 assert doc is not None
                 before = (doc.get("repair") or {}).get("status")
-                status = _step_once(engine, doc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
+                inc = Incident.from_doc(doc)
+                status = _step_once(ctx, inc, cfg, accept=accept, nvml=nvml, boot_id=boot_id)
                 if status in (before, Status.REBOOTING, Status.DEFERRED, Status.TICKET_INTENT) or (
                     status in _DONE_STATES
                 ):
@@ -205,9 +201,9 @@ def advance(engine: Engine, incident: str, *, accept: Accept | None = None, nvml
         log.info("repair of incident %s: another worker is on it", incident)
         return None
     if status is not None:
-        doc = engine.state.read_incident(incident)
-        if doc is not None:
-            publish_health(engine, doc["node"], status)
+        done = ctx.journal.read(incident)
+        if done is not None:
+            publish_health(ctx, done.node, status)
     return status
 
 
@@ -226,16 +222,16 @@ def grade_of(status: str) -> HealthGrade:
 _EXTRA_REFUSED: list[str] = []
 
 
-def publish_health(engine: Engine, node: str, status: str) -> bool:
+def publish_health(ctx: Context, node: str, status: str) -> bool:
     """``[repair] health_extra``: our grade into the node's Extra (the door
     keeps everyone else's keys).  Observe-only writes nothing.  A Slurm that
     refuses the field is asked once per process and then left alone (one
     debug line): the grade is a convenience, never a reason to fail a repair."""
-    if not config_of(engine).health_extra or engine.observe_only or _EXTRA_REFUSED:
+    if not config_of(ctx).health_extra or ctx.observe_only or _EXTRA_REFUSED:
         return False
     grade = grade_of(status)
     try:
-        return engine.door.set_extra(node, HEALTH_KEY, grade.value)
+        return ctx.door.set_extra(node, HEALTH_KEY, grade.value)
     except SlurmError as exc:
         _EXTRA_REFUSED.append(str(exc))
         log.debug("health grade not written to %s's Extra (this Slurm refuses it?): %s", node,
@@ -243,159 +239,165 @@ def publish_health(engine: Engine, node: str, status: str) -> bool:
         return False
 
 
-def _step_once(engine: Engine, doc: dict[str, Any], cfg: RepairConfig, *, accept: Accept | None,
+def _step_once(ctx: Context, inc: Incident, cfg: RepairConfig, *, accept: Accept | None,
                nvml: Any, boot_id: str | None) -> str:  # fmt: skip
-    rep: dict[str, Any] = dict(doc.get("repair") or {})
-    node, incident = doc["node"], doc["incident"]
+    rep: dict[str, Any] = dict(inc.repair or {})
+    node, incident = inc.node, inc.id
     status = rep.get("status")
-    now = engine.clock()
+    now = ctx.clock()
     if status is None:
-        serial = uuid = None
-        idx = gpu_index(doc.get("component"))
-        if idx is not None and nvml is not None:
-            from slurm_hooks.detect.probes.gpu_reset import identity
-
-            ident = identity(nvml, idx)
-            serial, uuid = ident.serial, ident.uuid
-        plan = plan_repair(_action_of(doc), str(doc.get("code")), doc.get("component"), serial,
-                           attempts(engine, node), cfg, now)  # fmt: skip
-        rep = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
-               "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": [],
-               "worker_pid": (doc.get("repair") or {}).get("worker_pid")}  # fmt: skip
-        if engine.observe_only:
-            rep["status"] = Status.OBSERVED
-            _save(engine, incident, rep, "observed")
-            _audit(engine, doc, "observe_only", step=str(plan.step), why=plan.why)
-            return Status.OBSERVED
-        _save(engine, incident, rep, "planned")
-        _audit(engine, doc, "planned", step=str(plan.step), why=plan.why)
-        return Status.PLANNED
+        return _plan(ctx, inc, cfg, nvml)
     step = RepairStep(rep.get("step", "none"))
     if status in (Status.PLANNED, Status.DEFERRED):
         if step is RepairStep.NONE:
             rep["status"] = Status.HUMAN
-            _save(engine, incident, rep, "left_for_human")
+            _save(ctx, incident, rep, "left_for_human")
             return Status.HUMAN
         if step is RepairStep.RESET:
-            return _reset(engine, doc, rep, cfg, nvml)
+            return _reset(ctx, inc, rep, cfg, nvml)
         if step is RepairStep.REBOOT:
-            return _reboot(engine, doc, rep, cfg, boot_id, status)
-        return _replace(engine, doc, rep, cfg)
+            return _reboot(ctx, inc, rep, cfg, boot_id, status)
+        return _replace(ctx, inc, rep, cfg)
     if status == Status.RESET_INTENT:
         # A run died between the intent and the result: never reset twice;
         # acceptance tells whether it worked.
         rep["status"] = Status.ACCEPTING
         rep["reset"] = "unknown: a run died while resetting"
-        _save(engine, incident, rep, "reset_done")
+        _save(ctx, incident, rep, "reset_done")
         return Status.ACCEPTING
     if status == Status.REBOOT_INTENT:
-        current = engine.slurm.get_node(node)
+        current = ctx.slurm.get_node(node)
         if _reboot_seen(current, rep, boot_id):
             rep["status"] = Status.REBOOTING
-            _save(engine, incident, rep, "rebooting")
+            _save(ctx, incident, rep, "rebooting")
             return Status.REBOOTING
-        return _reboot(engine, doc, rep, cfg, boot_id, status, cap=False)
+        return _reboot(ctx, inc, rep, cfg, boot_id, status, cap=False)
     if status == Status.REBOOTING:
-        current = engine.slurm.get_node(node)
+        current = ctx.slurm.get_node(node)
         if current.flags & _REBOOT_FLAGS and not (boot_id and boot_id != rep.get("boot_id")):
             started = parse_time(rep.get("reboot_at") or iso(now))
             if now - started < timedelta(seconds=cfg.reboot_timeout_s):
                 return Status.REBOOTING
-            return _climb(engine, doc, rep, step, f"node did not come back within "
+            return _climb(ctx, inc, rep, step, f"node did not come back within "
                           f"{cfg.reboot_timeout_s:g}s")  # fmt: skip
         rep["status"] = Status.ACCEPTING
         rep["back_at"] = iso(now)
-        _save(engine, incident, rep, "back")
-        _audit(engine, doc, "back", step=str(step), why="node registered after the reboot")
+        _save(ctx, incident, rep, "back")
+        _audit(ctx, inc, "back", step=str(step), why="node registered after the reboot")
         return Status.ACCEPTING
     if status == Status.ACCEPTING:
         if accept is None:
             return Status.ACCEPTING  # only the worker on the node runs acceptance
         passed, detail = accept(node)
         rep.setdefault("history", []).append({"step": str(step), "passed": passed,
-                                              "detail": detail, "at": iso(engine.clock())})  # fmt: skip
-        _remember(engine, node, _attempt_rec(doc, rep, step, "passed" if passed else "failed"))
+                                              "detail": detail, "at": iso(ctx.clock())})  # fmt: skip
+        _remember(ctx, node, _attempt_rec(inc, rep, step, "passed" if passed else "failed"))
         if not passed:
-            engine.state.record_acceptance(node, engine.clock(), False, detail)
-            engine.audit.record("acceptance", node=node, incident=incident, outcome="failed",
-                                why=detail, actor=engine.actor)  # fmt: skip
-            return _climb(engine, doc, rep, step, f"acceptance failed: {detail}")
-        engine.state.record_acceptance(node, engine.clock(), True, detail)
-        engine.audit.record("acceptance", node=node, incident=incident, outcome="passed",
-                            why=detail, actor=engine.actor)  # fmt: skip
+            ctx.state.record_acceptance(node, ctx.clock(), False, detail)
+            ctx.audit.record("acceptance", node=node, incident=incident, outcome="failed",
+                                why=detail, actor=ctx.actor)  # fmt: skip
+            return _climb(ctx, inc, rep, step, f"acceptance failed: {detail}")
+        ctx.state.record_acceptance(node, ctx.clock(), True, detail)
+        ctx.audit.record("acceptance", node=node, incident=incident, outcome="passed",
+                            why=detail, actor=ctx.actor)  # fmt: skip
         rep["status"] = Status.RESUME_INTENT
-        _save(engine, incident, rep, "accepted")
-        _audit(engine, doc, "accepted", step=str(step), why=detail)
-        return _resume(engine, doc, rep)
+        _save(ctx, incident, rep, "accepted")
+        _audit(ctx, inc, "accepted", step=str(step), why=detail)
+        return _resume(ctx, inc, rep)
     if status == Status.RESUME_INTENT:
-        return _resume(engine, doc, rep)
+        return _resume(ctx, inc, rep)
     if status == Status.TICKET_INTENT:
-        return _send_ticket(engine, doc, rep, cfg)
+        return _send_ticket(ctx, inc, rep, cfg)
     return str(status)
 
 
-def _resume(engine: Engine, doc: dict[str, Any], rep: dict[str, Any]) -> str:
+def _plan(ctx: Context, inc: Incident, cfg: RepairConfig, nvml: Any) -> str:
+    """The first rung: what the ladder says to try (observe-only: only say it)."""
+    node, incident = inc.node, inc.id
+    now = ctx.clock()
+    serial = uuid = None
+    idx = gpu_index(inc.component)
+    if idx is not None and nvml is not None:
+        from slurm_hooks.detect.probes.gpu_reset import identity
+
+        ident = identity(nvml, idx)
+        serial, uuid = ident.serial, ident.uuid
+    plan = plan_repair(_action_of(inc), str(inc.code), inc.component, serial,
+                       attempts(ctx, node), cfg, now)  # fmt: skip
+    rep: dict[str, Any] = {"step": str(plan.step), "why": plan.why, "planned_at": iso(now), "serial": serial,
+           "uuid": uuid, "gpu": idx, "status": Status.PLANNED, "history": [],
+           "worker_pid": (inc.repair or {}).get("worker_pid")}  # fmt: skip
+    if ctx.observe_only:
+        rep["status"] = Status.OBSERVED
+        _save(ctx, incident, rep, "observed")
+        _audit(ctx, inc, "observe_only", step=str(plan.step), why=plan.why)
+        return Status.OBSERVED
+    _save(ctx, incident, rep, "planned")
+    _audit(ctx, inc, "planned", step=str(plan.step), why=plan.why)
+    return Status.PLANNED
+
+
+def _resume(ctx: Context, inc: Incident, rep: dict[str, Any]) -> str:
     """Resume after a passed acceptance; safe to repeat (``resume_intent``).
     A run killed after Slurm's resume and before its record leaves the node in
     service: the next run finds nothing to resume and closes the incident
     itself, so the node is resumed once and the incident does not stay open."""
-    node, incident = doc["node"], doc["incident"]
-    d = engine.try_resume(node)
+    node, incident = inc.node, inc.id
+    from slurm_hooks.act import resume
+
+    d = resume.try_resume(ctx, node)
     if str(d.kind) != "resume":
-        view = engine.door.look(node)
+        view = ctx.door.look(node)
         if not view.out_of_service:
             log.info("repair of %s: node in service already (resumed by an earlier run)", node)
-            engine.state.record_resume(node, engine.clock(), incident)
-            with engine.state.incident_lock(incident):
-                engine.state.update_incident(
-                    incident, lambda j: j.update(status=str(IncidentStatus.CLOSED))
-                )
-            _audit(engine, doc, "resumed_earlier", why="in service already when asked again")
+            ctx.state.record_resume(node, ctx.clock(), incident)
+            ctx.journal.update(incident, lambda j: j.update(status=str(IncidentStatus.CLOSED)))
+            _audit(ctx, inc, "resumed_earlier", why="in service already when asked again")
         else:
             log.warning("repair of %s passed acceptance but not resumed: %s", node, d.explanation)
     rep["status"] = Status.RESUMED
-    _save(engine, incident, rep, "resumed")
+    _save(ctx, incident, rep, "resumed")
     return Status.RESUMED
 
 
-def _attempt_rec(doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, outcome: str) -> dict[str, Any]:  # fmt: skip
-    return {"at": rep.get("planned_at"), "step": str(step), "code": doc.get("code"),
-            "component": doc.get("component"), "serial": rep.get("serial"),
-            "incident": doc["incident"], "outcome": outcome}  # fmt: skip
+def _attempt_rec(inc: Incident, rep: dict[str, Any], step: RepairStep, outcome: str) -> dict[str, Any]:  # fmt: skip
+    return {"at": rep.get("planned_at"), "step": str(step), "code": inc.code,
+            "component": inc.component, "serial": rep.get("serial"),
+            "incident": inc.id, "outcome": outcome}  # fmt: skip
 
 
-def _climb(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], step: RepairStep, why: str) -> str:  # fmt: skip
+def _climb(ctx: Context, inc: Incident, rep: dict[str, Any], step: RepairStep, why: str) -> str:  # fmt: skip
     nxt = escalate(step)
     rep["history"] = list(rep.get("history") or []) + [{"step": str(step), "failed": why}]
     rep.update(step=str(nxt), status=Status.PLANNED, why=f"{step} did not hold ({why}): {nxt}")
-    _save(engine, doc["incident"], rep, "escalated")
-    _audit(engine, doc, "escalated", step=str(nxt), why=rep["why"])
+    _save(ctx, inc.id, rep, "escalated")
+    _audit(ctx, inc, "escalated", step=str(nxt), why=rep["why"])
     return Status.PLANNED
 
 
-def _reset(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:  # fmt: skip
+def _reset(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig, nvml: Any) -> str:  # fmt: skip
     from slurm_hooks.detect.probes.gpu_reset import GpuBusy, ResetFailed, reset_gpu
 
     idx = rep.get("gpu")
     if idx is None:
-        return _climb(engine, doc, rep, RepairStep.RESET, "no GPU index to reset")
+        return _climb(ctx, inc, rep, RepairStep.RESET, "no GPU index to reset")
     rep["status"] = Status.RESET_INTENT
-    rep["reset_at"] = iso(engine.clock())
-    _save(engine, doc["incident"], rep, "reset_intent")
-    _remember(engine, doc["node"], _attempt_rec(doc, rep, RepairStep.RESET, "tried"))
+    rep["reset_at"] = iso(ctx.clock())
+    _save(ctx, inc.id, rep, "reset_intent")
+    _remember(ctx, inc.node, _attempt_rec(inc, rep, RepairStep.RESET, "tried"))
     try:
         how = reset_gpu(int(idx), nvml=nvml, timeout=cfg.reset_timeout_s)
     except GpuBusy as exc:
         rep["status"] = Status.DEFERRED
-        _save(engine, doc["incident"], rep, "reset_deferred")
-        _audit(engine, doc, "deferred", step="reset", why=str(exc))
+        _save(ctx, inc.id, rep, "reset_deferred")
+        _audit(ctx, inc, "deferred", step="reset", why=str(exc))
         return Status.DEFERRED
     except ResetFailed as exc:
-        return _climb(engine, doc, rep, RepairStep.RESET, str(exc))
+        return _climb(ctx, inc, rep, RepairStep.RESET, str(exc))
     rep["status"] = Status.ACCEPTING
     rep["reset"] = how
-    _save(engine, doc["incident"], rep, "reset_done")
-    _audit(engine, doc, "reset", step="reset", why=f"GPU {idx} reset ({how})")
+    _save(ctx, inc.id, rep, "reset_done")
+    _audit(ctx, inc, "reset", step="reset", why=f"GPU {idx} reset ({how})")
     return Status.ACCEPTING
 
 
@@ -409,8 +411,8 @@ def _reboot_seen(current: Any, rep: dict[str, Any], boot_id: str | None) -> bool
     )
 
 
-def _step_reason(doc: dict[str, Any], step: RepairStep, code: str | None = None) -> str:
-    ours = try_parse_reason(doc["reason"])
+def _step_reason(inc: Incident, step: RepairStep, code: str | None = None) -> str:
+    ours = try_parse_reason(inc.reason)
     assert ours is not None, "the incident's reason is ours"
     from slurm_hooks.core.reason import DrainReason
 
@@ -419,43 +421,43 @@ def _step_reason(doc: dict[str, Any], step: RepairStep, code: str | None = None)
     return format_reason(r)
 
 
-def _reboot(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig,
+def _reboot(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig,
             boot_id: str | None, status: str, *, cap: bool = True) -> str:  # fmt: skip
-    node, incident = doc["node"], doc["incident"]
+    node, incident = inc.node, inc.id
     if cap:
-        verdict = reboot_allowed(node, engine.slurm.list_nodes(), cfg)
+        verdict = reboot_allowed(node, ctx.slurm.list_nodes(), cfg)
         if not verdict.allowed:
             if status != Status.DEFERRED:
                 rep["status"] = Status.DEFERRED
-                _save(engine, incident, rep, "reboot_deferred")
-                _audit(engine, doc, "deferred", step="reboot", why=verdict.explain())
+                _save(ctx, incident, rep, "reboot_deferred")
+                _audit(ctx, inc, "deferred", step="reboot", why=verdict.explain())
             return Status.DEFERRED
-    reason = _step_reason(doc, RepairStep.REBOOT)
-    rep.update(status=Status.REBOOT_INTENT, reboot_at=iso(engine.clock()), boot_id=boot_id,
+    reason = _step_reason(inc, RepairStep.REBOOT)
+    rep.update(status=Status.REBOOT_INTENT, reboot_at=iso(ctx.clock()), boot_id=boot_id,
                reason=reason)  # fmt: skip
-    _save(engine, incident, rep, "reboot_intent")
+    _save(ctx, incident, rep, "reboot_intent")
     try:
         # The step goes into Slurm first: the cap counts it on every node.
-        engine.door.drain(node, reason)
-        if cap and not _still_allowed(engine, doc, rep, cfg, node):
+        ctx.door.drain(node, reason)
+        if cap and not _still_allowed(ctx, inc, rep, cfg, node):
             return Status.DEFERRED
-        _remember(engine, node, _attempt_rec(doc, rep, RepairStep.REBOOT, "tried"))
-        done = engine.door.reboot(node, reason, incident=incident, nextstate=cfg.reboot_nextstate)
+        _remember(ctx, node, _attempt_rec(inc, rep, RepairStep.REBOOT, "tried"))
+        done = ctx.door.reboot(node, reason, incident=incident, nextstate=cfg.reboot_nextstate)
     except ForeignReasonError as exc:
         rep["status"] = Status.HUMAN
-        _save(engine, incident, rep, "reboot_refused")
-        _audit(engine, doc, "refused", step="reboot", why=str(exc))
+        _save(ctx, incident, rep, "reboot_refused")
+        _audit(ctx, inc, "refused", step="reboot", why=str(exc))
         return Status.HUMAN
     if not done:
-        return _climb(engine, doc, rep, RepairStep.REBOOT, "this Slurm client cannot reboot nodes")
+        return _climb(ctx, inc, rep, RepairStep.REBOOT, "this Slurm client cannot reboot nodes")
     rep["status"] = Status.REBOOTING
-    _save(engine, incident, rep, "rebooting")
-    _audit(engine, doc, "reboot", step="reboot", why=rep.get("why"), reason=reason,
+    _save(ctx, incident, rep, "rebooting")
+    _audit(ctx, inc, "reboot", step="reboot", why=rep.get("why"), reason=reason,
            nextstate=cfg.reboot_nextstate)  # fmt: skip
     return Status.REBOOTING
 
 
-def _still_allowed(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig,
+def _still_allowed(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig,
                    node: str) -> bool:  # fmt: skip
     """The cap, counted again once our ``step=reboot`` is in Slurm.  Nodes
     that checked at the same moment all saw room; of any two, at least one
@@ -463,73 +465,73 @@ def _still_allowed(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg
     yields: its reason goes back to the plain one and the reboot waits
     (DEFERRED, retried by the next run).  Two that both see each other both
     wait: never more reboots than the cap, at worst a retry later."""
-    verdict = reboot_allowed(node, engine.slurm.list_nodes(), cfg)
+    verdict = reboot_allowed(node, ctx.slurm.list_nodes(), cfg)
     if verdict.allowed:
         return True
     try:
-        engine.door.drain(node, doc["reason"])
+        ctx.door.drain(node, inc.reason)
     except (ForeignReasonError, SlurmError) as exc:
         log.warning("step=reboot of %s not taken back: %s", node, exc)
     rep["status"] = Status.DEFERRED
-    _save(engine, doc["incident"], rep, "reboot_deferred")
-    _audit(engine, doc, "deferred", step="reboot", why=verdict.explain() + " (counted again)")
+    _save(ctx, inc.id, rep, "reboot_deferred")
+    _audit(ctx, inc, "deferred", step="reboot", why=verdict.explain() + " (counted again)")
     return False
 
 
-def _replace(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:
-    node, incident = doc["node"], doc["incident"]
-    reason = _step_reason(doc, RepairStep.REPLACE, REPLACE_CODE)
+def _replace(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig) -> str:
+    node, incident = inc.node, inc.id
+    reason = _step_reason(inc, RepairStep.REPLACE, REPLACE_CODE)
     try:
-        engine.door.drain(node, reason)  # stays out: REPLACE, until a human or the bridge acts
+        ctx.door.drain(node, reason)  # stays out: REPLACE, until a human or the bridge acts
     except (ForeignReasonError, SlurmError) as exc:
         log.warning("REPLACE reason for %s not written: %s", node, exc)
-    rep.update(status=Status.TICKET_INTENT, reason=reason, ticket_at=iso(engine.clock()))
-    _save(engine, incident, rep, "ticket_intent")
-    _remember(engine, node, _attempt_rec(doc, rep, RepairStep.REPLACE, "ticket"))
-    return _send_ticket(engine, doc, rep, cfg)
+    rep.update(status=Status.TICKET_INTENT, reason=reason, ticket_at=iso(ctx.clock()))
+    _save(ctx, incident, rep, "ticket_intent")
+    _remember(ctx, node, _attempt_rec(inc, rep, RepairStep.REPLACE, "ticket"))
+    return _send_ticket(ctx, inc, rep, cfg)
 
 
-def ticket_alert(engine: Engine, doc: dict[str, Any], rep: dict[str, Any]) -> Alert:
+def ticket_alert(ctx: Context, inc: Incident, rep: dict[str, Any]) -> Alert:
     """The hardware ticket: node, GPU slot and serial, XID history, acceptance results."""
-    node = doc["node"]
+    node = inc.node
     faults = [
         {"at": iso(e.at), "code": e.code, "component": e.component}
-        for e in engine.state.history(node).faults_since(
-            engine.clock() - timedelta(seconds=config_of(engine).window_s)
+        for e in ctx.state.history(node).faults_since(
+            ctx.clock() - timedelta(seconds=config_of(ctx).window_s)
         )
     ][-20:]
-    text = (f"hardware replacement needed on {node} ({doc.get('code')} "
-            f"{doc.get('component') or ''}, GPU serial {rep.get('serial') or 'unknown'}): "
+    text = (f"hardware replacement needed on {node} ({inc.code} "
+            f"{inc.component or ''}, GPU serial {rep.get('serial') or 'unknown'}): "
             f"{rep.get('why')}")  # fmt: skip
     return Alert(
-        "hardware_ticket", text, node=node, incident=doc["incident"], code=doc.get("code"),
-        fields={"ticket_id": f"{node}-{doc['incident']}", "gpu_slot": doc.get("component"),
+        "hardware_ticket", text, node=node, incident=inc.id, code=inc.code,
+        fields={"ticket_id": f"{node}-{inc.id}", "gpu_slot": inc.component,
                 "gpu_index": rep.get("gpu"), "gpu_serial": rep.get("serial"),
                 "gpu_uuid": rep.get("uuid"), "faults": faults,
                 "repairs": rep.get("history") or [],
-                "ladder": [a.step.value for a in attempts(engine, node)]},
+                "ladder": [a.step.value for a in attempts(ctx, node)]},
     )  # fmt: skip
 
 
-def _send_ticket(engine: Engine, doc: dict[str, Any], rep: dict[str, Any], cfg: RepairConfig) -> str:  # fmt: skip
-    alert = ticket_alert(engine, doc, rep)
+def _send_ticket(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig) -> str:  # fmt: skip
+    alert = ticket_alert(ctx, inc, rep)
     try:
         if cfg.ticket_url:
             from slurm_hooks.act.notify.webhook import WebhookSink
 
             WebhookSink(cfg.ticket_url, deadline=cfg.ticket_deadline_s).send(alert)
         else:  # the [notify] sinks: sent when at least one took it
-            failed = [d for d in engine.notifier.send(alert) if not d.ok]
-            if failed and len(failed) == len(engine.notifier.sinks):
+            failed = [d for d in ctx.notifier.send(alert) if not d.ok]
+            if failed and len(failed) == len(ctx.notifier.sinks):
                 raise SlurmHooksError("; ".join(str(d.error) for d in failed))
     except SlurmHooksError as exc:  # NotifyError: kept as intent, sent on the next run
-        log.error("hardware ticket for %s not sent: %s", doc["node"], exc)
-        _audit(engine, doc, "ticket_failed", why=str(exc))
+        log.error("hardware ticket for %s not sent: %s", inc.node, exc)
+        _audit(ctx, inc, "ticket_failed", why=str(exc))
         return Status.TICKET_INTENT
     rep["status"] = Status.REPLACE
-    rep["ticket_sent_at"] = iso(engine.clock())
-    _save(engine, doc["incident"], rep, "ticket_sent")
-    _audit(engine, doc, "ticket", step="replace", why=rep.get("why"),
+    rep["ticket_sent_at"] = iso(ctx.clock())
+    _save(ctx, inc.id, rep, "ticket_sent")
+    _audit(ctx, inc, "ticket", step="replace", why=rep.get("why"),
            ticket=alert.fields.get("ticket_id"))  # fmt: skip
     return Status.REPLACE
 

@@ -10,15 +10,30 @@ open incident is still X and T is recent is *absorbed*: counted, no Slurm
 call, no audit line.  Every ``VERIFY_S`` the next repeat goes the full way
 (Slurm is asked again: an admin may have resumed the node) and one audit
 line summarises what was absorbed since.
+
+The functions that take a ``Context`` are the repeats room of an incident's
+life (absorb, remember, the log-only lines, the fault history); the Engine
+sequences them.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from slurm_hooks.act.context import Context
+from slurm_hooks.core.errors import StateError
+from slurm_hooks.core.history import FaultEvent
+from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.store.state import StateStore, iso, parse_time
+
+log = logging.getLogger(__name__)
+
+#: Seconds the fault path waits for a node-state lock before it drains
+#: without that bookkeeping (a stuck holder must not cost the drain).
+BOOKKEEPING_WAIT_S = 2.0
 
 #: Seconds an "already drained by us" verdict is trusted before Slurm is asked again.
 VERIFY_S = 300.0
@@ -149,3 +164,144 @@ def _absorb_one(memo: dict[str, Any], code: str, now: datetime) -> tuple[bool, i
     repeats = int(rec.get("repeats") or 0) if rec is not None else 0
     memo[code] = {"at": iso(now), "repeats": 0}
     return False, repeats
+
+
+def log_lines(
+    ctx: Context, node: str, decisions: Sequence[Decision]
+) -> dict[int, tuple[bool, int]]:
+    """Log-only repeats (an XID 43 flood, a lost GPU's "could not run"
+    from every other check) cost no audit line each: one line per
+    ``LOG_PERIOD_S`` per code, with the count since.  Index of
+    each LOG decision -> (absorbed, repeats since the last line).
+
+    This runs before the drain it sits beside, so it is ONE state write
+    per run whose lock wait is short (``LOG_LOCK_WAIT_S``): one
+    wait per log-only decision, at the state store's full lock timeout
+    each, put a lost GPU's drain (1 FAIL + 9 UNKNOWN) behind 180 s of
+    waiting on a lock a stuck process held: past the 60 s slurmd gives a
+    health check, so no run ever drained.  Failing here audits every line."""
+    idx = [i for i, d in enumerate(decisions) if d.kind is DecisionKind.LOG]
+    try:
+        got = absorb_logs(ctx.state, node, [decisions[i].code for i in idx],
+                                  ctx.clock(), timeout=LOG_LOCK_WAIT_S)  # fmt: skip
+    except StateError as exc:
+        log.warning("log-only repeats of %s not counted (every line audited): %s", node, exc)
+        return {}
+    return dict(zip(idx, got, strict=True))
+
+
+def absorb_drained(ctx: Context, node: str, first: Sequence[Decision]) -> list[Decision] | None:
+    """Repeats of the fault(s) we already drained this node for: counted,
+    no Slurm call, no audit line.  ``first``: the Slurm-free decisions (the
+    Engine's, made once).  None when the findings need the full way."""
+    now = ctx.clock()
+    try:
+        data = ctx.state.read_node(node)
+    except StateError:
+        return None
+    if not isinstance(data.get(KEY), dict):
+        return None
+    drains = [d for d in first if d.kind.drains]
+    if not drains or any(d.kind is not DecisionKind.DRAIN for d in drains):
+        return None
+    if not absorbable(data, {d.code for d in drains}, now):
+        return None
+    counts: dict[str, int] = {}
+    for d in drains:
+        counts[d.code] = counts.get(d.code, 0) + sum(
+            int(c) if isinstance(c := (f.values or {}).get("count"), int) else 1 for f in d.findings
+        )
+    try:
+        absorb(ctx.state, node, counts)
+    except StateError as exc:
+        ctx.state_failed("node", f"repeat count of {node} not recorded: {exc}")
+    incident = data.get("open_incident")
+    out = [
+        Decision(
+            DecisionKind.ALREADY_HANDLED,
+            node,
+            d.code,
+            f"{d.code} again on {node}, already drained by slurm-hooks (inc={incident}): "
+            "repeat counted",
+            d.component,
+            None,
+            d.findings,
+            facts={"absorbed": True},
+        )
+        for d in drains
+    ]
+    return out + [d for d in first if not d.kind.drains and d.kind is not DecisionKind.IGNORE]
+
+
+def remember_confirmed(ctx: Context, node: str, decisions: Sequence[Decision]) -> None:
+    """After Slurm confirmed our drain (ALREADY_HANDLED for our open
+    incident): trust it for repeats for a while, and summarise the
+    repeats absorbed since the last look in one audit line."""
+    for d in decisions:
+        if d.kind is not DecisionKind.ALREADY_HANDLED or d.reason is None:
+            continue
+        try:
+            if d.reason.incident != ctx.state.open_incident(node):
+                continue
+            remember(ctx.state, node, str(d.reason.incident), d.code, ctx.clock())
+            absorbed = take_summary(ctx.state, node)
+        except StateError as exc:
+            ctx.state_failed("node", f"drain memo of {node} not recorded: {exc}")
+            continue
+        if absorbed:
+            ctx.audit.record(
+                "repeats", node=node, incident=d.reason.incident, counts=absorbed,
+                why=f"repeats absorbed without a Slurm call since the last look "
+                f"(at most every {VERIFY_S:g}s)",
+            )  # fmt: skip
+
+
+def record_faults(ctx: Context, node: str, decisions: Sequence[Decision]) -> None:
+    """The node's fault history (what REPLACE counts), before acting."""
+    now = ctx.clock()
+    events = []
+    for d in decisions:
+        if d.kind is DecisionKind.IGNORE:
+            continue
+        for i, f in enumerate(d.findings):
+            # Only a new drain counts as a hardware event towards REPLACE;
+            # a fault seen again on an already drained node does not.
+            if d.kind.drains and i == 0:
+                severity = str(d.kind)
+            elif d.kind is DecisionKind.LOG:
+                severity = "log"
+            else:
+                severity = str(d.kind) if not d.kind.drains else "secondary"
+            comp = d.component if i == 0 else None
+            if comp is None and f.component.kind != "node":
+                comp = f.component.short()
+            # Whose evidence: the history's user-side entries corroborate
+            # nothing alone, and hangs of two users blame the node (decide/trust.py).
+            user = f.values.get("user") if f.user_side else None
+            events.append(FaultEvent(now, f.code, comp, severity, d.incident,
+                                     not f.user_side, user if isinstance(user, str) else None))  # fmt: skip
+    # Bookkeeping on the way to a drain: a lock held by a stuck process
+    # must not hold up the drain (StateError is caught by the caller).
+    ctx.state.record_faults(node, events, timeout=BOOKKEEPING_WAIT_S)
+
+
+def remember_drain(ctx: Context, node: str, incident: str, code: str) -> None:
+    """A drain of ours confirmed: its repeats are absorbed from now on."""
+    try:
+        remember(ctx.state, node, incident, code, ctx.clock())
+    except StateError as exc:
+        ctx.state_failed("node", f"drain memo of {node} not recorded: {exc}")
+
+
+def audit_decisions(ctx: Context, node: str, decisions: Sequence[Decision]) -> None:
+    """One audit line per decision; log-only repeats one per period."""
+    logged = log_lines(ctx, node, decisions)
+    for i, d in enumerate(decisions):
+        if d.kind is DecisionKind.IGNORE or logged.get(i, (False, 0))[0]:
+            continue
+        ctx.audit.record(
+                "decision", node=node, code=d.code, component=d.component,
+                incident=d.incident, decision=str(d.kind), why=d.explanation,
+                outcome="observe_only" if d.observe_only and d.kind.drains else None,
+                repeats_since_last=logged.get(i, (False, 0))[1] or None,
+            )  # fmt: skip

@@ -44,10 +44,9 @@ from slurm_hooks.core.incident import Outcome
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.topology import FLAT, Topology, parse_topology_conf, parse_topology_yaml
-from slurm_hooks.store.state import iso
 
 if TYPE_CHECKING:
-    from slurm_hooks.act.engine import Engine
+    from slurm_hooks.act.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +79,12 @@ def conf_dir(config: Mapping[str, str] | None = None) -> Path:
     return Path(conf).parent
 
 
-def load_topology(engine: Engine) -> Topology:
+def load_topology(ctx: Context) -> Topology:
     """The cluster's topology; FLAT when none is configured or it cannot be
     read.  A TopologyPlugin that needs a file, with no file found: FLAT and a
     warning (spares are then picked without regard to switches)."""
     try:
-        config = engine.slurm.show_config()
+        config = ctx.slurm.show_config()
     except (SlurmError, NotImplementedError, AttributeError):
         config = {}
     plugin = (config.get("TopologyPlugin") or "").strip().lower()
@@ -107,11 +106,11 @@ def load_topology(engine: Engine) -> Topology:
     return FLAT
 
 
-def spare_nodes(engine: Engine) -> list[NodeState]:
+def spare_nodes(ctx: Context) -> list[NodeState]:
     """Our SPARE nodes held out of service (drained or down), powered
     down ones included (``cold``)."""
     out = []
-    for n in engine.slurm.list_nodes():
+    for n in ctx.slurm.list_nodes():
         ours = our_reason(n)
         if ours is not None and ours.code == "SPARE" and (n.drained or n.down):
             out.append(n)
@@ -123,34 +122,34 @@ def cold(node: NodeState) -> bool:
     return bool(node.flags & COLD_FLAGS)
 
 
-def spare_names(engine: Engine) -> list[str]:
-    return [n.name for n in spare_nodes(engine)]
+def spare_names(ctx: Context) -> list[str]:
+    return [n.name for n in spare_nodes(ctx)]
 
 
-def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
+def resume_spares(ctx: Context, incident: str) -> dict[str, str]:
     """For each requeued job of ``incident``, resume one spare (journalled).
     Returns job -> spare resumed (or already chosen)."""
-    doc = engine.state.read_incident(incident)
-    if not doc or not doc.get("jobs_done"):
+    inc = ctx.journal.read(incident)
+    if inc is None or not inc.jobs_done:
         return {}
-    chosen: dict[str, str] = dict(doc.get("spares") or {})
+    chosen: dict[str, str] = dict(inc.spares or {})
     todo = [
-        (job_id, rec) for job_id, rec in (doc.get("jobs") or {}).items()
-        if Outcome.parse(rec.get("outcome")) is Outcome.REQUEUED and job_id not in chosen
+        (rec.job_id, rec) for rec in inc.job_records()
+        if rec.outcome is Outcome.REQUEUED and rec.job_id not in chosen
     ]  # fmt: skip
-    if todo and not engine.observe_only:
-        pool = [n for n in spare_nodes(engine) if n.name not in chosen.values()]
+    if todo and not ctx.observe_only:
+        pool = [n for n in spare_nodes(ctx) if n.name not in chosen.values()]
         spares = [n.name for n in pool]
         powered_down = {n.name for n in pool if cold(n)}
-        topo = load_topology(engine) if spares else FLAT
+        topo = load_topology(ctx) if spares else FLAT
         for job_id, rec in todo:
             try:
-                job_nodes = hostlist.expand(rec.get("nodes") or doc["node"])
+                job_nodes = hostlist.expand(rec.nodes or inc.node)
             except Exception:  # noqa: BLE001 - a malformed list: no topology preference
-                job_nodes = [doc["node"]]
+                job_nodes = [inc.node]
             from slurm_hooks.core.topology import pick_spare
 
-            spare = pick_spare(job_nodes, doc["node"], spares, topo, cold=powered_down)
+            spare = pick_spare(job_nodes, inc.node, spares, topo, cold=powered_down)
             if spare is None:
                 break
             spares.remove(spare)
@@ -158,30 +157,32 @@ def resume_spares(engine: Engine, incident: str) -> dict[str, str]:
 
             def change(d: dict[str, Any], job_id: str = job_id, spare: str = spare) -> None:
                 d.setdefault("spares", {})[job_id] = spare
-                d.setdefault("steps", []).append(
-                    {"step": "spare_intent", "at": iso(engine.clock())}
-                )
 
-            with engine.state.incident_lock(incident):
-                engine.state.update_incident(incident, change)
-    done = dict(doc.get("spares_done") or {})
+            ctx.journal.step(incident, "spare_intent", edit=change)
+    done = dict(inc.spares_done or {})
     for job_id, spare in chosen.items():
         if done.get(job_id):
-            continue
-        try:
-            engine.door.resume(spare, owned=lambda r: r.code == "SPARE")
-        except (ForeignReasonError, SlurmError) as exc:
-            log.warning("spare %s for job %s not resumed: %s", spare, job_id, exc)
             continue
 
         def mark(d: dict[str, Any], job_id: str = job_id) -> None:
             d.setdefault("spares_done", {})[job_id] = True
 
-        with engine.state.incident_lock(incident):
-            engine.state.update_incident(incident, mark)
-        engine.audit.record(
-            "spare", node=doc["node"], incident=incident, job=job_id, spare=spare,
-            why=f"spare resumed for job {job_id} requeued off {doc['node']}", actor=engine.actor,
+        try:
+            # Under the incident lock, and only if no other run (the grace
+            # worker and a hook both finish the jobs) resumed it meanwhile:
+            # one resume and one audit line per job.
+            with ctx.journal.lock(incident):
+                now = ctx.journal.read(incident)
+                if now is not None and (now.spares_done or {}).get(job_id):
+                    continue
+                ctx.door.resume(spare, owned=lambda r: r.code == "SPARE")
+                ctx.journal.update(incident, mark)
+        except (ForeignReasonError, SlurmError) as exc:
+            log.warning("spare %s for job %s not resumed: %s", spare, job_id, exc)
+            continue
+        ctx.audit.record(
+            "spare", node=inc.node, incident=incident, job=job_id, spare=spare,
+            why=f"spare resumed for job {job_id} requeued off {inc.node}",
         )  # fmt: skip
     return chosen
 

@@ -201,21 +201,18 @@ def reservation_name(ac: AcceptanceConfig, node: str) -> str:
 
 
 def reservation_argv(ac: AcceptanceConfig, node: str, name: str | None = None) -> list[str]:
-    """``scontrol create reservation`` for ``node``: MAINT (no accounting as
-    idle), IGNORE_JOBS (made even while jobs run; ours waits for them)."""
-    return [
-        "scontrol", "create", "reservation",
-        f"reservationname={name or reservation_name(ac, node)}",
-        "starttime=now",
-        f"duration={int(ac.reservation_minutes)}",
-        "flags=maint,ignore_jobs",
-        f"nodes={node}",
-        "users=root",
-    ]  # fmt: skip
+    """``scontrol create reservation`` for ``node`` (``slurm/reservation.py``,
+    run by ``SlurmDoor.create_reservation``): MAINT (no accounting as idle),
+    IGNORE_JOBS (made even while jobs run; ours waits for them)."""
+    from slurm_hooks.slurm.reservation import create_argv
+
+    return create_argv(name or reservation_name(ac, node), node, int(ac.reservation_minutes))
 
 
 def delete_reservation_argv(name: str) -> list[str]:
-    return ["scontrol", "delete", f"reservation={name}"]
+    from slurm_hooks.slurm.reservation import delete_argv
+
+    return delete_argv(name)
 
 
 def srun_argv(

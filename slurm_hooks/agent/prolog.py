@@ -657,9 +657,10 @@ def _after_drain(
     """The node carries our drain: get the job off it.  0 when we requeued
     it (or it already was), EXIT_REJECT (the shim exits 1) to let Slurm's
     prolog-failure path do it."""
+    from slurm_hooks.act import evacuate
     from slurm_hooks.agent.hook import EXIT_REJECT
     from slurm_hooks.core.errors import SlurmError
-    from slurm_hooks.slurm.door import Requeue, SlurmDoor
+    from slurm_hooks.slurm.door import Requeue
 
     if not pc.requeue_on_fail or not job_id:
         return EXIT_REJECT
@@ -671,14 +672,11 @@ def _after_drain(
             restarts = 0
         # Exactly once, by the door's one rule: a restart count past the one
         # slurmd handed us means the job was requeued already.
-        if SlurmDoor(engine.slurm).requeue_once(job_id, restarts) is Requeue.ALREADY:
+        done = evacuate.requeue_before_start(
+            engine.context, node, job_id, restarts, actor="slurm-hooks/prolog"
+        )
+        if done is Requeue.ALREADY:
             log.info("prolog: job %s already requeued", job_id)
-            return 0
-        engine.audit.record(
-            "requeue", node=node, job=job_id,
-            why="prolog failed on this node: requeued before the job started",
-            actor="slurm-hooks/prolog",
-        )  # fmt: skip
         return 0
     except SlurmError as exc:
         log.warning("prolog: cannot requeue job %s (%s): exit 1, Slurm requeues or fails it",

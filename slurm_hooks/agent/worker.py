@@ -98,7 +98,7 @@ def repair(engine: Engine, incident: str) -> str | None:
         log.warning("NVML not available for the repair: %s", exc)
         nvml = None
     return repair_mod.advance(
-        engine, incident, accept=acceptance_here, nvml=nvml, boot_id=read_boot_id()
+        engine.context, incident, accept=acceptance_here, nvml=nvml, boot_id=read_boot_id()
     )
 
 

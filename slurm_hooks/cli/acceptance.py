@@ -97,16 +97,11 @@ def _run_local(node: str, cfg: object, *, resume: bool, as_json: bool) -> None:
 def _run_as_job(
     node: str, cfg: object, reservation: str | None, *, as_json: bool, config_path: str | None
 ) -> None:
-    from slurm_hooks.agent.acceptance import (
-        AcceptanceConfig,
-        delete_reservation_argv,
-        reservation_argv,
-        reservation_name,
-        srun_argv,
-    )
+    from slurm_hooks.agent.acceptance import AcceptanceConfig, reservation_name, srun_argv
     from slurm_hooks.cli._common import slurm_client
-    from slurm_hooks.core.errors import CommandError, SlurmError
+    from slurm_hooks.core.errors import SlurmError
     from slurm_hooks.detect.probes.commands import run
+    from slurm_hooks.slurm.door import SlurmDoor
 
     ac = cfg.section("acceptance", AcceptanceConfig)  # type: ignore[attr-defined]
     state = slurm_client(cfg).get_node(node)
@@ -122,10 +117,8 @@ def _run_as_job(
     created = None
     if not reservation:
         reservation = reservation_name(ac, node)
-        try:
-            run(reservation_argv(ac, node, reservation), timeout=30)
-        except CommandError as exc:
-            raise SlurmError(f"cannot create reservation {reservation}: {exc}") from exc
+        # The reservation is a write to Slurm: through the door (a SlurmError when refused).
+        SlurmDoor.create_reservation(reservation, node, int(ac.reservation_minutes))
         created = reservation
     try:
         argv = srun_argv(ac, node, reservation, config_path=config_path)
@@ -133,8 +126,8 @@ def _run_as_job(
     finally:
         if created:
             try:
-                run(delete_reservation_argv(created), timeout=30)
-            except CommandError as exc:
+                SlurmDoor.delete_reservation(created)
+            except SlurmError as exc:
                 click.echo(f"slurm-hooks: warning: reservation {created} left: {exc}", err=True)
     doc = _last_json(res.stdout)
     if doc is None:

@@ -207,7 +207,8 @@ ARRAY_SECTIONS: dict[str, str] = {
 
 def _resolve(spec: str) -> type:
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    found: type = getattr(importlib.import_module(module), attr)
+    return found
 
 
 def _coerce(value: Any, tp: Any, path: str | None, key: str, bounds: Bounds | None = None) -> Any:
@@ -300,7 +301,8 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     itself through a ``from_section(data, path=, prefix=)`` classmethod."""
     hook = getattr(cls, "from_section", None)
     if hook is not None:
-        return hook(data, path=path, prefix=prefix)
+        built: T = hook(data, path=path, prefix=prefix)
+        return built
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints, fields = _schema(cls)

@@ -4,8 +4,8 @@ Importing this package imports nothing beyond the shared model, so hooks pay
 nothing for it until something needs deciding.
 """
 
-from slurm_hooks.core.history import FaultEvent, NodeHistory
-from slurm_hooks.decide.breaker import FleetView, Trip
+from slurm_hooks.core.history import FaultEvent, NodeHistory, Trip
+from slurm_hooks.decide.breaker import FleetView
 from slurm_hooks.decide.config import PolicyConfig, RepeatRule
 from slurm_hooks.decide.decide import decide, decide_resume
 from slurm_hooks.decide.decision import Decision, DecisionKind

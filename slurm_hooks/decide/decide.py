@@ -232,7 +232,9 @@ def _node_decision(
     if len(drivers) > 1:
         why += f" (+{len(drivers) - 1} more finding(s))"
 
-    def make(k: DecisionKind, explanation: str, reason: DrainReason | None, **more: object):
+    def make(
+        k: DecisionKind, explanation: str, reason: DrainReason | None, **more: object
+    ) -> Decision:
         return Decision(
             k,
             name,

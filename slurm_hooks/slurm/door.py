@@ -1,7 +1,7 @@
 """The one door to Slurm: every change slurm-hooks makes to Slurm goes here.
 
 Drain, resume and reason updates of nodes; signal, requeue, cancel and
-comments of jobs.  The engine, the prolog, the bridge and lending all call
+comments of jobs; maintenance reservations.  The engine, the prolog, the bridge and lending all call
 this module and nothing else that writes, so the safety rules live once:
 
 * **Ownership** (``core/ownership.py``, one rule): a node's reason is OURS,
@@ -36,6 +36,7 @@ from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, reason_counts
 from slurm_hooks.core.reason import DrainReason, try_parse_reason
 from slurm_hooks.slurm.base import NodeComments, NodeReboot, SignalTarget, SlurmClient
+from slurm_hooks.slurm.reservation import create_argv, delete_argv
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +278,28 @@ class SlurmDoor:
     def comment(self, job_id: str, comment: str, *, admin: bool = False) -> None:
         """Note on the job (Comment, or AdminComment with ``admin``)."""
         self.client.set_job_comment(job_id, comment, admin=admin)
+
+    # -- maintenance reservations ---------------------------------------------------
+
+    @staticmethod
+    def create_reservation(name: str, node: str, minutes: int, *, timeout: float = 30) -> None:
+        """A MAINT reservation ``name`` on ``node`` (``slurm/reservation.py``);
+        SlurmError when Slurm refuses it."""
+        SlurmDoor._scontrol(create_argv(name, node, minutes), timeout, f"create reservation {name}")
+
+    @staticmethod
+    def delete_reservation(name: str, *, timeout: float = 30) -> None:
+        SlurmDoor._scontrol(delete_argv(name), timeout, f"delete reservation {name}")
+
+    @staticmethod
+    def _scontrol(argv: list[str], timeout: float, what: str) -> None:
+        from slurm_hooks.core.errors import CommandError
+        from slurm_hooks.detect.probes.commands import run
+
+        try:
+            run(argv, timeout=timeout)
+        except CommandError as exc:
+            raise SlurmError(f"cannot {what}: {exc}") from exc
 
     # -- scheduler-visible health -------------------------------------------------
 

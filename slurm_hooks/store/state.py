@@ -359,7 +359,9 @@ class StateStore:
         self.write_incident(doc)
         return doc
 
-    def incidents(self, node: str | None = None, *, pending_only: bool = False) -> list[dict]:
+    def incidents(
+        self, node: str | None = None, *, pending_only: bool = False
+    ) -> list[dict[str, Any]]:
         folder = self.root / "incidents"
         out = []
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():

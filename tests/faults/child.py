@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from slurm_hooks.act import engine as engine_mod
+from slurm_hooks.act import evacuate as evacuate_mod
 from slurm_hooks.act.engine import Engine, spawn_worker
 from slurm_hooks.act.notify import Notifier
 from slurm_hooks.act.notify.webhook import WebhookSink
@@ -100,7 +101,7 @@ def inject(eng: Engine, step: str) -> None:
     table = {
         "drain:before": lambda: before(client, "drain"),
         "drain:after": lambda: after(client, "drain"),
-        "signal:before": lambda: before(eng, "_signal"),
+        "signal:before": lambda: before(evacuate_mod, "signal_job"),
         "signal:after": lambda: after(client, "signal_job"),
         "alert:before": lambda: before(sink, "send"),
         "spawn:before": lambda: before(eng, "_spawn"),
@@ -147,7 +148,7 @@ def inject_entry(step: str) -> None:
         "decide": (Engine, "_decide", True),
         "drain:before": (Cli, "drain", False),
         "drain:after": (Cli, "drain", True),
-        "signal:before": (Engine, "_signal", False),
+        "signal:before": (evacuate_mod, "signal_job", False),
         "signal:after": (Cli, "signal_job", True),
         "alert:before": (WebhookSink, "send", False),
         "alert:after": (WebhookSink, "send", True),

@@ -36,7 +36,7 @@ _BODY_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 MAX_BODY = 8192
 
 
-class _Fields(dict):
+class _Fields(dict[str, str]):
     def __missing__(self, key: str) -> str:
         raise KeyError(key)
 

@@ -53,14 +53,14 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
 #: Key of the cursor :func:`load_cursor` returns for a cursor file that
 #: exists but cannot be read (truncated, corrupt): the source reads its log
-#: from the start, and :func:`drop_handled` keeps only what is newer than
+#: from the start, and ``source.drop_handled`` keeps only what is newer than
 #: the events known to be handled.
 CORRUPT = "corrupt"
 
 
 def load_cursor(state_dir: str, name: str) -> dict[str, Any] | None:
     """The saved cursor; None on a first run (no file); ``{CORRUPT: True}``
-    when the file is there but unreadable (rebuilt, see :func:`drop_handled`)."""
+    when the file is there but unreadable (rebuilt, see ``source.drop_handled``)."""
     from slurm_hooks.detect.xid.commit import staged
 
     path = state_path(state_dir, "cursor-" + name)
@@ -72,48 +72,6 @@ def load_cursor(state_dir: str, name: str) -> dict[str, Any] | None:
                       "than the last handled one or the node's last resume/acceptance", path)  # fmt: skip
             return {CORRUPT: True}
     return data if isinstance(data, dict) else None
-
-
-def handled_watermark(state_dir: str) -> float | None:
-    """Seconds since the epoch up to which kernel-log events are known to be
-    handled, from state kept OUTSIDE the cursor: the newest event in the XID
-    history (committed with the cursor), and the latest resume or passed
-    acceptance of a node in this state dir (a node put back in service after
-    a fault: events before that are the fault it was repaired for).  None
-    when nothing is known (then every event counts, as on a first run, and
-    the engine still skips a node that carries our reason for the code)."""
-    from slurm_hooks.detect.xid.history import load_history
-    from slurm_hooks.store.state import StateStore
-
-    marks = [i.t for i in load_history(state_dir)]
-    nodes_dir = os.path.join(state_dir, "nodes")
-    try:
-        names = [n[: -len(".json")] for n in os.listdir(nodes_dir) if n.endswith(".json")]
-    except OSError:
-        names = []
-    store = StateStore(state_dir)
-    for node in names:
-        try:
-            hist = store.history(node)
-        except (StateError, KeyError, TypeError, ValueError) as exc:
-            log.warning("node state %s unreadable for the XID watermark: %s", node, exc)
-            continue
-        marks += [t.timestamp() for t in (*hist.resumes, *hist.acceptance_passes)]
-    return max(marks) if marks else None
-
-
-def drop_handled(state_dir: str, aggregates: tuple[Any, ...]) -> tuple[Any, ...]:
-    """After a corrupt cursor: the aggregates whose newest event is after
-    :func:`handled_watermark` (events without a wall-clock time are kept:
-    a fault is never dropped on a guess).  Logged with what was dropped."""
-    mark = handled_watermark(state_dir)
-    if mark is None:
-        log.error("XID cursor rebuilt with nothing known to be handled: acting on every event")
-        return aggregates
-    kept = tuple(a for a in aggregates if a.last_wall is None or a.last_wall > mark)
-    log.error("XID cursor rebuilt: %d event group(s) at or before %.0f (already handled) "
-              "dropped, %d kept", len(aggregates) - len(kept), mark, len(kept))  # fmt: skip
-    return kept
 
 
 def save_cursor(state_dir: str, name: str, cursor: dict[str, Any]) -> None:

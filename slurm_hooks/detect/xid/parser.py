@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from slurm_hooks.detect.xid.limits import MAX_LINE
 from slurm_hooks.detect.xid.pci import normalise_pci, split_mig
-from slurm_hooks.detect.xid.scan import MAX_LINE
 
 __all__ = ["MAX_LINE", "NOT_KERNEL", "XidEvent", "classify_line", "parse_line"]
 

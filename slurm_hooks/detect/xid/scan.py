@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from slurm_hooks.detect.xid.limits import MAX_LINE
+
 if TYPE_CHECKING:
     from slurm_hooks.detect.xid.aggregate import XidAggregate
     from slurm_hooks.detect.xid.parser import XidEvent
 
-#: Lines longer than this are skipped and counted (the kernel's own limit is
-#: ~1 KiB per record; journal JSON carries more fields but nowhere near this).
+#: Lines longer than MAX_LINE (xid/limits.py) are skipped and counted.
 #: The parser (and its regexes) is imported only when a line mentions an
 #: XID, so a scan that finds nothing new compiles no regex.
-MAX_LINE = 64 * 1024
 
 #: Bytes read per chunk on the fast path.
 CHUNK = 4 * 1024 * 1024

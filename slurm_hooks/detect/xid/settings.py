@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_hooks.detect.xid.scan import MAX_LINE
-from slurm_hooks.detect.xid.source import BOOT_ID_PATH, FIRST_RUN, KMSG_PATH
+from slurm_hooks.detect.xid.limits import BOOT_ID_PATH, FIRST_RUN, KMSG_PATH, MAX_LINE
 
 SOURCES = ("auto", "kmsg", "journal", "file")
 #: Keys every ``[checks.<name>]`` table may carry for the runner (validated there).

@@ -1,0 +1,436 @@
+"""Evacuate a drained node: list its jobs, signal them, requeue each exactly once.
+
+The room of an incident's life between a confirmed drain and an empty node:
+
+* ``evacuate``: the node's jobs are journalled as they were (owner, restart
+  count), each is sent the checkpoint signal at most once (intent before
+  the call), and the grace deadline is set; it returns what comes next;
+* ``finish``: after the grace (or early, for jobs that already stopped),
+  each job is requeued exactly once (the door's rule: a restart count that
+  moved means it was requeued already), cancelled or left running, with
+  its owner told through the journal's alert queue;
+* ``after_jobs``: a spare for each requeued job, then the repair worker;
+* ``requeue_before_start``: the prolog's requeue of a job that must not
+  start on a node we drained.
+
+Each function takes the ports (``act/context.py``) and returns what
+happened; the Engine sequences them.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from slurm_hooks.act import alerts
+from slurm_hooks.act.context import Context
+from slurm_hooks.act.notify.base import Alert
+from slurm_hooks.core.errors import (
+    JobGone,
+    NotRequeueable,
+    SlurmError,
+    SlurmHooksError,
+    SlurmUnavailable,
+    StateError,
+)
+from slurm_hooks.core.incident import IncidentStatus, Outcome
+from slurm_hooks.core.model import JobInfo
+from slurm_hooks.detect.probes.process import pid_alive
+from slurm_hooks.slurm.base import SignalTarget
+from slurm_hooks.slurm.door import Requeue, SlurmDoor
+from slurm_hooks.store.journal import Incident
+from slurm_hooks.store.state import iso, parse_time
+
+log = logging.getLogger(__name__)
+
+#: Job states after which there is nothing left to requeue.
+TERMINAL_JOB_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
+#: Terminal states a job reaches when the fault (or our checkpoint signal)
+#: ended it: Slurm requeues a finished batch job too, so such a job is put
+#: back in the queue to resume from its checkpoint instead of being lost.
+#: COMPLETED, CANCELLED (by its owner) and the rest stay finished.
+RESTARTABLE_END_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
+#: States of a job that still runs (or is being torn down): wait for it.
+_STILL_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
+
+
+class Next(enum.Enum):
+    """What follows an evacuation's signals (the Engine does it)."""
+
+    AFTER_JOBS = "after_jobs"  # no job: the repair at once
+    FINISH = "finish"  # no grace: requeue now
+    SPAWN = "spawn"  # the grace worker waits it out
+    WAIT = "wait"  # no spawner (tests, the worker itself): the caller finishes
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job_id: str
+    outcome: Outcome
+    detail: str = ""
+    #: The owner is to be told (after the incident lock is released).
+    notify: bool = field(default=False, compare=False, repr=False)
+
+
+def evacuate(ctx: Context, incident: str) -> Next:
+    """Record the node's jobs and signal them; returns what comes next (the
+    Engine does it): the repair at once on an empty node, the requeue at
+    once with no grace, else the grace worker (or nothing: no spawner)."""
+    with ctx.journal.lock(incident):
+        doc = ctx.state.read_incident(incident)
+        if doc is None:
+            raise StateError(f"incident {incident} vanished")
+        if doc.get("jobs") is None:
+            jobs: dict[str, Any] = {}
+            for job in ctx.slurm.jobs_on_node(doc["node"]):
+                jobs[job.job_id] = job_record(ctx, job)
+            doc["jobs"] = jobs
+            doc["status"] = IncidentStatus.EVACUATING
+            doc.setdefault("steps", []).append({"step": "jobs_listed", "at": iso(ctx.clock())})
+            ctx.state.write_incident(doc)
+        for job_id, rec in doc["jobs"].items():
+            if rec.get("signalled_at"):
+                continue
+            if rec.get("signal_intent_at"):
+                # A run died between the intent and the record: the
+                # signal may have gone out.  A checkpoint signal is sent
+                # at most once; the requeue after the grace still comes.
+                rec["signalled_at"] = rec["signal_intent_at"]
+                rec["signals"] = ["unknown: a run died while signalling"]
+                ctx.state.write_incident(doc)
+                continue
+            signal_job(ctx, doc, job_id, rec)
+        if doc.get("deadline") is None:
+            doc["deadline"] = iso(ctx.clock() + timedelta(seconds=doc["grace_s"]))
+            ctx.state.write_incident(doc)
+        empty = not doc["jobs"]
+        if empty:
+            doc["jobs_done"] = True
+            doc["status"] = IncidentStatus.JOBS_DONE
+            ctx.state.write_incident(doc)
+    if empty:  # an idle node: straight to the repair (outside the lock)
+        return Next.AFTER_JOBS
+    if doc["grace_s"] <= 0:
+        return Next.FINISH
+    return Next.WAIT if ctx.spawn is None else Next.SPAWN
+
+
+def job_record(ctx: Context, job: JobInfo) -> dict[str, Any]:
+    """The job as it was before we touched it (owner, restart count)."""
+    try:
+        full = ctx.slurm.get_job(job.job_id)
+    except JobGone as exc:
+        # Any other error propagates: the listing has no restart count, and
+        # a guessed 0 would make a job requeued before look requeued already.
+        log.warning("cannot read job %s: %s", job.job_id, exc)
+        full = job
+    return {
+        "user": full.user or job.user,
+        "name": full.name or job.name,
+        "restart_count": full.restart_count,
+        "requeue": full.requeue,
+        "state": full.state,
+        "nodes": full.nodes or job.nodes,
+        "signal_intent_at": None,
+        "signalled_at": None,
+        "requeue_intent_at": None,
+        "outcome": None,
+    }
+
+
+def signal_job(ctx: Context, doc: dict[str, Any], job_id: str, rec: dict[str, Any]) -> None:
+    rec["signal_intent_at"] = iso(ctx.clock())
+    ctx.state.write_incident(doc)  # intent before the side effect
+    sent = []
+    for sig, target in (
+        (doc.get("signal_batch"), SignalTarget.BATCH),
+        (doc.get("signal_steps"), SignalTarget.STEPS),
+    ):
+        if not sig:
+            continue
+        try:
+            ctx.door.signal(job_id, sig, target)
+            sent.append(f"{sig}->{target}")
+        except SlurmUnavailable:
+            if sent:  # part went out: keep the record, never send it twice
+                break
+            # slurmctld did not answer: nothing went out.  Take the intent
+            # back so the next run (the XID is not committed either) sends
+            # the checkpoint signal instead of requeueing without one.
+            rec["signal_intent_at"] = None
+            rec["signal_retries"] = int(rec.get("signal_retries") or 0) + 1
+            ctx.state.write_incident(doc)
+            raise
+        except SlurmError as exc:
+            # No steps, or the job just ended: the requeue step will tell.
+            log.info("signal %s to job %s (%s) failed: %s", sig, job_id, target, exc)
+    rec["signalled_at"] = iso(ctx.clock())
+    rec["signals"] = sent
+    ctx.state.write_incident(doc)
+    ctx.audit.record(
+        "signal", node=doc["node"], job=job_id, incident=doc["incident"], user=rec.get("user"),
+        why=f"checkpoint grace {doc['grace_s']:g}s before requeue", signals=sent,
+        actor=ctx.actor,
+    )  # fmt: skip
+
+
+def finish(
+    ctx: Context, incident: str, *, force: bool = False, early: bool = False
+) -> list[JobOutcome]:
+    """Requeue (or cancel) the incident's jobs once the grace is over.
+
+    With ``early``, before the deadline, settle only the jobs that have
+    already stopped running (they checkpointed and exited on the signal,
+    or the fault killed them): waiting out the rest of the grace for them
+    would only add downtime.  Safe to call any number of times from any
+    process.  Returns the jobs settled now (the Engine then starts what
+    follows them: ``after_jobs``)."""
+    outcomes: list[JobOutcome] = []
+    try:
+        with ctx.journal.lock(incident):
+            doc = ctx.state.read_incident(incident)
+            if doc is None or doc.get("jobs_done"):
+                return []
+            if doc.get("jobs") is None:
+                return []
+            deadline = parse_time(doc["deadline"]) if doc.get("deadline") else None
+            in_grace = bool(deadline and ctx.clock() < deadline and not force)
+            if in_grace and not early:
+                return []
+            for job_id, rec in doc["jobs"].items():
+                if rec.get("outcome"):
+                    continue
+                if in_grace and still_running(ctx, job_id):
+                    continue
+                outcomes.append(settle(ctx, doc, job_id, rec))
+            if all(r.get("outcome") for r in doc["jobs"].values()):
+                doc["jobs_done"] = True
+                doc["status"] = IncidentStatus.JOBS_DONE
+                doc.setdefault("steps", []).append({"step": "jobs_done", "at": iso(ctx.clock())})
+            ctx.state.write_incident(doc)
+    finally:
+        # Sent outside the lock (a hanging webhook must not hold up a hook
+        # waiting for the incident), and also when a later job's requeue
+        # failed: each job alert was queued with its outcome (record_outcome).
+        if outcomes:
+            ctx.flush_alerts(incident)
+    return outcomes
+
+
+def after_jobs(ctx: Context, incident: str) -> None:
+    """The incident's jobs are settled: a spare for each requeued job
+    (act/spares.py), then the repair, which the detached worker carries
+    out (act/repair.py; never inside a hook)."""
+    from slurm_hooks.act import repair
+
+    if not ctx.repair.enabled:
+        return
+    doc = ctx.journal.read_doc(incident)
+    if not doc or not doc.get("jobs_done"):
+        return
+    if ctx.repair.resume_spares:
+        from slurm_hooks.act import spares
+
+        try:
+            spares.resume_spares(ctx, incident)
+        except (SlurmError, StateError) as exc:
+            log.warning("spares for %s not resumed yet: %s", incident, exc)
+    if not repair.due(doc, ctx.repair) or ctx.spawn is None:
+        return
+    inc = Incident.from_doc(doc)
+    if pid_alive((inc.repair or {}).get("worker_pid") or inc.worker_pid):
+        return
+    try:
+        pid = ctx.spawn(ctx.state.incident_path(incident))
+    except (OSError, SlurmHooksError) as exc:
+        log.error("cannot start the repair worker for %s: %s", incident, exc)
+        return
+    ctx.journal.update(incident, lambda d: d.setdefault("repair", {}).update(worker_pid=pid))
+
+
+def still_running(ctx: Context, job_id: str) -> bool:
+    try:
+        job = ctx.slurm.get_job(job_id)
+    except JobGone:
+        return False
+    except SlurmError:
+        return True  # cannot tell: keep waiting, the deadline settles it
+    base = job.state.upper().split()[0] if job.state else ""
+    return base in _STILL_RUNNING
+
+
+def settle(ctx: Context, doc: dict[str, Any], job_id: str, rec: dict[str, Any]) -> JobOutcome:
+    node = doc["node"]
+    try:
+        job = ctx.slurm.get_job(job_id)
+    except JobGone:
+        return record_outcome(ctx, doc, job_id, rec, Outcome.GONE, "job no longer known to Slurm")
+    base = job.state.upper().split()[0] if job.state else ""
+    restarts = int(rec.get("restart_count") or 0)
+    if SlurmDoor.requeued_since(job, restarts):
+        # Requeued already (by us before a crash, or by Slurm): never twice.
+        return record_outcome(
+            ctx, doc, job_id, rec, Outcome.REQUEUED,
+            f"restart count already {job.restart_count}; not requeued again", notify=True,
+        )  # fmt: skip
+    restartable = base in RESTARTABLE_END_STATES and job.requeue is not False
+    if (base in TERMINAL_JOB_STATES and not restartable) or base == "PENDING":
+        return record_outcome(ctx, doc, job_id, rec, Outcome.FINISHED, f"job is {job.state}")
+    rec["requeue_intent_at"] = iso(ctx.clock())
+    ctx.state.write_incident(doc)
+    requeueable = job.requeue is not False
+    if requeueable:
+        try:
+            ctx.door.requeue_once(job_id, restarts, job=job)
+        except NotRequeueable:
+            requeueable = False
+        except JobGone:
+            return record_outcome(
+                ctx, doc, job_id, rec, Outcome.GONE, "job no longer known to Slurm"
+            )
+        else:
+            detail = (
+                f"ended {base} during the grace; requeued to resume from its checkpoint"
+                if restartable
+                else f"requeued after {doc['grace_s']:g}s grace"
+            )
+            return record_outcome(ctx, doc, job_id, rec, Outcome.REQUEUED, detail, notify=True)
+    if ctx.policy.cancel_unrequeueable:
+        ctx.door.cancel(job_id)
+        return record_outcome(
+            ctx, doc, job_id, rec, Outcome.CANCELLED, "job cannot be requeued (--no-requeue): cancelled",
+            notify=True,
+        )  # fmt: skip
+    return record_outcome(
+        ctx, doc, job_id, rec, Outcome.LEFT_RUNNING, f"not requeueable; left running on draining {node}",
+        notify=True,
+    )  # fmt: skip
+
+
+def record_outcome(
+    ctx: Context,
+    doc: dict[str, Any],
+    job_id: str,
+    rec: dict[str, Any],
+    outcome: Outcome,
+    detail: str,
+    *,
+    notify: bool = False,
+) -> JobOutcome:
+    now = ctx.clock()
+    rec["outcome"] = outcome
+    rec["outcome_at"] = iso(now)
+    rec["detail"] = detail
+    if notify:  # journalled with the outcome: a crash after it cannot lose the alert
+        alerts.queue(doc, f"job_{job_id}", job_alert(doc, job_id, rec, outcome), now)
+    ctx.state.write_incident(doc)
+    signalled = parse_time(rec["signalled_at"]) if rec.get("signalled_at") else None
+    waited = (now - signalled).total_seconds() if signalled else None
+    ctx.audit.record(
+        outcome.audit_action,
+        node=doc["node"], job=job_id, incident=doc["incident"], user=rec.get("user"),
+        code=doc.get("code"), why=detail, grace_s=doc.get("grace_s"), waited_s=waited,
+        actor=ctx.actor,
+    )  # fmt: skip
+    return JobOutcome(job_id, outcome, detail, notify)
+
+
+def job_alert(doc: dict[str, Any], job_id: str, rec: dict[str, Any], outcome: str) -> Alert:
+    fault = " ".join(p for p in (doc.get("code"), doc.get("component")) if p)
+    name = f" ({rec['name']})" if rec.get("name") else ""
+    what = {
+        "requeued": "was requeued and will restart on a healthy node",
+        "cancelled": "could not be requeued (--no-requeue) and was cancelled",
+        "left_running": "cannot be requeued and was left running on the draining node",
+    }[outcome]
+    text = (
+        f"job {job_id}{name} {what}: node {doc['node']} failed ({fault}, incident "
+        f"{doc['incident']}); it was signalled to checkpoint {doc.get('grace_s', 0):g}s before."
+    )
+    return Alert(
+        f"job_{outcome}" if outcome != "left_running" else "job_signalled",
+        text,
+        node=doc["node"],
+        job_id=job_id,
+        user=rec.get("user"),
+        incident=doc["incident"],
+        code=doc.get("code"),
+        fields={"component": doc.get("component"), "outcome": outcome},
+    )
+
+
+def spawn(ctx: Context, incident: str) -> int | None:
+    """Start the grace worker for the incident; its pid (None: not started,
+    the journal still says what is left and ``resume_pending`` finishes it)."""
+    assert ctx.spawn is not None
+    try:
+        pid = ctx.spawn(ctx.state.incident_path(incident))
+    except (OSError, SlurmHooksError) as exc:  # CommandError: could not start
+        log.error("cannot start grace worker for %s: %s", incident, exc)
+        return None
+    # The worker may be writing already: the step takes the incident lock.
+    ctx.journal.step(incident, "worker_started", worker_pid=pid)
+    return pid
+
+
+def requeue_before_start(
+    ctx: Context, node: str, job_id: str, restarts: int, *, actor: str | None = None
+) -> Requeue:
+    """The prolog found our drain on its node: requeue the job before it
+    starts, exactly once by the door's rule (a restart count past the one
+    slurmd handed us means it was requeued already); audited when done."""
+    done = ctx.door.requeue_once(job_id, restarts)
+    if done is not Requeue.ALREADY:
+        ctx.audit.record(
+            "requeue", node=node, job=job_id,
+            why="prolog failed on this node: requeued before the job started",
+            actor=actor or ctx.actor,
+        )  # fmt: skip
+    return done
+
+
+def spawn_worker(incident_file: Path, *, env: dict[str, str] | None = None) -> int:
+    """Start ``python -m slurm_hooks.agent.worker <incident-file>`` in its own
+    session, detached from the hook: slurmd kills a HealthCheckProgram after
+    60 s and waits on an epilog, so the grace wait must not happen there.
+
+    Through the detached entry of the one subprocess site
+    (``probes.commands.spawn_detached``): this child must outlive us, and
+    its stdio is /dev/null and ``worker.log`` so that slurmd, which reads
+    the hook's output until EOF, is not kept waiting.
+    """
+    from slurm_hooks.detect.probes import commands
+
+    log_path = incident_file.parent.parent / "worker.log"
+    return commands.spawn_detached(
+        [sys.executable, "-m", "slurm_hooks.agent.worker", str(incident_file)],
+        output=log_path,
+        env=env,
+        cwd="/",
+    )
+
+
+def reap() -> None:
+    """Collect finished workers so a long-running watcher leaves no zombies."""
+    from slurm_hooks.detect.probes import commands
+
+    commands.reap_detached()
