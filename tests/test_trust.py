@@ -389,7 +389,7 @@ def test_own_job_requeue_touches_that_job_once_and_only_the_owners(owner, restar
 
     d = one([hang(opt_in=True)])
     eng = DoorEngine(JobInfo("7", owner, "RUNNING", "n1", restart_count=restarts))
-    assert own_job.requeue(eng, d) == outcome  # type: ignore[arg-type]
+    assert own_job.requeue_opted_in(eng, d) == outcome  # type: ignore[arg-type]
     assert eng.requeued == requeued
     [(args, kw)] = eng.audited
     assert args == ("job_requeue",) and kw["outcome"] == outcome and kw["job"] == "7"

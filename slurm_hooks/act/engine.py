@@ -261,7 +261,8 @@ class Engine:
                     self._evacuate(opened)
                 self.flush_alerts(opened)
         elif d.kind is DecisionKind.REQUEUE_JOB:
-            own_job.requeue(self.context, d)  # that one job, never the node (decide/trust.py)
+            # That one job, never the node (decide/trust.py).
+            own_job.requeue_opted_in(self.context, d)
 
     # -- the drain's sequence ----------------------------------------------------------
 

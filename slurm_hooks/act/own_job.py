@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def requeue(ctx: Context, d: Decision) -> str:
+def requeue_opted_in(ctx: Context, d: Decision) -> str:
     """Requeue the decision's job (once); returns the outcome audited."""
     job_id = d.facts.get("job")
     user = d.facts.get("user")
