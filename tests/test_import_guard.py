@@ -65,6 +65,7 @@ ALLOWED = frozenset(
         "slurm_hooks.detect.xid.commit",
         "slurm_hooks.detect.xid.cursor",
         "slurm_hooks.detect.xid.history",
+        "slurm_hooks.detect.xid.limits",
         "slurm_hooks.detect.xid.scan",
         "slurm_hooks.detect.xid.settings",
         "slurm_hooks.detect.xid.source",
