@@ -112,6 +112,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "lab: uses a real Slurm lab (set on every test that takes one; -m 'not lab')"
     )
+    config.addinivalue_line(
+        "markers", "slurm_facing: parses Slurm's output or chooses by its version (no lab)"
+    )
     config.pluginmanager.register(plugin_from_env(), "slurm_hooks_durations")
     if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
         config.option.hypothesis_seed = int(
@@ -136,14 +139,38 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 LAB_FIXTURES = frozenset({"lab", "fresh_lab", "sbatch", "job_dir"})
 
 
+#: Modules without lab tests whose subject is Slurm's output or version: their
+#: recorded outputs are checked against each release's parsers and version
+#: rules, so tools/matrix/root-tests runs them in every release's root
+#: (marked ``slurm_facing``; the lab tests run there too).
+SLURM_FACING_MODULES = frozenset(
+    {
+        "test_slurm_parse.py",
+        "test_slurm_parse_2411.py",
+        "test_fuzz_parsers.py",
+        "test_slurm_rest_negotiate.py",
+        "test_slurm_refusals.py",
+        "test_slurm_factory.py",
+        "test_slurm_door.py",
+        "test_ownership.py",
+        "test_policy_stale_reason.py",
+        "test_install_versions.py",
+        "test_lab_versions.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``lab`` every test that runs on a real Slurm: those marked
     ``slurm`` and those taking a lab fixture, so ``pytest -m 'not lab'`` is
-    the whole unit run and tools/matrix/root-tests can pick the lab tests."""
+    the whole unit run; and ``slurm_facing`` the tests of the modules above.
+    tools/matrix/root-tests runs ``-m 'lab or slurm_facing'`` in each root."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if item.get_closest_marker("slurm") is not None or names & LAB_FIXTURES:
             item.add_marker(pytest.mark.lab)
+        if item.path.name in SLURM_FACING_MODULES:
+            item.add_marker(pytest.mark.slurm_facing)
 
 
 #: Variables that steer our code and Slurm's commands in every later test and

@@ -185,3 +185,21 @@ def render(data: dict[str, Any], *, top: int = TOP) -> list[str]:
 def plugin_from_env() -> DurationsReport:
     path = os.environ.get("SLURM_HOOKS_DURATIONS")
     return DurationsReport(Path(path) if path else None)
+
+
+def main(argv: list[str]) -> int:
+    """``python tests/durations_report.py REPORT.json...``: each run's top
+    (tools/run-tests, at the end of the whole run)."""
+    for arg in argv:
+        path = Path(arg)
+        data = json.loads(path.read_text())
+        print(f"-- {path.name.removesuffix('.durations.json')}")
+        for line in render(data, top=8):
+            print(f"   {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

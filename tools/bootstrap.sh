@@ -63,7 +63,9 @@ fi
 # Debian's `prometheus` package, its promtool binary only, unpacked into the
 # virtualenv.  Installing the package itself would also enable and start a
 # Prometheus server (port 9090) on every machine that runs the tests.
-if [ ! -x .venv/bin/promtool ]; then
+# SLURM_HOOKS_PROMTOOL=0: not needed (tools/matrix/root-tests: a root runs
+# only the Slurm-facing tests).
+if [ "${SLURM_HOOKS_PROMTOOL:-1}" != 0 ] && [ ! -x .venv/bin/promtool ]; then
   pt=$(mktemp -d "${TMPDIR:-/tmp}/slurm-hooks-promtool.XXXXXX")
   chmod 755 "$pt" # apt's download sandbox user writes here
   (cd "$pt" && { apt-get download prometheus >/dev/null 2>&1 ||
