@@ -115,6 +115,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slurm_facing: parses Slurm's output or chooses by its version (no lab)"
     )
+    config.addinivalue_line(
+        "markers", "one_slurm: a lab test run on the host's Slurm only, not in the roots"
+    )
     config.pluginmanager.register(plugin_from_env(), "slurm_hooks_durations")
     if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
         config.option.hypothesis_seed = int(

@@ -164,7 +164,7 @@ def render(data: dict[str, Any], *, top: int = TOP) -> list[str]:
         f"unit tests: {kinds['unit']['tests']} in {kinds['unit']['seconds']:.0f} s",
     ]
     if data["slow_fixtures"]:
-        lines.append("slow fixture set-ups (lab bring-ups):")
+        lines.append("slow fixture set-ups (a lab's bring-up is its fixture's):")
         lines += [
             f"  {f['seconds']:7.1f} s  {f['count']:3d}x  {f['fixture']}"
             for f in data["slow_fixtures"][:8]
