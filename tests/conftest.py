@@ -12,12 +12,15 @@ restores the default configuration before the next test that asks for it.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from durations_report import plugin_from_env
 from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
 
 from slurm_hooks.core.errors import LabError
@@ -92,17 +95,85 @@ def sbatch(lab: Lab):  # type: ignore[no-untyped-def]
     return _submit
 
 
-# Fuzz tests: random inputs on a developer's machine (new inputs each run);
-# in CI (CI=true) a fixed seed, so a submission is judged on the inputs it
-# was tested with here and a new finding never lands as a red CI by chance.
-try:
-    from hypothesis import settings as _hyp_settings
-except ImportError:  # pragma: no cover - hypothesis is a test dependency
-    pass
-else:
-    _hyp_settings.register_profile("ci", derandomize=True, print_blob=True)
-    if os.environ.get("CI"):
-        _hyp_settings.load_profile("ci")
+# Fuzz tests search: a fresh seed every run (CI's included), printed at the
+# start and the end so a failure can be replayed with --hypothesis-seed=N;
+# an example it finds is then kept in the repo as a regular test
+# (docs/testing.md).  Under pytest-xdist the controller draws the seed and
+# the workers get it with the rest of the options.
+HYPOTHESIS_SEED_ENV = "SLURM_HOOKS_HYPOTHESIS_SEED"
+
+
+def _hypothesis_seed(config: pytest.Config) -> object:
+    return getattr(config.option, "hypothesis_seed", None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "lab: uses a real Slurm lab (set on every test that takes one; -m 'not lab')"
+    )
+    config.addinivalue_line(
+        "markers", "slurm_facing: parses Slurm's output or chooses by its version (no lab)"
+    )
+    config.addinivalue_line(
+        "markers", "one_slurm: a lab test run on the host's Slurm only, not in the roots"
+    )
+    config.pluginmanager.register(plugin_from_env(), "slurm_hooks_durations")
+    if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
+        config.option.hypothesis_seed = int(
+            os.environ.get(HYPOTHESIS_SEED_ENV) or secrets.randbelow(2**32)
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = _hypothesis_seed(config)
+    return None if seed is None else f"hypothesis seed: {seed} (replay: --hypothesis-seed={seed})"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    seed = _hypothesis_seed(config)
+    if seed is not None:
+        terminalreporter.write_line(
+            f"hypothesis seed: {seed} (replay a fuzz failure: pytest --hypothesis-seed={seed})"
+        )
+
+
+#: The fixtures that hand a test a real Slurm lab.
+LAB_FIXTURES = frozenset({"lab", "fresh_lab", "sbatch", "job_dir"})
+
+
+#: Modules without lab tests whose subject is Slurm's output or version: their
+#: recorded outputs are checked against each release's parsers and version
+#: rules, so tools/matrix/root-tests runs them in every release's root
+#: (marked ``slurm_facing``; the lab tests run there too).
+SLURM_FACING_MODULES = frozenset(
+    {
+        "test_slurm_parse.py",
+        "test_slurm_parse_2411.py",
+        "test_fuzz_parsers.py",
+        "test_slurm_rest_negotiate.py",
+        "test_slurm_refusals.py",
+        "test_slurm_factory.py",
+        "test_slurm_door.py",
+        "test_ownership.py",
+        "test_policy_stale_reason.py",
+        "test_install_versions.py",
+        "test_lab_versions.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``lab`` every test that runs on a real Slurm: those marked
+    ``slurm`` and those taking a lab fixture, so ``pytest -m 'not lab'`` is
+    the whole unit run; and ``slurm_facing`` the tests of the modules above.
+    tools/matrix/root-tests runs ``-m 'lab or slurm_facing'`` in each root."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("slurm") is not None or names & LAB_FIXTURES:
+            item.add_marker(pytest.mark.lab)
+        if item.path.name in SLURM_FACING_MODULES:
+            item.add_marker(pytest.mark.slurm_facing)
 
 
 #: Variables that steer our code and Slurm's commands in every later test and

@@ -32,7 +32,12 @@ from slurm_hooks.decide import PolicyConfig
 from slurm_hooks.decide.breaker import limit_for
 from slurm_hooks.detect.probes.commands import run
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# one_slurm: on the host's Slurm only, not in every release's root.  Its
+# subject is the breaker at fleet size (cap, holds, the batch reset), ours on
+# every release; the Slurm calls it makes (drain, resume, comment through
+# the door) are the lab tests' in every root.  It cost 3 min per release and
+# loaded the cores of the runs beside it (docs/testing.md).
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.one_slurm]
 
 NODES, FAULTS, CAP, ROUNDS = 256, 64, 20, 3
 

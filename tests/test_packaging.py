@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 
+#: setuptools' warning for a folder of package data that is not declared as a
+#: package (train/, data/): the wall of warnings a set-up printed (#28).
+NOT_A_PACKAGE = "is absent from the `packages` configuration"
+
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600):
     return subprocess.run(
@@ -55,6 +59,7 @@ def test_product_alone_then_with_the_lab(venv: Path, tmp_path: Path) -> None:
 
     r = _run([str(py), "-m", "pip", "install", "-q", str(ROOT)], cwd=elsewhere, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert NOT_A_PACKAGE not in r.stderr, r.stderr  # data folders declared as packages
     # The product: CLI, hook entry, no lab code.
     r = _run([str(bin_ / "slurm-hooks"), "--help"], cwd=elsewhere, env=env)
     assert r.returncode == 0 and "bridge" in r.stdout, r.stderr
@@ -100,6 +105,7 @@ def test_product_alone_then_with_the_lab(venv: Path, tmp_path: Path) -> None:
     # With the lab: the demo command, the fakes by name, the training example as data.
     r = _run([str(py), "-m", "pip", "install", "-q", f"{ROOT}[lab]"], cwd=elsewhere, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert NOT_A_PACKAGE not in r.stderr, r.stderr
     r = _run([str(bin_ / "slurm-hooks"), "demo", "--help"], cwd=elsewhere, env=env)
     assert r.returncode == 0 and "--grace" in r.stdout, r.stderr
     r = _run([str(bin_ / "slurm-hooks"), "lab", "k8s-standin", "--help"], cwd=elsewhere, env=env)

@@ -58,3 +58,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! installed; then
   installed || { echo "bootstrap: slurm-hooks or slurm-hooks-lab missing from .venv after pip install" >&2; exit 1; }
   echo "$want" >"$stamp"
 fi
+
+# promtool (tests/test_observability_files.py checks the alert rules with it):
+# Debian's `prometheus` package, its promtool binary only, unpacked into the
+# virtualenv.  Installing the package itself would also enable and start a
+# Prometheus server (port 9090) on every machine that runs the tests.
+# SLURM_HOOKS_PROMTOOL=0: not needed (tools/matrix/root-tests: a root runs
+# only the Slurm-facing tests).
+if [ "${SLURM_HOOKS_PROMTOOL:-1}" != 0 ] && [ ! -x .venv/bin/promtool ]; then
+  pt=$(mktemp -d "${TMPDIR:-/tmp}/slurm-hooks-promtool.XXXXXX")
+  chmod 755 "$pt" # apt's download sandbox user writes here
+  (cd "$pt" && { apt-get download prometheus >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; }) ||
+    { echo "bootstrap: apt-get download prometheus failed (for promtool)" >&2; rm -rf "$pt"; exit 1; }
+  dpkg-deb --fsys-tarfile "$pt"/prometheus_*.deb | tar -xf - -C "$pt" ./usr/bin/promtool
+  install -m 755 "$pt/usr/bin/promtool" .venv/bin/promtool
+  rm -rf "$pt"
+fi

@@ -310,6 +310,13 @@ class Lab:
     into ours, since Slurm honours only one.  A Lab object for a directory
     whose lab another process started (``Lab(dir).down()``) reads the ports,
     PIDs and node names from the state file.
+
+    ``cred_expire`` and ``kill_wait`` default to 5 s (Slurm's smallest
+    cred_expire; the demo's values): a requeued job is eligible again after
+    cred_expire+1 s on releases before 25.11 and a cancelled job's steps get
+    KillWait between TERM and KILL, both waited out by many lab tests.  A
+    site's values (install's suggestions) are longer; the tests' do not
+    depend on these lengths.
     """
 
     def __init__(
@@ -322,8 +329,8 @@ class Lab:
         extra_conf: str = "",
         return_to_service: int = 1,
         sched_params: Sequence[str] = DEFAULT_SCHED_PARAMS,
-        cred_expire: int = 10,
-        kill_wait: int = 10,
+        cred_expire: int = 5,
+        kill_wait: int = 5,
         slurmd_timeout: int = 30,
         proctrack: str = "proctrack/linuxproc",
         uts: bool = True,
