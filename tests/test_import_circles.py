@@ -15,7 +15,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "slurm_hooks"
 #: never add one.
 KNOWN = [
     {"slurm_hooks.detect.fold", "slurm_hooks.detect.runner"},
-    {"slurm_hooks.agent.hook", "slurm_hooks.agent.prolog"},
     {"slurm_hooks.bridge.service", "slurm_hooks.bridge.slinky_exec"},
 ]  # fmt: skip
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_hooks.agent.hook import ENV_LOG_LEVEL
+from slurm_hooks.agent.hook_output import ENV_LOG_LEVEL
 from slurm_hooks.agent.watch_metrics import (  # noqa: F401 (re-exported: importable from here too)
     _WatchCollector,
     serve_metrics,
