@@ -14,7 +14,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "slurm_hooks"
 #: wait on the modules other changes own).  Remove one when it is opened;
 #: never add one.
 KNOWN = [
-    {"slurm_hooks.detect.fold", "slurm_hooks.detect.runner"},
     {"slurm_hooks.bridge.service", "slurm_hooks.bridge.slinky_exec"},
 ]  # fmt: skip
 
