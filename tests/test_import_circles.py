@@ -1,7 +1,6 @@
 """Import circles in the product, counting imports inside functions and under
-``TYPE_CHECKING`` (which import-linter's contracts leave out): none but the
-ones listed here, each waiting on its own change (issue 29, item 6), and a
-list that only shrinks."""
+``TYPE_CHECKING`` (which import-linter's contracts leave out): none (issue
+29), and a list of known ones that stays empty."""
 
 from __future__ import annotations
 
@@ -10,14 +9,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "slurm_hooks"
 
-#: Circles known today (issue 29 opened act/engine's and detect/xid's; these
-#: wait on the modules other changes own).  Remove one when it is opened;
-#: never add one.
-KNOWN = [
-    {"slurm_hooks.detect.fold", "slurm_hooks.detect.runner"},
-    {"slurm_hooks.agent.hook", "slurm_hooks.agent.prolog"},
-    {"slurm_hooks.bridge.service", "slurm_hooks.bridge.slinky_exec"},
-]  # fmt: skip
+#: Circles known today: none (issue 29 opened the last ones: agent/hook and
+#: agent/prolog, detect/fold and detect/runner, bridge/service and
+#: bridge/slinky_exec).  Never add one.
+KNOWN: list[set[str]] = []
 
 
 def graph() -> dict[str, set[str]]:

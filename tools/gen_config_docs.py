@@ -2,7 +2,7 @@
 """Regenerate the key tables of docs/configuration.md from the dataclasses.
 
 Every section registered in ``slurm_hooks.core.config.SECTIONS`` is walked with
-``slurm_hooks.cli.installer.config_tables`` (the same walk ``config defaults`` and
+``slurm_hooks.cli.config_tables.config_tables`` (the same walk ``config defaults`` and
 ``config show`` use): each table, each key, its type, its default and the
 ``#:`` comment above the field.  Only the text between the two markers is
 replaced; the hand-written introduction and examples around it stay.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from slurm_hooks.cli.installer import KeyDoc
+    from slurm_hooks.cli.config_tables import KeyDoc
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "configuration.md"
@@ -36,7 +36,7 @@ def _md(text: str) -> str:
 
 
 def _default(key: KeyDoc) -> str:
-    from slurm_hooks.cli import installer as install
+    from slurm_hooks.cli import config_tables as install
 
     if key.tables:
         return "none"
@@ -52,7 +52,7 @@ def _default(key: KeyDoc) -> str:
 
 def render() -> str:
     """The generated part, markers included."""
-    from slurm_hooks.cli import installer as install
+    from slurm_hooks.cli import config_tables as install
 
     classes, broken = install.resolve_sections()
     if broken:

@@ -28,12 +28,19 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
+
+from slurm_hooks.agent.hook_output import (  # noqa: F401 (re-exported: importable from here too)
+    ENV_LOG_LEVEL,
+    METRICS_DEFAULT_DIR,
+    apply_log_level,
+    write_metrics,
+)
+from slurm_hooks.core.exits import EXIT_REJECT  # noqa: F401 (re-exported: importable from here too)
 
 if TYPE_CHECKING:
     from slurm_hooks.core.config import Config
-    from slurm_hooks.core.model import Finding
     from slurm_hooks.decide.decision import Decision
     from slurm_hooks.store.state import StateStore
 
@@ -45,21 +52,10 @@ HEALTHCHECK_LIMIT_S = 60.0
 #: signals are a handful of scontrol/scancel calls.
 ENGINE_MIN_S = 8.0
 PHASES = ("healthcheck", "epilog", "prolog")
-#: Exit status meaning "slurm-hooks drained this node; the job must not start
-#: here".  The prolog shim turns it into Slurm's failure status (1); any other
-#: non-zero status is slurm-hooks itself failing (not installed, crashed) and
-#: the shim lets the job run: our own bug must never drain the fleet.
-EXIT_REJECT = 3
 #: Seconds to wait for the watcher to finish acting before giving up this run.
 DETECT_LOCK_WAIT_S = 15.0
 #: ``hook PHASE --dry-run``: load and validate, act on nothing (``install``'s test).
 DRY_RUN = "--dry-run"
-#: ``act.metrics.DEFAULT_TEXTFILE_DIR``, named here so that a node without
-#: node_exporter's directory never imports the metrics module (a test holds
-#: the two equal).
-METRICS_DEFAULT_DIR = "/var/lib/prometheus/node-exporter"
-#: Environment variable that sets the log level; it wins over ``[general] log_level``.
-ENV_LOG_LEVEL = "SLURM_HOOKS_LOG_LEVEL"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -167,15 +163,6 @@ def detect_lock_or_degrade(store: StateStore, name: str, timeout: float) -> Iter
         cm.__exit__(None, None, None)
 
 
-def apply_log_level(cfg: Config) -> None:
-    """``[general] log_level`` for the rest of the run, unless
-    SLURM_HOOKS_LOG_LEVEL chose the level (one run is debugged through the
-    environment, whatever the config says).  Raises ConfigError for a level
-    that is not a logging level name."""
-    if not os.environ.get(ENV_LOG_LEVEL):
-        logging.getLogger().setLevel(cfg.general.log_level.upper())
-
-
 def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: float) -> int:
     from slurm_hooks.core.errors import SlurmHooksError
     from slurm_hooks.core.model import Status
@@ -218,51 +205,6 @@ def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: floa
     if phase == "epilog":
         return 0
     return 1 if unhealthy and not handled else 0
-
-
-def write_metrics(
-    phase: str,
-    cfg: Config,
-    findings: Sequence[Finding],
-    duration_s: float,
-    check_durations: Mapping[str, float] | None = None,
-) -> str | None:
-    """``<[metrics] textfile_dir>/slurm_hooks_<phase>.prom`` for
-    node_exporter's textfile collector, replaced atomically; returns its
-    path, or None when nothing was written.  Costs one ``stat`` when the
-    directory does not exist (node_exporter not installed, the default
-    directory absent: no warning) or ``enabled = false``; prometheus_client
-    is imported only when the file is written.  A write that fails is
-    logged, never fails the hook."""
-    raw = cfg.data.get("metrics", {})
-    if isinstance(raw, Mapping):
-        # Turned off, or the common node without node_exporter (one stat):
-        # the metrics module (its dataclasses) is never imported.
-        if raw.get("enabled", True) is False:
-            return None
-        where = raw.get("textfile_dir", METRICS_DEFAULT_DIR)
-        if where == METRICS_DEFAULT_DIR and not os.path.isdir(where):
-            return None
-    from slurm_hooks.act.metrics import DEFAULT_TEXTFILE_DIR, MetricsConfig
-    from slurm_hooks.core.errors import ConfigError
-
-    try:
-        mc = cfg.section("metrics", MetricsConfig)
-    except ConfigError as exc:
-        log.warning("metrics textfile not written: bad [metrics]: %s", exc)
-        return None
-    if not mc.enabled:
-        return None
-    if not os.path.isdir(mc.textfile_dir):
-        if mc.textfile_dir != DEFAULT_TEXTFILE_DIR:
-            log.warning("metrics textfile not written: [metrics] textfile_dir %s is not a "
-                        "directory", mc.textfile_dir)  # fmt: skip
-        return None
-    from slurm_hooks.act.metrics import PhaseRun, try_write_textfile
-
-    run = PhaseRun(phase, tuple(findings), time.time(), duration_s, dict(check_durations or {}))
-    path = try_write_textfile(mc.textfile_dir, run)
-    return str(path) if path is not None else None
 
 
 def already_handled(decisions: Sequence[Decision]) -> bool:

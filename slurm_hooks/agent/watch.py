@@ -11,7 +11,8 @@ that closes the gap:
   syscall); on the journal it asks every ``journal_interval_s``.  When
   something new arrives it runs the ``xid`` check alone - through the same
   runner, the same cursor and history as the hooks - and hands the findings
-  to the same remediation :class:`~slurm_hooks.act.engine.Engine`;
+  to the same remediation :class:`~slurm_hooks.act.engine.Engine` (the
+  followers live in ``detect/xid/follow.py``);
 * every ``nvml_interval_s`` it runs the whole ``watch`` phase (GPU lost,
   ECC, row remapping, throttling, temperature, and the XID check again) and
   hands what changed to the engine; every call also rolls forward an
@@ -32,17 +33,15 @@ moved and the drain already written.
 
 Nothing heavy on the per-event path: no click (``python -m slurm_hooks.agent.watch``
 is click-free), requests only when a webhook actually fires, prometheus_client
-only when ``/metrics`` is served.
+only when ``/metrics`` is served (``watch_metrics.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import logging
 import os
-import select
 import signal
 import sys
 import threading
@@ -51,9 +50,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_hooks.agent.hook import ENV_LOG_LEVEL
+from slurm_hooks.agent.hook_output import ENV_LOG_LEVEL
+from slurm_hooks.agent.watch_metrics import (  # noqa: F401 (re-exported: importable from here too)
+    _WatchCollector,
+    serve_metrics,
+)
 from slurm_hooks.core.errors import ConfigError, SlurmHooksError
 from slurm_hooks.core.model import Finding, Phase, Status
+from slurm_hooks.detect.xid.follow import (  # noqa: F401 (re-exported: importable from here too)
+    FileFollower,
+    Follower,
+    IntervalFollower,
+    KmsgFollower,
+)
 
 log = logging.getLogger("slurm_hooks.agent.watch")  # also under python -m
 
@@ -114,120 +123,6 @@ def detect_lock(state_dir: str, timeout: float = 20.0) -> Iterator[None]:
 
     with StateStore(state_dir).lock(DETECT_LOCK, timeout):
         yield
-
-
-# -- followers: "is there anything new in the kernel log?" ---------------------
-
-
-class Follower:
-    """Waits until the kernel log may hold something new.  ``wait`` returns
-    True when it is worth running the XID check, False on timeout."""
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:  # pragma: no cover - protocol
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class FileFollower(Follower):
-    """A plain file: one ``stat()`` per ``interval``; new inode, size or
-    mtime means look (the XID check's cursor decides what is really new)."""
-
-    def __init__(self, path: str, interval: float):
-        self.path = path
-        self.interval = interval
-        self._seen: tuple[int, int, int, int] | None = None
-
-    def _stamp(self) -> tuple[int, int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-    def changed(self) -> bool:
-        stamp = self._stamp()
-        if stamp is None or stamp == self._seen:
-            return False
-        self._seen = stamp
-        return True
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            if self.changed():
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0 or stop.is_set():
-                return False
-            if stop.wait(min(self.interval, left)):
-                return False
-
-
-class KmsgFollower(Follower):
-    """``/dev/kmsg``: ``poll()`` on our own descriptor, positioned at the end,
-    wakes when the kernel appends a record.  The records read here are only
-    a doorbell; the XID check reads them again from its cursor."""
-
-    def __init__(self, path: str, wakeup_fd: int | None = None):
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with contextlib.suppress(OSError):
-            os.lseek(self.fd, 0, os.SEEK_END)
-        self.poller = select.poll()
-        self.poller.register(self.fd, select.POLLIN | select.POLLPRI)
-        self.wakeup_fd = wakeup_fd
-        if wakeup_fd is not None:
-            self.poller.register(wakeup_fd, select.POLLIN)
-        self._first = True
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                if not os.read(self.fd, 16384):
-                    return
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno in (errno.EPIPE, errno.EINVAL, errno.EINTR):
-                    continue  # overwritten or oversized record: the check counts those
-                raise
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        if self._first:  # catch up with whatever came before we started
-            self._first = False
-            return True
-        if stop.is_set():
-            return False
-        events = self.poller.poll(max(0, int(timeout * 1000)))
-        hit = any(fd == self.fd and ev & (select.POLLIN | select.POLLPRI) for fd, ev in events)
-        if hit:
-            self._drain()
-        return hit
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-class IntervalFollower(Follower):
-    """The journal (or anything without a cheap change signal): look every
-    ``interval`` seconds."""
-
-    def __init__(self, interval: float):
-        self.interval = interval
-        self._next = 0.0
-
-    def wait(self, timeout: float, stop: threading.Event) -> bool:
-        left = self._next - time.monotonic()
-        if left > timeout:
-            stop.wait(max(0.0, timeout))
-            return False
-        if left > 0 and stop.wait(left):
-            return False
-        self._next = time.monotonic() + self.interval
-        return True
 
 
 def make_follower(
@@ -582,40 +477,6 @@ class Watcher:
             check_durations=self.stats.durations,
             xid_counts={code: n for code, n in self.stats.xid_counts.items()},
         )
-
-
-class _WatchCollector:
-    """Serves the watcher's latest poll at every scrape."""
-
-    def __init__(self, watcher: Watcher):
-        self.watcher = watcher
-
-    def collect(self) -> Any:
-        from slurm_hooks.act.metrics import build_registry
-
-        families = list(build_registry(self.watcher.phase_run()).collect())
-        if self.watcher.progress is not None:  # step-time skew per job (docs/progress.md)
-            families += self.watcher.progress.metric_families()
-            families += self.watcher.progress.totals.metric_families()
-        return families
-
-
-def serve_metrics(watcher: Watcher, port: int, addr: str = "0.0.0.0") -> Any:
-    """``/metrics`` for the watcher; None (logged) when it cannot bind or
-    prometheus_client is missing - metrics never stop detection."""
-    try:
-        from prometheus_client import CollectorRegistry
-
-        from slurm_hooks.act.metrics import serve
-
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_WatchCollector(watcher))
-        server, _ = serve(port, addr, registry)
-    except (OSError, ImportError) as exc:
-        log.warning("watch: /metrics not served on %s:%d: %s", addr, port, exc)
-        return None
-    log.info("watch: /metrics on %s:%s", addr, getattr(server, "server_port", port))
-    return server
 
 
 # -- entry points -------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """Kubernetes writes that the fault bridge and the lender both make: a Node
-patched read-modify-write, and pods evicted through the Eviction API."""
+patched read-modify-write, and pods evicted through the Eviction API; and
+what a step carried out returns (``StepResult``), for every executor."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from slurm_hooks.bridge.views import NODE_VIEW
@@ -17,6 +19,15 @@ log = logging.getLogger(__name__)
 PATCH_ATTEMPTS = 4
 
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    #: A ``plan.Step``, or a ``slinky_plan.SlinkyStep`` with the slinky mapping.
+    step: Any
+    #: done, partial, failed, skipped or dry-run
+    outcome: str
+    detail: str = ""
 
 
 def patch_node(

@@ -29,7 +29,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.bridge import plan as planner
-from slurm_hooks.bridge._exec import Obj, evict_pods, patch_node
+from slurm_hooks.bridge._exec import (  # noqa: F401 (StepResult re-exported: importable from here too)
+    Obj,
+    StepResult,
+    evict_pods,
+    patch_node,
+)
 from slurm_hooks.bridge.jobs_index import jobs_by_node
 from slurm_hooks.bridge.metrics import BridgeMetrics
 from slurm_hooks.bridge.replace import Replacer, make_replacer
@@ -56,15 +61,6 @@ NODE_PAGE = 500
 #: Our reason code for a node lent to inference: out of Slurm on purpose, not
 #: a fault, so the fault planner never cordons or replaces it.
 LEND_CODE = "LEND"
-
-
-@dataclass(frozen=True)
-class StepResult:
-    #: A ``plan.Step``, or a ``slinky_plan.SlinkyStep`` with the slinky mapping.
-    step: Any
-    #: done, partial, failed, skipped or dry-run
-    outcome: str
-    detail: str = ""
 
 
 @dataclass(frozen=True)

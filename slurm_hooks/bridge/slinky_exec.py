@@ -13,17 +13,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slurm_hooks.bridge import slinky_plan as sp
-from slurm_hooks.bridge._exec import Obj
+from slurm_hooks.bridge._exec import Obj, StepResult
 from slurm_hooks.bridge.plan import annotate_patch
 from slurm_hooks.core.errors import ConflictError, KubernetesError
 from slurm_hooks.k8s.client import pods_path
 from slurm_hooks.slurm.door import SlurmDoor
 
 if TYPE_CHECKING:
-    from slurm_hooks.bridge.service import Bridge, StepResult
+    from datetime import datetime
+
+    from slurm_hooks.bridge.metrics import BridgeMetrics
+    from slurm_hooks.bridge.settings import BridgeConfig
+    from slurm_hooks.k8s.client import KubeClient
+    from slurm_hooks.slurm.base import SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,26 @@ class Verdict:
 #: Runs acceptance for a Slurm node on the machine its slurmd now runs on.
 #: Raises SlurmHooksError when it could not run (tried again next pass).
 AcceptanceRunner = Callable[[str, str], Verdict]
+
+
+class Bridge(Protocol):
+    """What a slinky step needs of the bridge (``service.Bridge``, which
+    passes itself): named here so this module never imports the service."""
+
+    @property
+    def cfg(self) -> BridgeConfig: ...
+    @property
+    def kube(self) -> KubeClient: ...
+    @property
+    def slurm(self) -> SlurmClient: ...
+    @property
+    def metrics(self) -> BridgeMetrics: ...
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+    def _rmw(
+        self, name: str, current: dict[str, Obj], make_patch: Callable[[Obj], dict[str, Any]]
+    ) -> Obj: ...
+    def _execute(self, step: Any, current: dict[str, Obj]) -> StepResult: ...
 
 
 def list_slurmd_pods(bridge: Bridge) -> dict[str, list[sp.SlurmdPod]]:
@@ -55,8 +80,6 @@ def _split(ref: str) -> tuple[str, str]:
 def execute(
     bridge: Bridge, step: sp.SlinkyStep, current: dict[str, Obj], acceptor: AcceptanceRunner | None
 ) -> StepResult:
-    from slurm_hooks.bridge.service import StepResult
-
     cfg = bridge.cfg
     keys = sp.SlinkyKeys(cfg.annotation_prefix)
     now = bridge.clock()

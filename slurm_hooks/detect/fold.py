@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from slurm_hooks.core.model import Finding, Status
 
 if TYPE_CHECKING:
-    from slurm_hooks.detect.runner import CheckOutcome
+    from slurm_hooks.detect.outcome import CheckOutcome
 
 ROOT_CHECK = "gpu_lost"
 ROOT_CODES = frozenset({"GPU_LOST", "GPU_RESET_REQUIRED"})

@@ -33,6 +33,10 @@ from slurm_hooks.detect.checks.base import CheckContext, ok
 from slurm_hooks.detect.checks.registry import CHECKS, load
 from slurm_hooks.detect.checks.settings import ChecksConfig, load_checks_config
 from slurm_hooks.detect.fold import fold_lost_gpus
+from slurm_hooks.detect.outcome import (  # noqa: F401 (re-exported: importable from here too)
+    CheckOutcome,
+    worst,
+)
 from slurm_hooks.detect.profiles import (
     Profile,
     Profiles,
@@ -44,19 +48,6 @@ from slurm_hooks.detect.profiles import (
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """One check's part of a run."""
-
-    name: str
-    findings: tuple[Finding, ...]
-    seconds: float
-
-    @property
-    def status(self) -> Status:
-        return worst(f.status for f in self.findings)
 
 
 @dataclass(frozen=True)
@@ -117,10 +108,6 @@ class Deadline:
 
     def remaining(self) -> float:
         return self.at - self.clock()
-
-
-def worst(statuses: Iterable[Status]) -> Status:
-    return max(statuses, key=lambda s: s.rank, default=Status.OK)
 
 
 def _unknown(name: str, code: str, message: str, **values: Any) -> Finding:

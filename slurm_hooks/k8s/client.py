@@ -17,7 +17,9 @@ Decoding: msgspec, not the standard json module.  At 50,000 Nodes a LIST is
 about 35 MB of JSON per pass; msgspec decodes it about twice as fast, and
 with an ``ItemView`` (a TypedDict of the fields a caller reads) it skips the
 other fields while parsing instead of building and dropping them: a 500-node
-page costs under 1 ms instead of ~4 ms (bench/bench_bridge.py).
+page costs under 1 ms instead of ~4 ms (bench/bench_bridge.py).  The views,
+decoders and error mapping live in ``k8s/answers.py``, the API paths in
+``k8s/paths.py`` (importable from here too).
 
 Watches: ``watch()`` streams the changes after a resourceVersion as the API
 server sends them (one JSON object per line) and ends when the server closes
@@ -36,9 +38,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any
 from urllib.parse import urlencode
 
 import msgspec
@@ -48,7 +49,30 @@ from requests.adapters import HTTPAdapter
 from requests.utils import DEFAULT_CA_BUNDLE_PATH, select_proxy
 from urllib3.util.retry import Retry
 
-from slurm_hooks.core.errors import ConfigError, ConflictError, KubernetesError
+from slurm_hooks.core.errors import ConfigError, KubernetesError
+from slurm_hooks.k8s.answers import (  # noqa: F401 (re-exported: importable from here too)
+    ItemView,
+    Obj,
+    apply_view,
+    as_requests_error,
+    decode_any,
+    event_decoder,
+    item_decoder,
+    page_decoder,
+    status_error,
+)
+from slurm_hooks.k8s.paths import (  # noqa: F401 (re-exported: importable from here too)
+    REPLACEMENT_GROUP,
+    REPLACEMENT_PLURAL,
+    REPLACEMENT_VERSION,
+    eviction_path,
+    lease_path,
+    machine_path,
+    nodes_path,
+    pdb_path,
+    pods_path,
+    replacement_path,
+)
 from slurm_hooks.k8s.transport import Answer, Transport
 
 log = logging.getLogger(__name__)
@@ -62,106 +86,7 @@ PATCH_TYPES = {"merge": MERGE_PATCH, "strategic": STRATEGIC_PATCH, "json": JSON_
 
 #: How often a service-account token file is read again (bound tokens rotate).
 TOKEN_REREAD_S = 60.0
-
-Obj = dict[str, Any]
 CallHook = Callable[[str, str, int, float], None]
-
-_decode_any = msgspec.json.Decoder().decode
-
-
-@dataclass(frozen=True)
-class ItemView:
-    """How a caller keeps only part of each listed or watched item.
-
-    ``schema`` is a TypedDict (nested TypedDicts for nested maps): each item
-    is decoded straight into it, so fields it does not name are skipped by
-    the parser, never built.  ``finish`` then adjusts each decoded item (in
-    place or not).  ``fallback`` maps a fully decoded item to the same view:
-    used when an answer does not fit ``schema`` (a field of an unexpected
-    type), so a view never fails where the plain decode would not."""
-
-    schema: Any
-    fallback: Callable[[Obj], Obj]
-    finish: Callable[[Obj], Obj] | None = None
-
-
-#: TypedDict's functional form, for the page and event types built around a
-#: view's schema at run time (static checkers cannot follow those).
-_typed_dict = cast(Any, TypedDict)
-_list_of = cast(Any, list).__class_getitem__
-
-_page_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
-_event_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
-_item_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
-
-
-def _page_decoder(view: ItemView) -> msgspec.json.Decoder[Any]:
-    dec = _page_decoders.get(view.schema)
-    if dec is None:
-        page = _typed_dict(
-            "Page", {"metadata": dict[str, Any], "items": _list_of(view.schema) | None}, total=False
-        )
-        dec = _page_decoders[view.schema] = msgspec.json.Decoder(page)
-    return dec
-
-
-def _item_decoder(view: ItemView) -> msgspec.json.Decoder[Any]:
-    dec = _item_decoders.get(view.schema)
-    if dec is None:
-        dec = _item_decoders[view.schema] = msgspec.json.Decoder(view.schema)
-    return dec
-
-
-def _event_decoder(view: ItemView) -> msgspec.json.Decoder[Any]:
-    dec = _event_decoders.get(view.schema)
-    if dec is None:
-        event = _typed_dict("Event", {"type": str, "object": view.schema}, total=False)
-        dec = _event_decoders[view.schema] = msgspec.json.Decoder(event)
-    return dec
-
-
-def _apply_view(items: list[Any], view: Callable[[Obj], Obj] | ItemView | None) -> list[Any]:
-    """Items decoded in full, cut to ``view``."""
-    if view is None:
-        return items
-    fn = view.fallback if isinstance(view, ItemView) else view
-    return [fn(i) for i in items]
-
-
-def _status_error(answer: _Answer, method: str, path: str) -> KubernetesError:
-    """Turn an error answer into our exception, keeping the Status fields."""
-    reason: str | None = None
-    message = answer.content[:300].decode("utf-8", "replace")
-    try:
-        body = _decode_any(answer.content)
-    except msgspec.DecodeError:
-        body = None
-    if isinstance(body, dict) and body.get("kind") == "Status":
-        reason = body.get("reason") or None
-        message = body.get("message") or message
-    text = f"{method} {path}: {answer.status} {reason or answer.reason}: {message}"
-    cls = ConflictError if answer.status == 409 else KubernetesError
-    return cls(text, status=answer.status, reason=reason)
-
-
-def _as_requests_error(exc: urllib3.exceptions.HTTPError) -> requests.RequestException:
-    """The requests exception that requests' own adapter raises for this
-    urllib3 error: callers see one kind of transport error whichever path
-    made the call (the urllib3 error stays chained as its cause)."""
-    u3 = urllib3.exceptions
-    reason = getattr(exc, "reason", None)
-    cls: type[requests.RequestException] = requests.ConnectionError
-    if isinstance(exc, u3.ReadTimeoutError) or isinstance(reason, u3.ReadTimeoutError):
-        cls = requests.ReadTimeout
-    elif isinstance(exc, u3.ConnectTimeoutError) or isinstance(reason, u3.ConnectTimeoutError):
-        cls = requests.ConnectTimeout
-    elif isinstance(exc, u3.SSLError) or isinstance(reason, u3.SSLError):
-        cls = requests.exceptions.SSLError
-    elif isinstance(reason, u3.ResponseError):
-        cls = requests.exceptions.RetryError
-    err = cls(exc)
-    err.__cause__ = exc
-    return err
 
 
 #: An answer read in full (the transport's; requests' answers are copied in).
@@ -376,11 +301,11 @@ class KubeClient:
             raise KubernetesError(f"{method} {path}: {exc}") from exc
         except urllib3.exceptions.HTTPError as exc:
             self._count(method, path, 0, started)
-            cause = _as_requests_error(exc)
+            cause = as_requests_error(exc)
             raise KubernetesError(f"{method} {path}: {cause}") from cause
         self._count(method, path, resp.status, started)
         if resp.status >= 400:
-            raise _status_error(resp, method, path)
+            raise status_error(resp, method, path)
         content = resp.content
         if not content:
             return {}
@@ -388,7 +313,7 @@ class KubeClient:
             return self._decode_object(content, answer_view, method, path, resp.status)
         if view is not None:
             try:
-                page: Obj = _page_decoder(view).decode(content)
+                page: Obj = page_decoder(view).decode(content)
             except msgspec.ValidationError:
                 log.debug("%s %s: an item does not fit the view, decoding in full", method, path)
             except msgspec.DecodeError as exc:
@@ -400,13 +325,13 @@ class KubeClient:
                     page["items"] = list(map(view.finish, page["items"]))
                 return page
         try:
-            out = _decode_any(content)
+            out = decode_any(content)
         except msgspec.DecodeError as exc:
             raise KubernetesError(
                 f"{method} {path}: answer is not JSON", status=resp.status
             ) from exc
         if view is not None and isinstance(out, dict) and out.get("items"):
-            out["items"] = _apply_view(out["items"], view)
+            out["items"] = apply_view(out["items"], view)
         return out if isinstance(out, dict) else {"items": out}
 
     @staticmethod
@@ -415,7 +340,7 @@ class KubeClient:
         skipped by the parser); in full and cut by ``view.fallback`` when
         it does not fit the view's types."""
         try:
-            obj: Obj = _item_decoder(view).decode(content)
+            obj: Obj = item_decoder(view).decode(content)
         except msgspec.ValidationError:
             log.debug("%s %s: the answer does not fit the view, decoding in full", method, path)
         except msgspec.DecodeError as exc:
@@ -423,7 +348,7 @@ class KubeClient:
         else:
             return view.finish(obj) if view.finish is not None else obj
         try:
-            full = _decode_any(content)
+            full = decode_any(content)
         except msgspec.DecodeError as exc:
             raise KubernetesError(f"{method} {path}: answer is not JSON", status=status) from exc
         if not isinstance(full, dict):
@@ -517,7 +442,7 @@ class KubeClient:
         if not limit:
             out = self.request("GET", path, params=params or None, view=typed)
             if plain is not None and out.get("items"):
-                out = {**out, "items": _apply_view(out["items"], plain)}
+                out = {**out, "items": apply_view(out["items"], plain)}
             return out
         params["limit"] = str(int(limit))
         for attempt in (1, 2):
@@ -578,7 +503,7 @@ class KubeClient:
             headers["Authorization"] = f"Bearer {token}"
         typed = item_view if isinstance(item_view, ItemView) else None
         plain = None if isinstance(item_view, ItemView) else item_view
-        decode = _event_decoder(typed).decode if typed is not None else _decode_any
+        decode = event_decoder(typed).decode if typed is not None else decode_any
         started = time.monotonic()
         try:
             resp = self.session.get(
@@ -596,7 +521,7 @@ class KubeClient:
         with resp:
             if resp.status_code >= 400:
                 answer = _Answer(resp.status_code, resp.reason or "", resp.content)
-                raise _status_error(answer, "WATCH", path)
+                raise status_error(answer, "WATCH", path)
             try:
                 for line in resp.iter_lines(chunk_size=65536):
                     if not line:
@@ -605,7 +530,7 @@ class KubeClient:
                     try:
                         event = decode(line)
                     except msgspec.ValidationError:  # an ERROR's Status, or an odd field
-                        event, fit = _decode_any(line), False
+                        event, fit = decode_any(line), False
                     except msgspec.DecodeError as exc:
                         raise KubernetesError(f"WATCH {path}: event is not JSON") from exc
                     kind, obj = event.get("type"), event.get("object") or {}
@@ -668,48 +593,3 @@ def _is_object_path(path: str) -> bool:
     if rest[:1] == ["namespaces"] and len(rest) >= 3:
         rest = rest[2:]
     return len(rest) >= 2
-
-
-# -- paths ------------------------------------------------------------------
-
-
-def nodes_path(name: str | None = None) -> str:
-    return "/api/v1/nodes" + (f"/{name}" if name else "")
-
-
-def pods_path(namespace: str | None = None, name: str | None = None) -> str:
-    if namespace is None:
-        return "/api/v1/pods"
-    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
-
-
-def eviction_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
-
-
-def lease_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-    return base + (f"/{name}" if name else "")
-
-
-def machine_path(namespace: str, name: str | None = None, version: str = "v1beta1") -> str:
-    base = f"/apis/cluster.x-k8s.io/{version}/namespaces/{namespace}/machines"
-    return base + (f"/{name}" if name else "")
-
-
-REPLACEMENT_GROUP = "slurm-hooks.io"
-REPLACEMENT_VERSION = "v1alpha1"
-REPLACEMENT_PLURAL = "nodereplacements"
-
-
-def replacement_path(namespace: str, name: str | None = None) -> str:
-    base = (
-        f"/apis/{REPLACEMENT_GROUP}/{REPLACEMENT_VERSION}/namespaces/{namespace}/"
-        f"{REPLACEMENT_PLURAL}"
-    )
-    return base + (f"/{name}" if name else "")
-
-
-def pdb_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
-    return base + (f"/{name}" if name else "")

@@ -9,6 +9,10 @@ contain blanks (``OS=Linux 6.1.0 #1 SMP ...``) and, worse, free text written
 by people (a node's ``Reason``, a job's ``Comment``) that may itself contain
 ``Key=Value``-looking words.  We therefore split on keys we know Slurm prints
 and treat anything else inside a free-text field as part of its value.
+
+The values inside the records (states, times, numbers) are parsed in
+``parse_values``, what Slurm says about itself (config, version, clock) in
+``parse_config``; their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -16,38 +20,26 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.core.model import JobInfo, NodeState
-
-#: Suffix characters ``sinfo``/``scontrol`` append to a base state, and the
-#: flag each one stands for (``DOWN*`` = down and not responding).
-STATE_SUFFIXES: Mapping[str, str] = {
-    "*": "NOT_RESPONDING",
-    "~": "POWERED_DOWN",
-    "#": "POWERING_UP",
-    "%": "POWERING_DOWN",
-    "!": "POWER_DOWN",
-    "$": "MAINTENANCE",
-    "@": "REBOOT_REQUESTED",
-    "^": "REBOOT_ISSUED",
-    "-": "PLANNED",
-}
-
-#: Base states as Slurm names them (node_state_base_string).  Anything else in
-#: a ``+``-joined state string is a flag.
-BASE_STATES = frozenset(
-    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING"}
+from slurm_hooks.slurm.parse_config import (  # noqa: F401 (re-exported: importable from here too)
+    config_items,
+    parse_sdiag_time,
+    parse_show_config,
+    parse_version,
+    server_time_from_diag,
 )
-#: ``sinfo -o %T`` shows these compound words as if they were states.
-_COMPOUND = {
-    "DRAINED": ("IDLE", "DRAIN"),
-    "DRAINING": ("ALLOCATED", "DRAIN"),
-    "DRAIN": ("IDLE", "DRAIN"),
-    "ALLOC": ("ALLOCATED", None),
-}
+from slurm_hooks.slurm.parse_values import (  # noqa: F401 (re-exported: importable from here too)
+    BASE_STATES,
+    STATE_SUFFIXES,
+    _epoch,
+    _int,
+    _none_if_null,
+    parse_state,
+    parse_time,
+)
 
 #: Node keys printed by ``scontrol -o show node`` (22.05 .. 24.11).  Used to
 #: tell a real field from ``Foo=bar`` inside free text.
@@ -91,7 +83,6 @@ _KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/\-]*)=")
 _REASON_TAIL_RE = re.compile(
     r" \[([^\[\]@\s]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None|N/A)\]"
 )
-_NULL = ("", "(null)", "None", "N/A", "n/a")
 
 #: The ASCII unit separator: no Slurm-generated field (ids, users, states,
 #: hostlists, partitions, counts) can contain it.  The only free text, the job
@@ -117,41 +108,6 @@ SQUEUE_FIELDS: Sequence[tuple[str, str]] = (
 def squeue_format() -> str:
     """The ``squeue -o`` value matching parse_squeue."""
     return SQUEUE_SEP.join(d for d, _ in SQUEUE_FIELDS)
-
-
-def parse_state(text: str) -> tuple[str, frozenset[str]]:
-    """``DOWN*+DRAIN`` -> ``('down', {'DRAIN', 'NOT_RESPONDING'})``.
-
-    Works for ``scontrol``'s ``State=`` (``IDLE+DRAIN``), ``sinfo -o %T``
-    (``drained``, ``idle*``) and JSON state lists (``['IDLE', 'DRAIN']``).
-    """
-    parts = [p for p in text.strip().upper().split("+") if p]
-    if not parts:
-        return "unknown", frozenset()
-    flags: set[str] = set()
-    cleaned: list[str] = []
-    for part in parts:
-        while part and part[-1] in STATE_SUFFIXES:
-            flags.add(STATE_SUFFIXES[part[-1]])
-            part = part[:-1]
-        if part:
-            cleaned.append(part)
-    base: str | None = None
-    for part in cleaned:
-        if base is None and part in BASE_STATES:
-            base = part
-        elif base is None and part in _COMPOUND:
-            base, flag = _COMPOUND[part]
-            if flag:
-                flags.add(flag)
-        else:
-            flags.add("DRAIN" if part in ("DRAINED", "DRAINING") else part)
-    if base is None:
-        base = "UNKNOWN"
-    # COMPLETING is a flag on top of a base state, except when it is the only word.
-    if base == "COMPLETING" and len(cleaned) == 1:
-        flags.add("COMPLETING")
-    return base.lower(), frozenset(flags)
 
 
 def _split_fields(
@@ -181,50 +137,6 @@ def parse_kv_line(
     for key, value in _split_fields(line, known, free_text):
         out.setdefault(key, value)
     return out
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """Slurm's ``2024-05-01T10:00:00`` (local time) as an aware datetime."""
-    if not text or text in _NULL or text in ("Unknown", "None"):
-        return None
-    try:
-        return datetime.fromisoformat(text).astimezone()
-    except ValueError:
-        return None
-
-
-def _epoch(value: Any) -> datetime | None:
-    """JSON times: a plain int (v0.0.38) or ``{"set": .., "number": ..}``."""
-    if isinstance(value, Mapping):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return None
-    return datetime.fromtimestamp(value).astimezone()
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, Mapping):
-        if not value.get("set", True):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        # At most 20 digits: a longer run is no Slurm number (and int() of
-        # 4,301 digits raises ValueError).
-        m = re.match(r"\s*(\d{1,20})(?!\d)", value)
-        return int(m.group(1)) if m else None
-    return None
-
-
-def _none_if_null(value: str | None) -> str | None:
-    if value is None:
-        return None
-    return None if value in _NULL else value
 
 
 _CONTINUATION = " " + " " * 7  # scontrol -o: line_end (a blank) + 7 blanks of indent
@@ -679,75 +591,3 @@ def parse_squeue(text: str) -> tuple[list[JobInfo], int]:
             )
         )
     return jobs, bad
-
-
-#: ``Prolog[0]``: 24.11 prints a key that takes several values once per value.
-_INDEXED_KEY_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]$")
-
-
-def parse_show_config(text: str) -> dict[str, str]:
-    """``scontrol show config``: ``Key      = value`` lines; section headers
-    and blank lines are skipped.
-
-    Slurm 24.11 prints list keys indexed (``Prolog[0] = /a``, ``Prolog[1] =
-    /b``, where 22.05 printed ``Prolog = /a``): those become one ``Prolog``
-    entry, the values in index order joined with ``,`` as slurm.conf writes
-    them (:func:`config_items` splits them again).  24.11 also leaves unset
-    keys out where 22.05 printed ``(null)``: a missing key reads as unset."""
-    out: dict[str, str] = {}
-    indexed: dict[str, dict[int, str]] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key or " " in key:
-            continue
-        m = _INDEXED_KEY_RE.match(key)
-        if m:
-            indexed.setdefault(m.group(1), {}).setdefault(int(m.group(2)), value.strip())
-            continue
-        out.setdefault(key, value.strip())
-    for key, values in indexed.items():
-        out.setdefault(key, ",".join(values[i] for i in sorted(values)))
-    return out
-
-
-def config_items(value: str | None) -> list[str]:
-    """The items of a ``show config`` value (``a,b`` -> ``[a, b]``); an unset
-    value (missing, ``(null)``, empty) has none."""
-    if value is None or value.strip() in ("", "(null)"):
-        return []
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
-_VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """``slurm-wlm 22.05.8`` / ``slurm 24.11.5`` -> ``(22, 5, 8)``."""
-    m = _VERSION_RE.search(text)
-    if not m:
-        raise SlurmError(f"cannot find a Slurm version in {text.strip()[:80]!r}")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
-#: ``sdiag output at Tue Dec 01 20:23:10 2026 (1796156590)``: the first line
-#: of ``sdiag`` on 22.05, 23.x, 24.11 and 25.x; the epoch is slurmctld's
-#: clock when it answered (``req_time``).
-_SDIAG_TIME = re.compile(r"^sdiag output at .*\((\d+)\)\s*$", re.MULTILINE)
-
-
-def parse_sdiag_time(text: str) -> datetime:
-    """slurmctld's own clock from ``sdiag`` output (aware, local zone)."""
-    m = _SDIAG_TIME.search(text)
-    if not m:
-        raise SlurmError("sdiag: no 'sdiag output at ... (epoch)' line")
-    return datetime.fromtimestamp(int(m.group(1))).astimezone()
-
-
-def server_time_from_diag(doc: Any) -> datetime:
-    """slurmctld's clock from a slurmrestd ``/diag`` answer (``statistics.req_time``)."""
-    stats = doc.get("statistics") if isinstance(doc, Mapping) else None
-    when = _epoch(stats.get("req_time")) if isinstance(stats, Mapping) else None
-    if when is None:
-        raise SlurmError("diag: no statistics.req_time in the answer")
-    return when
