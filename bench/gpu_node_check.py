@@ -298,6 +298,22 @@ def stage_checks(args: argparse.Namespace) -> dict[str, Any]:
             "status": str(res.status),
             "problems": [f"{f.status} {f.code} {f.message}"[:300] for f in res.problems],
         }
+    # A profile that leaves gpu_count unset: the GPU checks must still run
+    # here (runner.no_gpu_reason: the PCI list, then the driver's paths).
+    from slurm_hooks.detect.probes import pci
+
+    bare = tmp / "config-noprofile.toml"
+    text = (tmp / "config-counting.toml").read_text().split("[profiles.here]")[0]
+    bare.write_text(text.replace('nvml = "counting"', 'nvml = "pynvml"'))
+    res = runner.run_phase(
+        "healthcheck", cfg=config_mod.load(str(bare), validate=False), node="gpu-node",
+        only=["gpu_count", "gpu_lost"],
+    )  # fmt: skip
+    out["no_profile"] = {
+        "pci_nvidia": pci.vendor_present(pci.NVIDIA_VENDOR),
+        "driver_present": pci.driver_present(),
+        "findings": [f"{f.status} {f.code}: {f.message}"[:200] for f in res.findings],
+    }
     return out
 
 

@@ -47,8 +47,16 @@ def test_no_gpu_reason(tmp_path: Path) -> None:
     cpu, gpu = _bus(tmp_path, CPU_BUS, "cpu"), _bus(tmp_path, GPU_BUS, "gpu")
     unset = Profile(name="x")
     assert runner.no_gpu_reason(Profile(gpu_count=0), "pynvml", gpu) == "profile expects no GPUs"
-    assert runner.no_gpu_reason(unset, "pynvml", cpu) == runner.NO_NVIDIA_DEVICE
+    no_driver = (str(tmp_path / "no-driver"),)
+    assert runner.no_gpu_reason(unset, "pynvml", cpu, no_driver) == runner.NO_NVIDIA_DEVICE
     assert runner.no_gpu_reason(unset, "pynvml", gpu) is None
+    # A loaded driver wins over a PCI list without the GPU (a container's).
+    driver = tmp_path / "nvidiactl"
+    driver.write_text("")
+    assert runner.no_gpu_reason(unset, "pynvml", cpu, (str(driver),)) is None
+    assert runner.no_gpu_reason(unset, "pynvml", cpu, (str(tmp_path / "none"),)) == (
+        runner.NO_NVIDIA_DEVICE
+    )
     assert runner.no_gpu_reason(unset, "pynvml", str(tmp_path / "absent")) is None
     # A profile that expects GPUs is checked whatever the bus says (a GPU
     # that fell off the bus is what the checks are for), and a named fake

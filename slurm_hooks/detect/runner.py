@@ -287,7 +287,12 @@ REAL_NVML = "pynvml"
 NO_NVIDIA_DEVICE = "no NVIDIA device on the PCI bus and the profile sets no gpu_count"
 
 
-def no_gpu_reason(profile: Profile, backend: str, pci_devices: str | None = None) -> str | None:
+def no_gpu_reason(
+    profile: Profile,
+    backend: str,
+    pci_devices: str | None = None,
+    driver_paths: tuple[str, ...] | None = None,
+) -> str | None:
     """Why this node has no GPU to check, or None when it may have one.
 
     A profile with ``gpu_count = 0`` says so itself (the registry's
@@ -296,7 +301,9 @@ def no_gpu_reason(profile: Profile, backend: str, pci_devices: str | None = None
     ``/proc/bus/pci/devices``, the GPU checks do not apply, so a CPU node
     neither loads the NVML library nor reports "NVML not found" UNKNOWN on
     every run.  A named (fake) backend stands in for the hardware: it is
-    asked as before."""
+    asked as before.  A loaded NVIDIA driver always counts as a GPU that
+    may be there: a container's or sandbox's PCI list can leave it out, and
+    a GPU node whose checks are skipped would be trusted for ever."""
     from slurm_hooks.detect.probes import pci
 
     if profile.gpu_count == 0:
@@ -304,7 +311,11 @@ def no_gpu_reason(profile: Profile, backend: str, pci_devices: str | None = None
     if profile.gpu_count is not None or backend != REAL_NVML:
         return None
     present = pci.vendor_present(pci.NVIDIA_VENDOR, pci_devices or pci.PROC_PCI_DEVICES)
-    return NO_NVIDIA_DEVICE if present is False else None
+    if present is not False:
+        return None
+    if pci.driver_present(driver_paths or pci.NVIDIA_DRIVER_PATHS):
+        return None
+    return NO_NVIDIA_DEVICE
 
 
 def node_name() -> str:

@@ -13,7 +13,12 @@ device (vendor 0x10de: GPUs, NVSwitches) is told apart.
 
 from __future__ import annotations
 
+import os
+
 PROC_PCI_DEVICES = "/proc/bus/pci/devices"
+#: Signs of a loaded NVIDIA driver: with either, a GPU may be there whatever
+#: the PCI list shows (a container or sandbox may show a partial list).
+NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia/gpus", "/dev/nvidiactl")
 #: PCI vendor id of NVIDIA (pci.ids).
 NVIDIA_VENDOR = 0x10DE
 
@@ -38,3 +43,8 @@ def vendor_present(vendor: int, path: str = PROC_PCI_DEVICES) -> bool | None:
             return True
     # An empty or unparsable list proves nothing.
     return False if seen else None
+
+
+def driver_present(paths: tuple[str, ...] = NVIDIA_DRIVER_PATHS) -> bool:
+    """True when the NVIDIA kernel driver shows itself (one ``stat`` each)."""
+    return any(os.path.exists(p) for p in paths)
