@@ -161,8 +161,8 @@ def job_record(ctx: Context, job: JobInfo) -> dict[str, Any]:
     }
 
 
-#: A job the door returned no outcome for: taken as not signalled (and not
-#: sent again: its intent stands).
+#: A job the door returned no outcome for: taken as refused by that call
+#: (recorded with whatever else went out, never sent again).
 _NO_OUTCOME = SlurmError("no outcome returned for this job")
 
 
