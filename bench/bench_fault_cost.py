@@ -34,8 +34,9 @@ faulty path evacuates K jobs from a table of N + 5K.  ``job_tbl`` counts
 whole job-table reads (``REQUEST_JOB_INFO``), ``job_single`` single-job
 reads; ``jt_bytes`` is job-table reads times one table as ``scontrol show
 job`` prints it.  Then it measures the signal step alone on one node's K
-jobs: one ``scancel --signal`` per job (what the engine sends today) against
-``CliClient.signal_jobs`` (one ``scancel`` for all of them).
+jobs: one ``scancel --signal`` per job (what the evacuation sent before
+issue #31) against ``CliClient.signal_jobs`` (one ``scancel`` for all of
+them: what it sends now, through ``SlurmDoor.signal_many``).
 
 ``--records N``: a lab of ``--record-base`` real nodes plus N node records
 with no slurmd (``Lab(extra_records=N)``: DOWN, in a partition of their

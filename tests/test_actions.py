@@ -181,9 +181,11 @@ def test_drain_signal_grace_requeue_cancel(env):
     assert d.kind is DecisionKind.DRAIN
     reason = parse_reason(slurm.nodes["n1"].reason)
     assert (reason.code, reason.component, reason.incident) == ("XID79", "gpu3", d.incident)
+    # Each signal to all of the node's jobs, then the next (the door's
+    # per-job fallback: this fake signals one job per call).
     assert [c[1:] for c in slurm.calls if c[0] == "signal"] == [
-        ("101", "USR1", SignalTarget.BATCH), ("101", "TERM", SignalTarget.STEPS),
-        ("102", "USR1", SignalTarget.BATCH), ("102", "TERM", SignalTarget.STEPS),
+        ("101", "USR1", SignalTarget.BATCH), ("102", "USR1", SignalTarget.BATCH),
+        ("101", "TERM", SignalTarget.STEPS), ("102", "TERM", SignalTarget.STEPS),
     ]  # fmt: skip
     assert slurm.count("requeue") == 0  # the grace is not over
     assert eng.finish_incident(d.incident) == []

@@ -73,3 +73,26 @@ def test_ids_and_signals_are_checked_before_anything_runs() -> None:
     with pytest.raises(SlurmError):
         CliClient(runner=fake).signal_jobs(["1"], "USR1 --uid=0", SignalTarget.BATCH)
     assert fake.calls == []
+
+
+def test_a_controller_lost_after_a_batch_went_out_keeps_what_went_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second ``scancel`` finds no controller: the first one's jobs stay
+    signalled, the rest carry SlurmUnavailable (nothing raised: something
+    went out, and the caller must not send it again)."""
+    monkeypatch.setattr(cli_backend, "SIGNAL_BATCH", 2)
+    down = "scancel: error: Unable to contact slurm controller (connect failure)"
+    answers = [CommandResult((), 0, "", "", 0.01)] + [CommandResult((), 1, "", down, 0.01)] * 9
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], **_kw: object) -> CommandResult:
+        calls.append(list(argv))
+        return answers.pop(0)
+
+    out = CliClient(runner=runner, retries=1, sleep=lambda s: None).signal_jobs(
+        ["1", "2", "3", "4", "5"], "USR1", SignalTarget.BATCH
+    )
+    assert out["1"] is None and out["2"] is None
+    assert all(isinstance(out[j], SlurmUnavailable) for j in ("3", "4", "5"))
+    assert [c[3:] for c in calls] == [["1", "2"], ["3", "4"], ["3", "4"]]  # no try for 5

@@ -3,8 +3,9 @@
 The room of an incident's life between a confirmed drain and an empty node:
 
 * ``evacuate``: the node's jobs are journalled as they were (owner, restart
-  count), each is sent the checkpoint signal at most once (intent before
-  the call), and the grace deadline is set; it returns what comes next;
+  count), each is sent the checkpoint signal at most once (the intents
+  before the call; one call per signal and target for all of them), and
+  the grace deadline is set; it returns what comes next;
 * ``finish``: after the grace (or early, for jobs that already stopped),
   each job is requeued exactly once (the door's rule: a restart count that
   moved means it was requeued already), cancelled or left running, with
@@ -107,6 +108,7 @@ def evacuate(ctx: Context, incident: str) -> Next:
             doc["status"] = IncidentStatus.EVACUATING
             doc.setdefault("steps", []).append({"step": "jobs_listed", "at": iso(ctx.clock())})
             ctx.state.write_incident(doc)
+        pending = []
         for job_id, rec in doc["jobs"].items():
             if rec.get("signalled_at"):
                 continue
@@ -118,7 +120,9 @@ def evacuate(ctx: Context, incident: str) -> Next:
                 rec["signals"] = ["unknown: a run died while signalling"]
                 ctx.state.write_incident(doc)
                 continue
-            signal_job(ctx, doc, job_id, rec)
+            pending.append(job_id)
+        if pending:
+            signal_jobs(ctx, doc, pending)
         if doc.get("deadline") is None:
             doc["deadline"] = iso(ctx.clock() + timedelta(seconds=doc["grace_s"]))
             ctx.state.write_incident(doc)
@@ -157,10 +161,34 @@ def job_record(ctx: Context, job: JobInfo) -> dict[str, Any]:
     }
 
 
-def signal_job(ctx: Context, doc: dict[str, Any], job_id: str, rec: dict[str, Any]) -> None:
-    rec["signal_intent_at"] = iso(ctx.clock())
-    ctx.state.write_incident(doc)  # intent before the side effect
-    sent = []
+#: A job the door returned no outcome for: taken as refused by that call
+#: (recorded with whatever else went out, never sent again).
+_NO_OUTCOME = SlurmError("no outcome returned for this job")
+
+
+def signal_jobs(ctx: Context, doc: dict[str, Any], job_ids: list[str]) -> None:
+    """Send the checkpoint signals to ``job_ids`` (none of them signalled
+    before): one door call per (signal, target) for all of them, so the
+    CLI's ``scancel`` reads the job table once per target, not once per
+    job and target.
+
+    The intents of all of them are journalled, in one write, before
+    anything goes out: a run that dies after it never sends them again
+    (at most once; ``evacuate`` records them as unknown).  A job Slurm
+    refuses (no steps, or it just ended) is recorded with what did go out;
+    the requeue step will tell.  When slurmctld does not answer, nothing
+    more is sent: a job that got nothing has its intent taken back (the
+    next run, the XID not being committed either, sends its checkpoint
+    signal instead of requeueing without one) and SlurmUnavailable is
+    raised; a job that got part of its signals keeps its record."""
+    jobs = doc["jobs"]
+    intent = iso(ctx.clock())
+    for job_id in job_ids:
+        jobs[job_id]["signal_intent_at"] = intent
+    ctx.state.write_incident(doc)  # the intents before the side effect
+    sent: dict[str, list[str]] = {job_id: [] for job_id in job_ids}
+    unreached: set[str] = set()
+    lost: SlurmUnavailable | None = None
     for sig, target in (
         (doc.get("signal_batch"), SignalTarget.BATCH),
         (doc.get("signal_steps"), SignalTarget.STEPS),
@@ -168,29 +196,42 @@ def signal_job(ctx: Context, doc: dict[str, Any], job_id: str, rec: dict[str, An
         if not sig:
             continue
         try:
-            ctx.door.signal(job_id, sig, target)
-            sent.append(f"{sig}->{target}")
-        except SlurmUnavailable:
-            if sent:  # part went out: keep the record, never send it twice
-                break
-            # slurmctld did not answer: nothing went out.  Take the intent
-            # back so the next run (the XID is not committed either) sends
-            # the checkpoint signal instead of requeueing without one.
+            results = ctx.door.signal_many(job_ids, sig, target)
+        except SlurmUnavailable as exc:  # the controller answered for none
+            results = dict.fromkeys(job_ids, exc)
+        for job_id in job_ids:
+            err = results.get(job_id, _NO_OUTCOME)
+            if err is None:
+                sent[job_id].append(f"{sig}->{target}")
+            elif isinstance(err, SlurmUnavailable):
+                unreached.add(job_id)
+                lost = err
+            else:
+                log.info("signal %s to job %s (%s) failed: %s", sig, job_id, target, err)
+        if lost is not None:
+            break  # slurmctld stopped answering: send nothing more
+    back = {job_id for job_id in unreached if not sent[job_id]}
+    done = iso(ctx.clock())
+    for job_id in job_ids:
+        rec = jobs[job_id]
+        if job_id in back:
             rec["signal_intent_at"] = None
             rec["signal_retries"] = int(rec.get("signal_retries") or 0) + 1
-            ctx.state.write_incident(doc)
-            raise
-        except SlurmError as exc:
-            # No steps, or the job just ended: the requeue step will tell.
-            log.info("signal %s to job %s (%s) failed: %s", sig, job_id, target, exc)
-    rec["signalled_at"] = iso(ctx.clock())
-    rec["signals"] = sent
+        else:
+            rec["signalled_at"] = done
+            rec["signals"] = sent[job_id]
     ctx.state.write_incident(doc)
-    ctx.audit.record(
-        "signal", node=doc["node"], job=job_id, incident=doc["incident"], user=rec.get("user"),
-        why=f"checkpoint grace {doc['grace_s']:g}s before requeue", signals=sent,
-        actor=ctx.actor,
-    )  # fmt: skip
+    for job_id in job_ids:
+        if job_id in back:
+            continue
+        ctx.audit.record(
+            "signal", node=doc["node"], job=job_id, incident=doc["incident"],
+            user=jobs[job_id].get("user"),
+            why=f"checkpoint grace {doc['grace_s']:g}s before requeue", signals=sent[job_id],
+            actor=ctx.actor,
+        )  # fmt: skip
+    if back and lost is not None:
+        raise lost
 
 
 def finish(

@@ -91,7 +91,10 @@ class JobsSignal(Protocol):
     jobs one ``scancel`` each reads the table once per job.  One call for
     all of them reads it once, however many jobs the node runs.  Returns
     each job's outcome: None (signalled) or the typed error (JobGone for a
-    job that ended).  SlurmUnavailable when nothing could be sent."""
+    job that ended).  SlurmUnavailable when nothing could be sent; when the
+    controller stops answering part-way, the jobs not reached carry
+    SlurmUnavailable as their outcome instead (what went out stays known).
+    ``SlurmDoor.signal_many`` is the one caller."""
 
     def signal_jobs(
         self, job_ids: Sequence[str], signal: str, target: SignalTarget

@@ -502,14 +502,23 @@ class CliClient:
         one whole job-table read for all of them, not one per job).  scancel
         signals each job on its own and names each one it could not
         (``Kill job error on job id N: ...``, rc 1): those get their typed
-        error, the others None."""
+        error, the others None.  SlurmUnavailable is raised only when the
+        first ``scancel`` found no controller; a later one that finds none
+        leaves its ids and the rest with SlurmUnavailable as their outcome
+        (what went out before stays known)."""
         ids = [check_job_id(j) for j in job_ids]
         head = _scancel_signal(signal, target)
         out: dict[str, SlurmError | None] = {}
         for start in range(0, len(ids), SIGNAL_BATCH):
             chunk = ids[start : start + SIGNAL_BATCH]
             argv = [*head, *chunk]
-            res = self._call(argv, refusal_ok=True)
+            try:
+                res = self._call(argv, refusal_ok=True)
+            except SlurmUnavailable as exc:
+                if not out:
+                    raise
+                out.update(dict.fromkeys(ids[start:], exc))
+                break
             failed = _failed_job_ids(res.stderr) if res.rc else {}
             if res.rc and not failed:
                 # scancel failed as a whole (no job named): nothing is known.

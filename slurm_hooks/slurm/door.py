@@ -30,12 +30,23 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged, SlurmError
+from slurm_hooks.core.errors import (
+    ForeignReasonError,
+    ReasonChanged,
+    SlurmError,
+    SlurmUnavailable,
+)
 from slurm_hooks.core.held import comment_is_ours, parse_mark
 from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, reason_counts
 from slurm_hooks.core.reason import DrainReason, try_parse_reason
-from slurm_hooks.slurm.base import NodeComments, NodeReboot, SignalTarget, SlurmClient
+from slurm_hooks.slurm.base import (
+    JobsSignal,
+    NodeComments,
+    NodeReboot,
+    SignalTarget,
+    SlurmClient,
+)
 from slurm_hooks.slurm.reservation import create_argv, delete_argv
 
 log = logging.getLogger(__name__)
@@ -251,6 +262,40 @@ class SlurmDoor:
     def signal(self, job_id: str, signal: str, target: SignalTarget) -> None:
         """Signal a job (JobGone when it ended or was purged)."""
         self.client.signal_job(job_id, signal, target)
+
+    def signal_many(
+        self, job_ids: Sequence[str], signal: str, target: SignalTarget
+    ) -> dict[str, SlurmError | None]:
+        """Signal every job in ``job_ids``; each job's outcome: None (sent)
+        or its typed error (JobGone for a job that ended).
+
+        A client that signals many jobs in one request (``JobsSignal``: the
+        CLI's one ``scancel``, which reads the job table once for all of
+        them) gets one call; any other (REST, pyslurm, a test double) one
+        ``signal_job`` per job.  SlurmUnavailable is raised only when the
+        controller answered for none of them; once it stops answering
+        part-way, the jobs not reached carry SlurmUnavailable as their
+        outcome (no retry per remaining job: each would wait out the
+        client's whole retry budget)."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+        if isinstance(self.client, JobsSignal):
+            return self.client.signal_jobs(ids, signal, target)
+        out: dict[str, SlurmError | None] = {}
+        for i, job_id in enumerate(ids):
+            try:
+                self.client.signal_job(job_id, signal, target)
+            except SlurmUnavailable as exc:
+                if i == 0:
+                    raise
+                out.update(dict.fromkeys(ids[i:], exc))
+                break
+            except SlurmError as exc:
+                out[job_id] = exc
+            else:
+                out[job_id] = None
+        return out
 
     @staticmethod
     def requeued_since(job: JobInfo, restarts_before: int) -> bool:
