@@ -16,28 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hook_config import write_config
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).parent / "data"
 
-CONFIG = """
-[general]
-state_dir = "{state}"
-[checks]
-sysfs_root = "{sysfs}"
-[checks.xid]
-source = "file"
-path = "{kern}"
-[profiles.cpu]
-base = "cpu"
-nodes = "cpu[01-64]"
-memory_gb = 1
-scratch_path = "{scratch}"
-scratch_min_free_gb = 0.001
-mounts = ["/dev/shm"]
-{metrics}
-"""
 
 #: The hook's own entry, in-process, reporting its exit code and whether
 #: prometheus_client was imported.
@@ -50,19 +33,7 @@ print(json.dumps({"code": code, "prom": "prometheus_client" in sys.modules}))
 
 
 def _config(tmp_path: Path, metrics: str) -> Path:
-    (tmp_path / "scratch").mkdir(exist_ok=True)
-    (tmp_path / "kern.log").write_text("")
-    path = tmp_path / "config.toml"
-    path.write_text(
-        CONFIG.format(
-            state=tmp_path / "state",
-            sysfs=DATA / "sysfs" / "dgx_h100_healthy",
-            kern=tmp_path / "kern.log",
-            scratch=tmp_path / "scratch",
-            metrics=metrics,
-        )
-    )
-    return path
+    return write_config(tmp_path, metrics + "\n")
 
 
 def _hook(cfg: Path, phase: str, *, probe: bool = False) -> subprocess.CompletedProcess[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hook_config import write_config
 
 from slurm_hooks.core import config
 from slurm_hooks.core.errors import ConfigError
@@ -27,27 +28,11 @@ from slurm_hooks.detect.probes import host
 from slurm_hooks.detect.profiles import Profile, as_profile, load_builtin
 from slurm_hooks.detect.runner import run_phase
 
-DATA = Path(__file__).parent / "data"
-
-CONFIG = """
-[general]
-state_dir = "{state}"
-[checks]
-sysfs_root = "{sysfs}"
-[checks.xid]
-source = "file"
-path = "{kern}"
-[profiles.gpu]
+#: The CPU node's config (tests/hook_config.py) plus an 8-GPU profile.
+GPU_PROFILE = """[profiles.gpu]
 base = "h100-sxm5-80gb"
 nodes = "gpu[001-128]"
 memory_gb = 1
-[profiles.cpu]
-base = "cpu"
-nodes = "cpu[01-64]"
-memory_gb = 1
-scratch_path = "{scratch}"
-scratch_min_free_gb = 0.001
-mounts = ["/dev/shm"]
 """
 
 #: Runs the CPU node's health check the way the hook does (the runner's
@@ -73,18 +58,7 @@ HEAVY = ("psutil", "ClusterShell", "click", "requests", "urllib3", "pynvml", "su
 
 
 def _write_config(tmp_path: Path) -> Path:
-    (tmp_path / "scratch").mkdir(exist_ok=True)
-    (tmp_path / "kern.log").write_text("")
-    path = tmp_path / "config.toml"
-    path.write_text(
-        CONFIG.format(
-            state=tmp_path / "state",
-            sysfs=DATA / "sysfs" / "dgx_h100_healthy",
-            kern=tmp_path / "kern.log",
-            scratch=tmp_path / "scratch",
-        )
-    )
-    return path
+    return write_config(tmp_path, GPU_PROFILE)
 
 
 def _hook(tmp_path: Path, cfg: Path) -> dict[str, Any]:

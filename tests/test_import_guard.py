@@ -27,10 +27,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from hook_config import write_config
 
 from slurm_hooks.detect.probes import pci
-
-DATA = Path(__file__).parent / "data"
 
 #: Our modules a healthy hook without GPUs may import (any phase).
 ALLOWED = frozenset(
@@ -184,40 +183,11 @@ def test_the_guard_fails_for_each_forbidden_import(module: str) -> None:
 
 # -- the hooks themselves ------------------------------------------------------
 
-CONFIG = """
-[general]
-state_dir = "{state}"
-[metrics]
-enabled = false
-[checks]
-sysfs_root = "{sysfs}"
-[checks.xid]
-source = "file"
-path = "{kern}"
-[profiles.cpu]
-base = "cpu"
-nodes = "cpu[01-64]"
-memory_gb = 1
-scratch_path = "{scratch}"
-scratch_min_free_gb = 0.001
-mounts = ["/dev/shm"]
-"""
-
 
 @pytest.fixture(scope="module")
 def cpu_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("guard")
-    (tmp / "scratch").mkdir()
-    (tmp / "kern.log").write_text("")
-    cfg = tmp / "config.toml"
-    cfg.write_text(
-        CONFIG.format(
-            state=tmp / "state",
-            sysfs=DATA / "sysfs" / "dgx_h100_healthy",
-            kern=tmp / "kern.log",
-            scratch=tmp / "scratch",
-        )
-    )
+    cfg = write_config(tmp, "[metrics]\nenabled = false\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(
         SLURM_HOOKS_CONFIG=str(cfg),
