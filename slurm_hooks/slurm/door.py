@@ -285,7 +285,7 @@ class SlurmDoor:
         out: dict[str, SlurmError | None] = {}
         for i, job_id in enumerate(ids):
             try:
-                self.client.signal_job(job_id, signal, target)
+                self.signal(job_id, signal, target)
             except SlurmUnavailable as exc:
                 if i == 0:
                     raise
