@@ -23,8 +23,11 @@ from conftest import submit
 
 from slurm_hooks.act.engine import Engine, spawn_worker
 from slurm_hooks.act.notify import Notifier
+from slurm_hooks.core.errors import JobGone
 from slurm_hooks.core.model import Action, Component, Finding, Status
 from slurm_hooks.decide import DecisionKind, PolicyConfig
+from slurm_hooks.slurm.base import SignalTarget
+from slurm_hooks.slurm.door import SlurmDoor
 from slurm_hooks.store.audit import AuditLog
 from slurm_hooks.store.state import StateStore
 
@@ -133,3 +136,43 @@ def test_job_that_checkpoints_on_usr1_and_exits(fresh_lab, job_dir, tmp_path, rc
             assert lab.client().get_job(job_id).restart_count == 0
     finally:
         _cleanup(lab, job_id)
+
+
+#: The batch shell ends on its own once its step is up; the step survives the
+#: TERM slurmd sends at the job's end (it traps it) until ``end`` appears, so
+#: the job stays COMPLETING for as long as the test needs.
+ENDING_JOB = """#!/bin/bash
+export D={dir}
+srun -n1 bash -c '
+  trap "echo TERM >> $D/step.$SLURM_JOB_ID" TERM
+  echo up > $D/step-up.$SLURM_JOB_ID
+  while [ ! -e $D/end ]; do sleep 0.1; done' &
+while [ ! -e $D/step-up.$SLURM_JOB_ID ]; do sleep 0.1; done
+exit 1
+"""
+
+
+def test_signalling_a_completing_job_is_job_gone_not_a_failure(fresh_lab, job_dir):
+    """A job whose batch shell exited on USR1 before the steps' TERM went
+    out is COMPLETING: scancel refuses it, and its outcome is JobGone while
+    the other job on the same list is signalled; nothing is raised.  (The
+    narrower race CI met, scancel reading the job as RUNNING and the
+    controller then answering ESLURM_ALREADY_DONE, which scancel reports by
+    its exit status alone, is played in tests/test_signal_jobs.py.)"""
+    lab = fresh_lab
+    script = job_dir / "ending.sh"
+    script.write_text(ENDING_JOB.replace("{dir}", str(job_dir)))
+    ending = submit(lab, script, "-N1", "-o", str(job_dir / "out.%j"))
+    running, _node = _start(lab, job_dir, on_usr1=":")
+    try:
+        lab.wait_job(ending, lambda j: j.state == "COMPLETING", timeout=30)
+        door = SlurmDoor(lab.client())
+        out = door.signal_many([ending, running], "TERM", SignalTarget.STEPS)
+        assert isinstance(out[ending], JobGone)
+        assert out[running] is None
+        lab.wait_for(lambda: _got(job_dir / f"step.{running}") == ["TERM"], 15, what="TERM")
+        with pytest.raises(JobGone):
+            door.signal(ending, "TERM", SignalTarget.STEPS)
+    finally:
+        (job_dir / "end").touch()
+        _cleanup(lab, running)

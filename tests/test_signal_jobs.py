@@ -4,6 +4,8 @@ typed from the lines scancel writes for the jobs it could not signal."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slurm_hooks.core.errors import JobGone, SlurmError, SlurmUnavailable
@@ -96,3 +98,49 @@ def test_a_controller_lost_after_a_batch_went_out_keeps_what_went_out(
     assert out["1"] is None and out["2"] is None
     assert all(isinstance(out[j], SlurmUnavailable) for j in ("3", "4", "5"))
     assert [c[3:] for c in calls] == [["1", "2"], ["3", "4"], ["3", "4"]]  # no try for 5
+
+
+def test_a_silent_scancel_on_a_completing_job_is_job_gone() -> None:
+    """scancel keeps quiet about a job that is already completing and exits
+    with ESLURM_ALREADY_DONE cut to 8 bits (229): seen on the lab when the
+    batch shell exits on USR1 just before the steps' TERM goes out."""
+    fake = Scancel(stderr="", rc=229)
+    client = CliClient(runner=fake, sleep=lambda s: None)
+    out = client.signal_jobs(["7"], "TERM", SignalTarget.STEPS)
+    assert isinstance(out["7"], JobGone) and out["7"].job_id == "7"
+    with pytest.raises(JobGone):
+        client.signal_job("7", "TERM", SignalTarget.STEPS)
+
+
+def test_a_silent_scancel_for_many_jobs_asks_slurm_which_ended() -> None:
+    """Several ids, rc 229 and no words: the job table (real 22.05 records)
+    tells which ended; the others were signalled (never sent again)."""
+    data = Path(__file__).parent / "data" / "slurm"
+    records = {
+        "1": (data / "22.05-job_running_comments.txt").read_text(),
+        "2": (data / "22.05-job_completing.txt").read_text().replace("JobId=1 ", "JobId=2 ", 1),
+    }
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], **_kw: object) -> CommandResult:
+        calls.append(list(argv))
+        if argv[0] == "scancel":
+            return CommandResult(tuple(argv), 229, "", "", 0.01)
+        if argv[-1] not in records:
+            gone = "slurm_load_jobs error: Invalid job id specified"
+            return CommandResult(tuple(argv), 1, "", gone, 0.01)
+        return CommandResult(tuple(argv), 0, records[argv[-1]], "", 0.01)
+
+    out = CliClient(runner=runner, sleep=lambda s: None).signal_jobs(
+        ["1", "2", "3"], "TERM", SignalTarget.STEPS
+    )
+    assert out["1"] is None
+    assert isinstance(out["2"], JobGone) and isinstance(out["3"], JobGone)
+    assert sum(c[0] == "scancel" for c in calls) == 1
+
+
+def test_an_unknown_exit_status_without_words_is_still_raised() -> None:
+    fake = Scancel(stderr="", rc=1)
+    with pytest.raises(SlurmError) as err:
+        CliClient(runner=fake).signal_jobs(["1", "2"], "TERM", SignalTarget.STEPS)
+    assert not isinstance(err.value, JobGone)

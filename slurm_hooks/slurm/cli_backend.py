@@ -29,7 +29,7 @@ from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
 from slurm_hooks.slurm import parse
 from slurm_hooks.slurm.base import SignalTarget
-from slurm_hooks.slurm.refusals import Op, typed
+from slurm_hooks.slurm.refusals import ALREADY_DONE, INVALID_JOB_ID, Op, scancel_errno, typed
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,8 @@ def classify_failure(argv: Sequence[str], rc: int, stderr: str, stdout: str = ""
     # ``scontrol show node X`` says ``Node X not found`` on stdout (rc=1).
     if op is Op.NODE_READ and subject and f"Node {subject} not found" in stdout:
         return NodeNotFound(subject, message)
-    return typed(op, subject, message, text=stderr)
+    errno = scancel_errno(rc) if argv and argv[0] == "scancel" and not stderr.strip() else None
+    return typed(op, subject, message, errno=errno, text=stderr)
 
 
 def check_reason(reason: str) -> str:
@@ -220,6 +221,20 @@ def _scancel_signal(signal: str, target: SignalTarget) -> list[str]:
     elif target == SignalTarget.FULL:
         argv.append("--full")
     return argv
+
+
+def _signal_refused(argv: Sequence[str], job_id: str, line: str, rc: int) -> SlurmError:
+    """The typed error for one job scancel did not signal: from its line, or
+    (a silent scancel) from its exit status."""
+    if line:
+        return typed(Op.JOB_SIGNAL, job_id, line, text=line)
+    message = f"{' '.join(argv[:2])} {job_id}: exit status {rc}, no message"
+    return typed(Op.JOB_SIGNAL, job_id, message, errno=scancel_errno(rc))
+
+
+def _silent(res: CommandResult) -> bool:
+    """scancel failed without a word: a job was completing or unknown."""
+    return not res.stderr.strip() and scancel_errno(res.rc) is not None
 
 
 def _failed_job_ids(stderr: str) -> dict[str, str]:
@@ -520,12 +535,31 @@ class CliClient:
                 out.update(dict.fromkeys(ids[start:], exc))
                 break
             failed = _failed_job_ids(res.stderr) if res.rc else {}
-            if res.rc and not failed:
+            if res.rc and not failed and _silent(res):
+                # A job of the chunk was completing or unknown (scancel names
+                # none): which one, Slurm's job table tells; the others got
+                # the signal.
+                failed = self._ended_of(chunk) if len(chunk) > 1 else {chunk[0]: ""}
+            elif res.rc and not failed:
                 # scancel failed as a whole (no job named): nothing is known.
                 raise classify_failure(argv, res.rc, res.stderr.strip(), res.stdout)
             for jid in chunk:
                 line = failed.get(jid)
-                out[jid] = None if line is None else typed(Op.JOB_SIGNAL, jid, line, text=line)
+                out[jid] = None if line is None else _signal_refused(argv, jid, line, res.rc)
+        return out
+
+    def _ended_of(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Job id -> why, for each of ``job_ids`` that is no longer running
+        (gone, completing or ended): what a silent scancel left unnamed."""
+        out = {}
+        for jid in job_ids:
+            try:
+                job = self.get_job(jid)
+            except JobGone:
+                out[jid] = f"job {jid}: {INVALID_JOB_ID.text}"
+                continue
+            if job.state not in ACTIVE_JOB_STATES or job.state == "COMPLETING":
+                out[jid] = f"job {jid}: {ALREADY_DONE.text} ({job.state})"
         return out
 
     def requeue(self, job_id: str) -> None:

@@ -75,6 +75,23 @@ NOT_REQUEUEABLE = (DISABLED, BATCH_ONLY)
 #: Refusals that mean "no such node", for a node operation.
 NO_SUCH_NODE = (INVALID_NODE_NAME,)
 
+#: scancel says nothing of a job it could not signal because the job was
+#: already completing or is unknown (scancel.c ``_cancel_job_id`` prints
+#: those two only with ``-v``); its exit status is then the error number
+#: cut to 8 bits (ESLURM_ALREADY_DONE 2021 -> 229, ESLURM_INVALID_JOB_ID
+#: 2017 -> 225).  Seen on the lab: ``scancel --signal=TERM`` rc 229, no
+#: output, on a job whose batch shell had just exited.
+SILENT_SCANCEL = (ALREADY_DONE, INVALID_JOB_ID)
+
+
+def scancel_errno(rc: int) -> int | None:
+    """The Slurm error number behind a silent scancel's exit status, when
+    it is one scancel keeps quiet about (:data:`SILENT_SCANCEL`)."""
+    for refusal in SILENT_SCANCEL:
+        if rc and refusal.errno & 0xFF == rc:
+            return refusal.errno
+    return None
+
 
 def typed(
     op: Op,
