@@ -100,7 +100,14 @@ def test_cpu_healthcheck_imports_nothing_heavy(tmp_path: Path) -> None:
         "not applicable: profile does not require persistence mode"
     )
     assert warm["findings"]["mounts"] == "1 mount(s) ok"
-    assert warm["findings"] == first["findings"]
+    # The warm run judges what the first one judged; the free space figure
+    # moves with whatever else writes to the disk meanwhile.
+    assert _steady(warm["findings"]) == _steady(first["findings"])
+
+
+def _steady(findings: dict[str, str]) -> dict[str, str]:
+    """The findings with the scratch check's free-space figure left out."""
+    return {k: (v.rsplit(":", 1)[0] if k == "scratch" else v) for k, v in findings.items()}
 
 
 # -- remembered hostlist answers ---------------------------------------------
