@@ -46,6 +46,11 @@ def config_file_option(help: str) -> Callable[[F], F]:
     )
 
 
+def check_option(help: str) -> Callable[[F], F]:
+    """``--check/--no-check``: whether to ask the running Slurm (on by default)."""
+    return click.option("--check/--no-check", default=True, show_default=True, help=help)
+
+
 @click.command("install")
 @prefix_option("Directory that gets prolog.d/, epilog.d/ and healthcheck/.")
 @config_file_option("Config file to create (with commented defaults) if it does not exist.")
@@ -78,12 +83,7 @@ def config_file_option(help: str) -> Callable[[F], F]:
     default=None,
     help="Hook budget in seconds for PrologEpilogTimeout (default: the runner's).",
 )
-@click.option(
-    "--check/--no-check",
-    default=True,
-    show_default=True,
-    help="Compare with the running Slurm (scontrol show config).",
-)
+@check_option("Compare with the running Slurm (scontrol show config).")
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @exits_on_error
 def command(
