@@ -25,6 +25,7 @@ import requests
 
 from slurm_hooks.bridge.plan import CAPI_REMEDIATE_ANNOTATION, RequestReplacement, replacement_name
 from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.clock import format_utc
 from slurm_hooks.core.errors import ConfigError, ConflictError, KubernetesError
 from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.k8s.client import (
@@ -53,7 +54,7 @@ def _payload(step: RequestReplacement) -> dict[str, Any]:
         "code": step.code,
         "reason": step.reason,
         "machine": step.machine,
-        "requestedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "requestedAt": format_utc(datetime.now(UTC)),
     }
 
 
