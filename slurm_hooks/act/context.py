@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 #: Starts the grace (or repair) worker for an incident file; returns its pid.
 Spawner = Callable[[Path], int | None]
+
+
+def utcnow() -> datetime:
+    """The clock port's default: the wall clock, in UTC (tests pass their own)."""
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -126,4 +131,4 @@ class Context:
         count_state_failure(what)
 
 
-__all__ = ["Audit", "Clock", "Context", "Spawner"]
+__all__ = ["Audit", "Clock", "Context", "Spawner", "utcnow"]

@@ -25,13 +25,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from slurm_hooks.act import alerts, deferred, drain, evacuate, held, own_job, repeats, rollforward
 from slurm_hooks.act import resume as resume_mod
-from slurm_hooks.act.context import Audit, Clock, Context, Spawner
+from slurm_hooks.act.context import Audit, Clock, Context, Spawner, utcnow
 from slurm_hooks.act.evacuate import RESTARTABLE_END_STATES, TERMINAL_JOB_STATES, JobOutcome
 from slurm_hooks.act.evacuate import reap as _reap  # noqa: F401 - agent/watch.py calls it here
 from slurm_hooks.act.notify.base import Alert, Notifier
@@ -59,10 +59,6 @@ __all__ = [
     "BOOKKEEPING_WAIT_S", "RESTARTABLE_END_STATES", "TERMINAL_JOB_STATES", "Clock", "Engine",
     "JobOutcome", "Spawner", "spawn_worker", "utcnow",
 ]  # fmt: skip
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class _First(NamedTuple):

@@ -105,107 +105,110 @@ def textfile_name(phase: str) -> str:
     return f"{NAMESPACE}_{safe}.prom"
 
 
-def _families(run: PhaseRun) -> Iterator[Any]:
-    from prometheus_client.core import GaugeMetricFamily
+#: A family's samples: label values, then the number.
+Rows = Iterable[tuple[Sequence[str], float]]
 
-    findings = GaugeMetricFamily(
-        f"{NAMESPACE}_findings",
-        "Findings of the last run, by check, status and fault code.",
-        labels=["phase", "check", "status", "code"],
-    )
+
+def _family(kind: Any, name: str, doc: str, labels: list[str], rows: Rows) -> Any:
+    """One metric family of ``kind`` (``GaugeMetricFamily``,
+    ``CounterMetricFamily``) named ``slurm_hooks_<name>``, with ``rows``."""
+    family = kind(f"{NAMESPACE}_{name}", doc, labels=labels)
+    for values, n in rows:
+        family.add_metric(list(values), n)
+    return family
+
+
+def _families(run: PhaseRun) -> Iterator[Any]:
+    from prometheus_client.core import GaugeMetricFamily as Gauge
+
     counts: dict[tuple[str, str, str], int] = {}
     for f in run.findings:
         key = (f.check, str(f.status), f.code)
         counts[key] = counts.get(key, 0) + 1
-    for (check, status, code), n in sorted(counts.items()):
-        findings.add_metric([run.phase, check, status, code], n)
-    yield findings
-
-    worst = GaugeMetricFamily(
-        f"{NAMESPACE}_check_status",
-        "Worst status of each check in the last run (0 OK, 1 UNKNOWN, 2 WARN, 3 FAIL).",
-        labels=["phase", "check"],
+    yield _family(
+        Gauge,
+        "findings",
+        "Findings of the last run, by check, status and fault code.",
+        ["phase", "check", "status", "code"],
+        (([run.phase, *key], n) for key, n in sorted(counts.items())),
     )
+
     ranks: dict[str, int] = {}
     for f in run.findings:
         ranks[f.check] = max(ranks.get(f.check, 0), f.status.rank)
-    for check, rank in sorted(ranks.items()):
-        worst.add_metric([run.phase, check], rank)
-    yield worst
-
-    last = GaugeMetricFamily(
-        f"{NAMESPACE}_last_check_timestamp_seconds",
-        "Unix time the phase last finished its checks.",
-        labels=["phase"],
+    yield _family(
+        Gauge,
+        "check_status",
+        "Worst status of each check in the last run (0 OK, 1 UNKNOWN, 2 WARN, 3 FAIL).",
+        ["phase", "check"],
+        (([run.phase, check], rank) for check, rank in sorted(ranks.items())),
     )
-    last.add_metric([run.phase], run.timestamp)
-    yield last
-
-    dur = GaugeMetricFamily(
-        f"{NAMESPACE}_phase_duration_seconds",
-        "Seconds the last run of the phase took.",
-        labels=["phase"],
-    )
-    dur.add_metric([run.phase], run.duration_s)
-    yield dur
-
+    for name, doc, value in (
+        (
+            "last_check_timestamp_seconds",
+            "Unix time the phase last finished its checks.",
+            run.timestamp,
+        ),
+        ("phase_duration_seconds", "Seconds the last run of the phase took.", run.duration_s),
+    ):
+        yield _family(Gauge, name, doc, ["phase"], [([run.phase], value)])
     if run.check_durations:
-        cdur = GaugeMetricFamily(
-            f"{NAMESPACE}_check_duration_seconds",
+        yield _family(
+            Gauge,
+            "check_duration_seconds",
             "Seconds each check took in the last run.",
-            labels=["phase", "check"],
+            ["phase", "check"],
+            (([run.phase, check], secs) for check, secs in sorted(run.check_durations.items())),
         )
-        for check, secs in sorted(run.check_durations.items()):
-            cdur.add_metric([run.phase, check], secs)
-        yield cdur
 
     yield from _event_families(run)
 
 
+def _by_label(counts: Mapping[str, int]) -> Rows:
+    return (([label], n) for label, n in sorted(counts.items()))
+
+
 def _event_families(run: PhaseRun) -> Iterator[Any]:
     """The node's event counts and held faults (kept across runs)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    # CounterMetricFamily without ``created`` writes no _created sample: the
+    # counts come from the watcher's persistent state, not this process.
+    from prometheus_client.core import CounterMetricFamily as Counter
+    from prometheus_client.core import GaugeMetricFamily as Gauge
 
     if run.xid_counts:
-        # CounterMetricFamily without ``created`` writes no _created sample:
-        # the count comes from the watcher's persistent state, not this process.
-        xid = CounterMetricFamily(
-            f"{NAMESPACE}_xid_events",
+        yield _family(
+            Counter,
+            "xid_events",
             "NVIDIA XID events seen in the kernel log, by XID code.",
-            labels=["xid"],
+            ["xid"],
+            (
+                ([str(code)], n)
+                for code, n in sorted(run.xid_counts.items(), key=lambda kv: int(str(kv[0])))
+            ),
         )
-        for xid_code, n in sorted(run.xid_counts.items(), key=lambda kv: int(str(kv[0]))):
-            xid.add_metric([str(xid_code)], n)
-        yield xid
-
     if run.state_failures:
-        sf = CounterMetricFamily(
-            f"{NAMESPACE}_state_failures",
+        yield _family(
+            Counter,
+            "state_failures",
             "Local state writes that failed (remediation went on without them), by kind.",
-            labels=["what"],
+            ["what"],
+            _by_label(run.state_failures),
         )
-        for what, n in sorted(run.state_failures.items()):
-            sf.add_metric([what], n)
-        yield sf
-
-    held = GaugeMetricFamily(
-        f"{NAMESPACE}_held_faults",
+    yield _family(
+        Gauge,
+        "held_faults",
         "Faults the circuit breaker held (seen, not drained) on this node, by code.",
-        labels=["code"],
+        ["code"],
+        _by_label(run.held),
     )
-    for code, n in sorted(run.held.items()):
-        held.add_metric([code], n)
-    yield held
-
     if run.repeats:
-        rep = CounterMetricFamily(
-            f"{NAMESPACE}_repeats_absorbed",
+        yield _family(
+            Counter,
+            "repeats_absorbed",
             "Repeats of a fault on a node already drained for it (no Slurm call), by code.",
-            labels=["code"],
+            ["code"],
+            _by_label(run.repeats),
         )
-        for code, n in sorted(run.repeats.items()):
-            rep.add_metric([code], n)
-        yield rep
 
 
 class _RunCollector:

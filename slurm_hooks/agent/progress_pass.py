@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +46,7 @@ from typing import Any
 from slurm_hooks.agent.progress_cost import PassReads, PassStats, PassTotals
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
+from slurm_hooks.core.identifiers import uid_of
 from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Provenance, Status
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
@@ -108,15 +108,6 @@ class JobReport:
 @dataclass
 class _Seen:
     acted: set[tuple[str, int, str]] = field(default_factory=set)
-
-
-def _uid(user: str | None) -> int | None:
-    if not user:
-        return None
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
 
 
 def skew(views: Mapping[int, RankView], last: int = 20) -> float | None:
@@ -296,7 +287,7 @@ class ProgressPass:
         base = (info.state or "").upper().split()[0] if info.state else ""
         if base != "RUNNING" or not hostlist.contains(info.nodes or "", self.node):
             return []
-        uid = _uid(info.user)
+        uid = uid_of(info.user)
         if uid is None:
             return []
         views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes, uid=uid), job)

@@ -55,6 +55,7 @@ from slurm_hooks.agent.watch_metrics import (  # noqa: F401 (re-exported: import
     _WatchCollector,
     serve_metrics,
 )
+from slurm_hooks.core.bounds import require_positive
 from slurm_hooks.core.errors import ConfigError, SlurmHooksError
 from slurm_hooks.core.model import Finding, Phase, Status
 from slurm_hooks.detect.xid.follow import (  # noqa: F401 (re-exported: importable from here too)
@@ -99,7 +100,8 @@ class WatchConfig:
     scan_min_interval_s: float = 0.2
 
     def validate(self) -> None:
-        for name in (
+        require_positive(
+            self,
             "log_interval_s",
             "journal_interval_s",
             "nvml_interval_s",
@@ -108,9 +110,7 @@ class WatchConfig:
             "retry_s",
             "retry_max_s",
             "scan_min_interval_s",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0")
+        )
 
 
 @contextlib.contextmanager

@@ -28,11 +28,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from slurm_hooks.bridge.settings import BridgeConfig
-from slurm_hooks.core.clock import parse_time  # noqa: F401 - re-exported (lending)
+from slurm_hooks.core.clock import (
+    UTC_SECONDS,
+    format_utc,
+    parse_time,  # noqa: F401 - re-exported (lending)
+)
 from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.reason import classify_owner, try_parse_reason
 from slurm_hooks.k8s.selectors import label_selector_matches
@@ -475,7 +479,7 @@ def cordon_patch(node: Obj, step: Cordon, cfg: BridgeConfig, now: datetime) -> d
         "effect": cfg.taint_effect,
     }
     if cfg.taint_effect == "NoExecute":
-        taint["timeAdded"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        taint["timeAdded"] = now.strftime(UTC_SECONDS)
     new_ann: dict[str, str | None] = {k: None for k in keys.all() if k in ann}
     new_ann.update(
         {
@@ -529,4 +533,4 @@ def annotate_patch(node: Obj, values: Mapping[str, str | None]) -> dict[str, Any
 def _iso(when: datetime) -> str:
     if when.tzinfo is None:
         return when.isoformat()
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_utc(when)

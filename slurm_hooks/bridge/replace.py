@@ -22,12 +22,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from slurm_hooks.bridge.plan import CAPI_REMEDIATE_ANNOTATION, RequestReplacement, replacement_name
 from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.core.clock import format_utc
 from slurm_hooks.core.errors import ConfigError, ConflictError, KubernetesError
+from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.k8s.client import (
     REPLACEMENT_GROUP,
     REPLACEMENT_VERSION,
@@ -54,7 +54,7 @@ def _payload(step: RequestReplacement) -> dict[str, Any]:
         "code": step.code,
         "reason": step.reason,
         "machine": step.machine,
-        "requestedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "requestedAt": format_utc(datetime.now(UTC)),
     }
 
 
@@ -126,16 +126,7 @@ class WebhookReplacer:
         self.url = cfg.webhook_url
         self.session = session or requests.Session()
         self.session.verify = cfg.webhook_ca or True
-        retry = Retry(
-            total=cfg.api_retries,
-            backoff_factor=0.5,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods=frozenset({"POST"}),
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
-        self.session.mount("https://", HTTPAdapter(max_retries=retry))
-        self.session.mount("http://", HTTPAdapter(max_retries=retry))
+        mount_retry(self.session, retry_policy(cfg.api_retries, backoff=0.5, methods=("POST",)))
         self.token: str | None = None
         if cfg.webhook_token_env:
             self.token = os.environ.get(cfg.webhook_token_env)

@@ -83,13 +83,15 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def _seconds_since(text: str | None, now: datetime) -> float | None:
+def _observe_since(histogram: Any, text: str | None, now: datetime) -> None:
+    """Observe the seconds from the time ``text`` stamps until ``now`` (an
+    annotation or Slurm's reason time); nothing when there is no stamp."""
     when = planner.parse_time(text)
     if when is None:
-        return None
+        return
     if when.tzinfo is None:
         when = when.astimezone()  # Slurm's reason times are local
-    return max((now - when).total_seconds(), 0.0)
+    histogram.observe(max((now - when).total_seconds(), 0.0))
 
 
 class Bridge:
@@ -343,9 +345,7 @@ class Bridge:
             self._rmw(step.node, current, lambda n: planner.cordon_patch(n, step, self.cfg, now))
             self.metrics.incidents.labels("cordon").inc()
             if step.drained_at is not None:
-                since = _seconds_since(step.drained_at.isoformat(), now)
-                if since is not None:
-                    self.metrics.drain_to_cordon.observe(since)
+                _observe_since(self.metrics.drain_to_cordon, step.drained_at.isoformat(), now)
             log.warning(
                 "node=%s slurm_node=%s incident=%s cordoned and tainted: %s",
                 step.node,
@@ -401,22 +401,18 @@ class Bridge:
                 ),
             )
             self.metrics.incidents.labels("replacement_requested").inc()
-            since = _seconds_since(
-                planner.node_annotations(current[step.node]).get(keys.cordoned_at), now
-            )
-            if since is not None:
-                self.metrics.cordon_to_replacement.observe(since)
+            cordoned_at = planner.node_annotations(current[step.node]).get(keys.cordoned_at)
+            _observe_since(self.metrics.cordon_to_replacement, cordoned_at, now)
             log.warning(
                 "node=%s incident=%s replacement requested: %s", step.node, step.incident, detail
             )
             return StepResult(step, "done", detail)
         if isinstance(step, planner.Uncordon):
             ann = planner.node_annotations(current[step.node])
-            since = _seconds_since(ann.get(keys.drained_at) or ann.get(keys.cordoned_at), now)
+            out_since = ann.get(keys.drained_at) or ann.get(keys.cordoned_at)
             self._rmw(step.node, current, lambda n: planner.uncordon_patch(n, self.cfg))
             self.metrics.incidents.labels("uncordon").inc()
-            if since is not None:
-                self.metrics.drain_to_back.observe(since)
+            _observe_since(self.metrics.drain_to_back, out_since, now)
             log.warning(
                 "node=%s incident=%s Slurm resumed the node: taint and annotations removed%s",
                 step.node,

@@ -77,6 +77,24 @@ def _split(ref: str) -> tuple[str, str]:
     return ns, name
 
 
+def _on_pod(
+    call: Callable[[], object], replaced: StepResult, gone: StepResult
+) -> StepResult | None:
+    """Make one call on a slurmd pod, which the NodeSet may have replaced
+    (409: the step's pod is no longer that one) or deleted (404) meanwhile:
+    the step then ends as ``replaced`` or ``gone``.  None: the call went
+    through."""
+    try:
+        call()
+    except ConflictError:
+        return replaced
+    except KubernetesError as exc:
+        if exc.status != 404:
+            raise
+        return gone
+    return None
+
+
 def execute(
     bridge: Bridge, step: sp.SlinkyStep, current: dict[str, Obj], acceptor: AcceptanceRunner | None
 ) -> StepResult:
@@ -96,14 +114,13 @@ def execute(
     if isinstance(step, sp.MarkPod):
         ns, name = _split(step.pod)
         marks = sp.pod_mark_patch(step.uid, step.incident, cfg, mark=step.mark)
-        try:
-            bridge.kube.patch(pods_path(ns, name), marks, "merge")
-        except ConflictError:
-            return StepResult(step, "skipped", "the pod was replaced meanwhile")
-        except KubernetesError as exc:
-            if exc.status != 404:
-                raise
-            return StepResult(step, "skipped", "the pod is gone")
+        missed = _on_pod(
+            lambda: bridge.kube.patch(pods_path(ns, name), marks, "merge"),
+            StepResult(step, "skipped", "the pod was replaced meanwhile"),
+            StepResult(step, "skipped", "the pod is gone"),
+        )
+        if missed is not None:
+            return missed
         log.info("pod=%s %s", step.pod, "cordoned (Slinky)" if step.mark else "marks removed")
         return StepResult(step, "done")
     if isinstance(step, sp.MovePod):
@@ -115,14 +132,13 @@ def execute(
             "kind": "DeleteOptions",
             "preconditions": {"uid": step.uid},
         }
-        try:
-            bridge.kube.request("DELETE", pods_path(ns, name), body=options)
-        except ConflictError:
-            return StepResult(step, "done", "already recreated")
-        except KubernetesError as exc:
-            if exc.status != 404:
-                raise
-            return StepResult(step, "done", "already gone")
+        missed = _on_pod(
+            lambda: bridge.kube.request("DELETE", pods_path(ns, name), body=options),
+            StepResult(step, "done", "already recreated"),
+            StepResult(step, "done", "already gone"),
+        )
+        if missed is not None:
+            return missed
         bridge.metrics.incidents.labels("slurmd_pod_moved").inc()
         log.warning(
             "node=%s slurm_node=%s incident=%s slurmd pod %s deleted: the NodeSet "

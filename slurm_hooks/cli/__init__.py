@@ -18,6 +18,11 @@ from typing import Any
 import click
 
 from slurm_hooks.core.errors import SlurmHooksError
+from slurm_hooks.core.exits import (  # noqa: F401 (re-exported: importable from here too)
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+)
 
 #: command name -> (module under slurm_hooks.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -49,8 +54,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: Entry-point group through which other distributions add commands (the
 #: lab adds ``lab`` and ``demo``): looked up only when a name is not ours.
 PLUGIN_GROUP = "slurm_hooks.commands"
-
-EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
 
 def _module_name(cmd: str) -> str:

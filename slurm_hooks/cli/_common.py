@@ -13,8 +13,11 @@ from typing import Any, TypeVar
 import click
 
 from slurm_hooks.core.errors import ConfigError, SlurmHooksError, SlurmUnavailable
-
-EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
+from slurm_hooks.core.exits import (  # noqa: F401 (re-exported: importable from here too)
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from slurm_hooks.cli._common import config_option
 from slurm_hooks.cli._width import wide_option
 from slurm_hooks.core.errors import SlurmHooksError
 from slurm_hooks.core.model import Phase, Status
@@ -58,12 +59,7 @@ def _table(result: object, verbose: bool, wide: bool = False) -> str:
     help="Run only these checks (repeat, or comma-separate), whatever their phase.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    help="Config file (default $SLURM_HOOKS_CONFIG or /etc/slurm-hooks/config.toml).",
-)
+@config_option
 @click.option("--profile", help="Use this profile instead of matching the node name.")
 @click.option("--node", help="Node name to match profiles against (default: this node).")
 @click.option("--state-dir", help="State directory (default: [general] state_dir).")

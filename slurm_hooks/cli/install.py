@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from slurm_hooks.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_UNHEALTHY,
+    F,
     exits_on_error,
     styled,
     use_color,
@@ -21,22 +23,37 @@ from slurm_hooks.core.config import DEFAULT_CONFIG
 from slurm_hooks.core.errors import CommandError
 
 
+def prefix_option(help: str) -> Callable[[F], F]:
+    """``--prefix``, the directory of the shims (install and uninstall)."""
+    return click.option(
+        "--prefix",
+        default=inst.DEFAULT_PREFIX,
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help=help,
+    )
+
+
+def config_file_option(help: str) -> Callable[[F], F]:
+    """``--config``, the config file install creates (default: the shipped path)."""
+    return click.option(
+        "--config",
+        "config_path",
+        default=DEFAULT_CONFIG,
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help=help,
+    )
+
+
+def check_option(help: str) -> Callable[[F], F]:
+    """``--check/--no-check``: whether to ask the running Slurm (on by default)."""
+    return click.option("--check/--no-check", default=True, show_default=True, help=help)
+
+
 @click.command("install")
-@click.option(
-    "--prefix",
-    default=inst.DEFAULT_PREFIX,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Directory that gets prolog.d/, epilog.d/ and healthcheck/.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    default=DEFAULT_CONFIG,
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Config file to create (with commented defaults) if it does not exist.",
-)
+@prefix_option("Directory that gets prolog.d/, epilog.d/ and healthcheck/.")
+@config_file_option("Config file to create (with commented defaults) if it does not exist.")
 @click.option(
     "--python",
     default=sys.executable,
@@ -66,12 +83,7 @@ from slurm_hooks.core.errors import CommandError
     default=None,
     help="Hook budget in seconds for PrologEpilogTimeout (default: the runner's).",
 )
-@click.option(
-    "--check/--no-check",
-    default=True,
-    show_default=True,
-    help="Compare with the running Slurm (scontrol show config).",
-)
+@check_option("Compare with the running Slurm (scontrol show config).")
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @exits_on_error
 def command(

@@ -31,6 +31,7 @@ from slurm_hooks.cli._common import (
 )
 from slurm_hooks.cli._width import fill, table, wide_option
 from slurm_hooks.core.errors import JobGone, SlurmError
+from slurm_hooks.core.identifiers import uid_of
 
 
 def _slurm_job(cfg: Any, job: str) -> tuple[Any, str | None]:
@@ -43,17 +44,6 @@ def _slurm_job(cfg: Any, job: str) -> tuple[Any, str | None]:
         raise
     except SlurmError as exc:
         return None, f"Slurm not consulted ({exc})"
-
-
-def _uid(user: str | None) -> int | None:
-    import pwd
-
-    if not user:
-        return None
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
 
 
 def _fmt_s(v: float | None) -> str:
@@ -87,7 +77,7 @@ def judge_job(cfg: Any, job: str, *, use_slurm: bool, now: float | None = None) 
             info, doc["note"] = _slurm_job(cfg, job)
         except JobGone:
             doc["slurm"] = {"state": "UNKNOWN"}
-    uid = _uid(info.user) if info is not None else None
+    uid = uid_of(info.user) if info is not None else None
     if info is not None:
         doc["slurm"] = {"state": info.state, "nodes": info.nodes, "user": info.user,
                         "restart_count": info.restart_count}  # fmt: skip

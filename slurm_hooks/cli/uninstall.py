@@ -24,7 +24,7 @@ import click
 
 from slurm_hooks.cli import installer as inst
 from slurm_hooks.cli._common import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY, exits_on_error
-from slurm_hooks.core.config import DEFAULT_CONFIG
+from slurm_hooks.cli.install import check_option, config_file_option, prefix_option
 from slurm_hooks.core.errors import CommandError
 
 #: Text every shim ``render_shim`` writes carries; a file without it is not ours.
@@ -130,30 +130,14 @@ def purge(paths: list[Path], *, dry_run: bool) -> list[Step]:
 
 
 @click.command("uninstall")
-@click.option(
-    "--prefix",
-    default=inst.DEFAULT_PREFIX,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="The --prefix install was given.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    default=DEFAULT_CONFIG,
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="Config file (removed only with --purge; it names the state dir and audit log).",
+@prefix_option("The --prefix install was given.")
+@config_file_option(
+    "Config file (removed only with --purge; it names the state dir and audit log)."
 )
 @click.option(
     "--purge", is_flag=True, help="Also remove the config file, the state dir and the audit log."
 )
-@click.option(
-    "--check/--no-check",
-    default=True,
-    show_default=True,
-    help="Keep a shim the running Slurm still calls (scontrol show config).",
-)
+@check_option("Keep a shim the running Slurm still calls (scontrol show config).")
 @click.option("--force", is_flag=True, help="Remove shims even if Slurm still calls them.")
 @click.option("--dry-run", is_flag=True, help="Show what would be removed; remove nothing.")
 @exits_on_error

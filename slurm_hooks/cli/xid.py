@@ -12,9 +12,8 @@ import click
 
 from slurm_hooks.cli._width import wide_option
 from slurm_hooks.core.errors import ConfigError, KernelLogError, StateError
+from slurm_hooks.core.exits import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY
 from slurm_hooks.core.model import Status
-
-EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
 
 def _when(wall: float | None, mono: float | None) -> str:

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from slurm_hooks.core.clock import format_utc, parse_utc
+
 OWNER_PREFIX = "slurm-hooks/"
 PREFIX = "slurm-hooks/1 HELD "
 _TOKEN = r"[A-Za-z0-9_.:/+\-\[\],]{1,64}"
@@ -44,7 +46,7 @@ class HeldMark:
 
 
 def format_mark(mark: HeldMark) -> str:
-    since = mark.since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = format_utc(mark.since)
     key = f" key={int(mark.key_at.timestamp())}" if mark.key_at is not None else ""
     text = f"{PREFIX}{mark.code} {mark.component or '-'} inc={mark.incident}{key} since={since}"
     if parse_mark(text) is None:
@@ -58,7 +60,7 @@ def parse_mark(comment: str | None) -> HeldMark | None:
     if not m:
         return None
     comp = m.group("comp")
-    since = datetime.strptime(m.group("since"), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    since = parse_utc(m.group("since"))
     key = datetime.fromtimestamp(int(m.group("key")), UTC) if m.group("key") else None
     return HeldMark(m.group("code"), None if comp == "-" else comp, m.group("inc"), since, key)
 

@@ -62,6 +62,18 @@ def check_user(
     return name
 
 
+def uid_of(user: str | None) -> int | None:
+    """The uid of a passwd user, None for no name or a name unknown here:
+    used to tell which processes and files are a job's owner's, never to
+    authorise anything."""
+    if not user:
+        return None
+    try:
+        return int(pwd.getpwnam(user).pw_uid)
+    except KeyError:
+        return None
+
+
 def check_job_id(value: Any) -> str:
     return _check(_JOB_RE, "job id", value)
 

@@ -10,9 +10,22 @@ unknown one visible instead of guessing.
 from __future__ import annotations
 
 import enum
+from typing import Self
 
 
-class IncidentStatus(enum.StrEnum):
+class _Stored(enum.StrEnum):
+    """A value the journal stores as its string."""
+
+    @classmethod
+    def parse(cls, raw: object) -> Self | None:
+        """The value stored on disk, or None when missing or unknown."""
+        try:
+            return cls(str(raw))
+        except ValueError:
+            return None
+
+
+class IncidentStatus(_Stored):
     """Where an incident stands; the journal's ``status``."""
 
     #: Intent recorded, the drain may or may not have landed yet.
@@ -33,16 +46,8 @@ class IncidentStatus(enum.StrEnum):
     #: fault is held (store/state.py ``held``), no job was touched.
     HELD = "held"
 
-    @classmethod
-    def parse(cls, raw: object) -> IncidentStatus | None:
-        """The status stored on disk, or None when missing or unknown."""
-        try:
-            return cls(str(raw))
-        except ValueError:
-            return None
 
-
-class Outcome(enum.StrEnum):
+class Outcome(_Stored):
     """What happened to one job of an incident; the journal's ``outcome``."""
 
     REQUEUED = "requeued"
@@ -52,13 +57,6 @@ class Outcome(enum.StrEnum):
     FINISHED = "finished"
     #: Slurm no longer knows the job.
     GONE = "gone"
-
-    @classmethod
-    def parse(cls, raw: object) -> Outcome | None:
-        try:
-            return cls(str(raw))
-        except ValueError:
-            return None
 
     @property
     def audit_action(self) -> str:

@@ -11,6 +11,8 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from slurm_hooks.core.bounds import require_at_least, require_positive
+
 
 @dataclass(frozen=True)
 class RepeatRule:
@@ -113,17 +115,14 @@ class PolicyConfig:
             raise ValueError("breaker_max_share must be in (0, 1]")
         if self.breaker_max_nodes < 1 or self.breaker_min_nodes < 0:
             raise ValueError("breaker_max_nodes must be >= 1 and breaker_min_nodes >= 0")
-        for name in ("app_fault_repeat_count", "replace_after", "flap_count"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        for name in (
+        require_at_least(self, 1, "app_fault_repeat_count", "replace_after", "flap_count")
+        require_positive(
+            self,
             "app_fault_repeat_window_s",
             "replace_window_s",
             "breaker_window_s",
             "flap_window_s",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0")
+        )
         for sig in (self.signal_batch, self.signal_steps):
             if sig and not sig.replace("SIG", "", 1).isalnum():
                 raise ValueError(f"invalid signal name {sig!r}")

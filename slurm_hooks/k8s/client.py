@@ -45,11 +45,10 @@ from urllib.parse import urlencode
 import msgspec
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
 from requests.utils import DEFAULT_CA_BUNDLE_PATH, select_proxy
-from urllib3.util.retry import Retry
 
 from slurm_hooks.core.errors import ConfigError, KubernetesError
+from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.k8s.answers import (  # noqa: F401 (re-exported: importable from here too)
     ItemView,
     Obj,
@@ -125,17 +124,11 @@ class KubeClient:
         self.session.verify = ca_file if ca_file else True
         if client_cert:
             self.session.cert = client_cert
-        retry = Retry(
-            total=retries,
-            connect=retries,
-            read=retries,
-            status=retries,
-            backoff_factor=backoff,
+        retry = retry_policy(
+            retries,
+            backoff=backoff,
             backoff_max=10.0,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods=frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"}),
-            respect_retry_after_header=True,
-            raise_on_status=False,
+            methods=("GET", "HEAD", "PUT", "DELETE", "OPTIONS"),
         )
         self._retry = retry
         #: ``http.client`` kept alive, for every call but watches (built on
@@ -145,9 +138,7 @@ class KubeClient:
         #: None: a caller's own session, or a proxy: requests does it all.
         self._transport: Transport | None = None
         self._fast = session is None
-        adapter = HTTPAdapter(max_retries=retry, pool_maxsize=8)
-        self.session.mount("https://", adapter)
-        self.session.mount("http://", adapter)
+        mount_retry(self.session, retry, pool_maxsize=8)
         if self.session.trust_env:
             # Every call goes to one server: resolve the environment's proxy
             # and CA-bundle settings for it once, not on every request

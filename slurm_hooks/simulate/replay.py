@@ -281,23 +281,26 @@ class Replay:
         with self.slurm.as_actor("admin"):
             self.slurm.requeue(job.sim.job_id)
 
-    def _person_drain(self, name: str, f: Fault) -> None:
+    def _drain_as(self, actor: str, name: str, f: Fault, reason: str) -> bool:
+        """Someone else's drain (a person, NHC) of a node ``f`` still breaks;
+        False when the fault is gone or the node is already out."""
         n = self.slurm.nodes[name]
         if self.state[name].broken is not f or n.drained or n.down:
-            return
-        with self.slurm.as_actor("admin"):
-            self.slurm.drain(name, f"bad node, ticket open ({f.cause})")
+            return False
+        with self.slurm.as_actor(actor):
+            self.slurm.drain(name, reason)
         self.fig.drains += 1
+        return True
+
+    def _person_drain(self, name: str, f: Fault) -> None:
+        if not self._drain_as("admin", name, f, f"bad node, ticket open ({f.cause})"):
+            return
         took, replaced = self._manual_fix_s(name, f)
         self.at(self.now + took, self._person_resume, name, f, replaced)
 
     def _nhc(self, name: str, f: Fault) -> None:
-        n = self.slurm.nodes[name]
-        if self.state[name].broken is not f or n.drained or n.down:
+        if not self._drain_as("nhc", name, f, f"NHC: check_hw_gpu: {f.cause}"):
             return
-        with self.slurm.as_actor("nhc"):
-            self.slurm.drain(name, f"NHC: check_hw_gpu: {f.cause}")
-        self.fig.drains += 1
         self.fig.false_drains += int(not self.evidence[f.cause].get("node_fault", True))
         took, replaced = self._manual_fix_s(name, f)
         self.at(self.now + self.p.response_s + took, self._person_resume, name, f, replaced)

@@ -33,6 +33,7 @@ from typing import Any
 
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
+from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.slurm import parse
 from slurm_hooks.slurm.base import SignalTarget
@@ -199,21 +200,13 @@ class RestClient:
         session: Any = None,
     ) -> None:
         import requests
-        from urllib3.util.retry import Retry
 
         if bool(socket) == bool(url):
             raise SlurmError("rest backend: give exactly one of socket= or url=")
         self._api = None if api in (None, "", AUTO_API) else str(api)
         self.timeout = timeout
-        retry = Retry(
-            total=retries,
-            connect=retries,
-            read=retries,
-            status=retries,
-            backoff_factor=backoff,
-            status_forcelist=(502, 503, 504),
-            allowed_methods=frozenset({"GET", "POST", "DELETE"}),
-            raise_on_status=False,
+        retry = retry_policy(
+            retries, backoff=backoff, methods=("GET", "POST", "DELETE"), statuses=(502, 503, 504)
         )
         if socket:
             try:
@@ -229,9 +222,7 @@ class RestClient:
         else:
             self.base = str(url).rstrip("/")
             self.session = session or requests.Session()
-            adapter = requests.adapters.HTTPAdapter(max_retries=retry)
-            self.session.mount("http://", adapter)
-            self.session.mount("https://", adapter)
+            mount_retry(self.session, retry)
         if token:
             self.session.headers["X-SLURM-USER-TOKEN"] = token
             if user:

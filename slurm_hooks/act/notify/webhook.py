@@ -12,6 +12,7 @@ from typing import Any
 
 from slurm_hooks.act.notify.base import Alert
 from slurm_hooks.core.errors import SlurmHooksError
+from slurm_hooks.core.http_retry import mount_retry, retry_policy
 
 
 class NotifyError(SlurmHooksError):
@@ -79,23 +80,10 @@ class WebhookSink:
     def _http(self) -> Any:
         if self._session is None:
             import requests
-            from requests.adapters import HTTPAdapter
-            from urllib3.util.retry import Retry
 
-            retry = Retry(
-                total=self.retries,
-                connect=self.retries,
-                read=self.retries,
-                status=self.retries,
-                backoff_factor=self.backoff,
-                status_forcelist=(429, 500, 502, 503, 504),
-                allowed_methods=frozenset({"POST"}),
-                raise_on_status=False,
-            )
+            retry = retry_policy(self.retries, backoff=self.backoff, methods=("POST",))
             session = requests.Session()
-            adapter = HTTPAdapter(max_retries=retry)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
+            mount_retry(session, retry)
             self._session = session
         return self._session
 
