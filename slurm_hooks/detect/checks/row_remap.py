@@ -42,6 +42,7 @@ class RowRemapCheck(GpuCheck):
             detail = "row remapping failed (no spare rows left); replace the GPU"
             return [self.gpu_finding(ROW_REMAP_FAILED, comp, detail, value)]
         if value["pending"]:
-            detail = f"row remap pending ({value['uncorrectable_rows']} uncorrectable rows); reset the GPU"
+            rows = value["uncorrectable_rows"]
+            detail = f"row remap pending ({rows} uncorrectable rows); reset the GPU"
             return [self.gpu_finding(ROW_REMAP_PENDING, comp, detail, value)]
         return []
