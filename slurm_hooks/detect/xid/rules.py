@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from slurm_hooks.core.model import Action, Component, Finding, Status, Value
@@ -53,13 +53,8 @@ class Incident:
     count: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "pci": self.pci,
-            "pid": self.pid,
-            "t": self.t,
-            "count": self.count,
-        }
+        """The history file's record: the fields as they are (``from_dict`` reads it back)."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Incident | None:
