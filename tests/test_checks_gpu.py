@@ -341,6 +341,30 @@ def test_ecc_not_supported_and_aggregate_limit(tmp_path: Path) -> None:
     assert found[("ECC_DBE_AGGREGATE", 1)].status == Status.WARN
 
 
+def test_retired_pages_pending_asks_for_a_reset() -> None:
+    # Pre-Ampere page retirement: one GPU with pages pending, one that has
+    # them retired already, one that answers NOT_SUPPORTED (A100 and later).
+    fake = FakeNvml(
+        {
+            "gpu_count": 3,
+            "gpu": {
+                "0": {"retired_pages_pending": True},
+                "1": {"retired_pages_pending": False},
+                "2": {"retired_pages_pending": "not_supported"},
+            },
+        }
+    )
+    [f] = run(RetiredPagesCheck(), ctx_for(fake, {}))
+    assert (f.check, f.status, f.code, f.action) == (
+        "retired_pages",
+        Status.FAIL,
+        "RETIRED_PAGES_PENDING",
+        Action.RESET_GPU,
+    )
+    assert f.component.index == 0 and f.values == {"pending": True}
+    assert f.message == "gpu0: retired pages pending; reset the GPU to retire them"
+
+
 def test_bad_check_settings_name_file_and_key() -> None:
     ctx = CheckContext(
         node="n",

@@ -10,7 +10,9 @@ import pytest
 
 from slurm_hooks.core.errors import CheckNotInstalled
 from slurm_hooks.core.model import Phase
+from slurm_hooks.detect import checks
 from slurm_hooks.detect.checks import registry
+from slurm_hooks.detect.checks.base import Problem
 from slurm_hooks.detect.checks.registry import CHECKS, CheckSpec, for_phase, load, load_class
 
 
@@ -23,6 +25,31 @@ def test_registry_phases_match_the_class(name: str) -> None:
         pytest.skip(f"{name} not installed yet")
     assert cls.name == name
     assert frozenset(cls.phases) == spec.phases, name
+
+
+def _documented_problems() -> set[tuple[str, str, str, str]]:
+    """(check, status, code, action) of each row of the table in the
+    package's docstring, the runner's own rows left out; a row such as
+    ``FAIL/WARN ... drain/none`` stands for two."""
+    table = checks.__doc__.split("=\n", 2)[2].split("\n=")[0]
+    rows = set()
+    for line in table.splitlines():
+        check, status, code, action, _ = line.split(None, 4)
+        if check != "(runner)":
+            for st, act in zip(status.split("/"), action.split("/"), strict=True):
+                rows.add((check, st, code, act))
+    return rows
+
+
+def test_documented_codes_are_the_declared_problems() -> None:
+    declared = set()
+    for spec in CHECKS.values():
+        module = sys.modules[load_class(spec).__module__]
+        for problem in vars(module).values():
+            if isinstance(problem, Problem):
+                row = (spec.name, str(problem.status), problem.code, str(problem.action))
+                declared.add(row)
+    assert declared == _documented_problems()
 
 
 def test_others_checks_are_registered() -> None:

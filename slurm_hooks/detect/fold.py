@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slurm_hooks.core.model import Finding, Status
+from slurm_hooks.detect.checks.base import ok
 
 if TYPE_CHECKING:
     from slurm_hooks.detect.outcome import CheckOutcome
@@ -71,16 +72,10 @@ def fold_lost_gpus(outcomes: Sequence[CheckOutcome]) -> tuple[CheckOutcome, ...]
         for comp in gone:
             blind.setdefault(comp, []).append(o.name)
         if not kept:
-            kept = [
-                Finding(
-                    check=o.name,
-                    status=Status.OK,
-                    code="OK",
-                    message=f"ok on the GPUs it could read; {', '.join(gone)} lost "
-                    f"(reported by {ROOT_CHECK})",
-                    values={"skipped_lost": ",".join(gone)},
-                )
-            ]
+            message = (
+                f"ok on the GPUs it could read; {', '.join(gone)} lost (reported by {ROOT_CHECK})"
+            )
+            kept = [ok(o.name, message, skipped_lost=",".join(gone))]
         out.append(replace(o, findings=tuple(kept)))
     return tuple(_name_blind(o, blind) if o.name == ROOT_CHECK else o for o in out)
 

@@ -2,7 +2,9 @@
 
 Registered in :mod:`.registry` (name -> "module:Class", phases); run by
 :mod:`slurm_hooks.detect.runner`.  Every result is a :class:`~slurm_hooks.core.model.Finding`
-with a stable code.  Codes and recommended actions of the checks here:
+with a stable code.  Codes and recommended actions of the checks here, each
+row a :class:`~.base.Problem` declared in its check's module (a test holds
+the two together):
 
 =================  =========  ====================  ===========  ==========================================
 check              status     code                  action       when

@@ -1,6 +1,7 @@
 """What the engine-driven checks (burnin, nccl, dcgm) share: their settings
-less the runner's keys, the request handed to a plug-in engine, GPU
-selection for a command, and the findings for a run they chose not to start.
+less the runner's keys, the engine "auto" picks, the request handed to a
+plug-in engine, GPU selection for a command, and the findings for a run they
+chose not to start.
 
 An engine that is not built in (``engine = "lab:fake"``) is found by name in
 the ``slurm_hooks.engines`` entry-point group (``detect.engines.registry``)
@@ -11,7 +12,9 @@ here reads the environment: a fake is used only when the config names it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,6 +35,20 @@ def load_settings(cls: type[T], ctx: CheckContext, check: str) -> T:
     """``[checks.<check>]`` as ``cls``; errors name ``checks.<check>.<key>``."""
     data = {k: v for k, v in ctx.settings.items() if k not in COMMON_SETTINGS | RUNNER_KEYS}
     return from_mapping(cls, data, path=ctx.config_path, prefix=f"checks.{check}")
+
+
+def choose_engine(engine: str, binary: str, binary_engine: str) -> str | None:
+    """The engine to run: ``engine`` as configured; for "auto" the reference
+    tool (``binary``, found on the hooks' PATH or given as a path) as
+    ``binary_engine``, else torch when importable, else None.  "auto" never
+    picks a fake."""
+    if engine != "auto":
+        return engine
+    if shutil.which(binary, path=commands.command_env()["PATH"]):
+        return binary_engine
+    if importlib.util.find_spec("torch") is not None:
+        return "torch"
+    return None
 
 
 def session_scenario(ctx: CheckContext | None) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.model import NODE, Action, Component, Finding, Phase, Status
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -101,6 +101,36 @@ class Check(Protocol):
     def judge(self, data: Any, ctx: CheckContext) -> list[Finding]:
         """Pure: findings from gathered data, ``ctx.profile`` and ``ctx.settings``."""
         ...
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One kind of finding a check reports: its stable code, its status and
+    the action it recommends, as a row of the table in
+    :mod:`slurm_hooks.detect.checks` says.  Declared once beside the check,
+    so a judge names the kind it saw and says only where and why: a code,
+    its status and its action are never spelled out twice."""
+
+    code: str
+    status: Status
+    action: Action
+
+    def finding(
+        self,
+        check: str,
+        message: str,
+        component: Component = NODE,
+        values: Mapping[str, Any] | None = None,
+    ) -> Finding:
+        return Finding(
+            check=check,
+            status=self.status,
+            code=self.code,
+            message=message,
+            component=component,
+            action=self.action,
+            values={} if values is None else values,
+        )
 
 
 def unknown(check: str, error: BaseException | str, component: Component | None = None) -> Finding:

@@ -24,10 +24,8 @@ finish inside the hook's deadline is not started (UNKNOWN "skipped: budget").
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
-import shutil
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -131,13 +129,7 @@ def load_settings(ctx: CheckContext, check: str) -> BurninSettings:
 
 
 def choose_engine(s: BurninSettings, ctx: CheckContext | None = None) -> str | None:
-    if s.engine != "auto":
-        return s.engine
-    if shutil.which(s.gpu_burn, path=commands.command_env()["PATH"]):
-        return "gpu_burn"
-    if importlib.util.find_spec("torch") is not None:
-        return "torch"
-    return None
+    return _engine_check.choose_engine(s.engine, s.gpu_burn, "gpu_burn")
 
 
 #: Seconds on top of the burn per engine; a plug-in engine gets PLUGIN_OVERHEAD.

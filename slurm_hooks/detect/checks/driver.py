@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from slurm_hooks.core.model import Action, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.checks.gpubase import nvml_session
 from slurm_hooks.detect.checks.registry import CHECKS
 from slurm_hooks.detect.profiles import as_profile
+
+DRIVER_VERSION = Problem("DRIVER_VERSION", Status.FAIL, Action.DRAIN)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -61,18 +63,10 @@ class DriverCheck:
                 f"driver {version} is older than the minimum {profile.driver_min_version}"
             )
         if problems:
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="DRIVER_VERSION",
-                    message="; ".join(problems),
-                    action=Action.DRAIN,
-                    values={
-                        "version": version,
-                        "expected": profile.driver_version,
-                        "minimum": profile.driver_min_version,
-                    },
-                )
-            ]
+            values = {
+                "version": version,
+                "expected": profile.driver_version,
+                "minimum": profile.driver_min_version,
+            }
+            return [DRIVER_VERSION.finding(self.name, "; ".join(problems), values=values)]
         return [ok(self.name, f"driver {version}", version=version)]

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, call_optional
+
+ECC_DBE = Problem("ECC_DBE", Status.FAIL, Action.RESET_GPU)
+ECC_DBE_AGGREGATE = Problem("ECC_DBE_AGGREGATE", Status.WARN, Action.DRAIN)
 
 
 @dataclass(frozen=True)
@@ -51,35 +54,19 @@ class EccCheck(GpuCheck):
         s = ctx.settings_as(Settings, self.name)
         vol = value["volatile_uncorrected"]
         if vol > s.max_volatile_uncorrected:
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="ECC_DBE",
-                    message=f"{comp.short()}: {vol} volatile uncorrectable ECC error(s); reset the GPU",
-                    component=comp,
-                    action=Action.RESET_GPU,
-                    values=value,
-                )
-            ]
+            detail = f"{vol} volatile uncorrectable ECC error(s); reset the GPU"
+            return [self.gpu_finding(ECC_DBE, comp, detail, value)]
         agg = value.get("aggregate_uncorrected")
         if (
             s.max_aggregate_uncorrected is not None
             and agg is not None
             and agg > s.max_aggregate_uncorrected
         ):
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.WARN,
-                    code="ECC_DBE_AGGREGATE",
-                    message=f"{comp.short()}: {agg} uncorrectable ECC errors over its lifetime "
-                    f"(limit {s.max_aggregate_uncorrected})",
-                    component=comp,
-                    action=Action.DRAIN,
-                    values=value,
-                )
-            ]
+            detail = (
+                f"{agg} uncorrectable ECC errors over its lifetime "
+                f"(limit {s.max_aggregate_uncorrected})"
+            )
+            return [self.gpu_finding(ECC_DBE_AGGREGATE, comp, detail, value)]
         return []
 
     def ok_values(self, data: GpuData) -> dict[str, Any]:

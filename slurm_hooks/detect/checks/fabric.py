@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, unknown
+from slurm_hooks.detect.checks.base import CheckContext, Problem, unknown
 from slurm_hooks.detect.checks.gpubase import GpuCheck, not_supported
 from slurm_hooks.detect.probes.nvml import (
     ERROR_ARGUMENT_VERSION_MISMATCH,
@@ -25,6 +25,8 @@ from slurm_hooks.detect.profiles import as_profile
 
 STATE_NAMES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 HEALTH_NAMES = {0: "not_supported", 1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
+FABRIC_FAIL = Problem("FABRIC_MANAGER", Status.FAIL, Action.DRAIN)
+FABRIC_WARN = Problem("FABRIC_MANAGER", Status.WARN, Action.NONE)
 
 
 def read_fabric_info(nvml: Any, handle: Any) -> dict[str, Any] | None:
@@ -96,48 +98,15 @@ class FabricCheck(GpuCheck):
         health = HEALTH_NAMES.get(value["health_summary"] or 0, "not_supported")
         values = {"state": state, "status": return_name(value["status"]), "health": health}
         if state == "in_progress":
-            return [
-                self._finding(comp, Status.WARN, Action.NONE, "fabric training in progress", values)
-            ]
+            return [self.gpu_finding(FABRIC_WARN, comp, "fabric training in progress", values)]
         if state != "completed":
-            return [
-                self._finding(
-                    comp,
-                    Status.FAIL,
-                    Action.DRAIN,
-                    f"fabric state {state}: is nvidia-fabricmanager running?",
-                    values,
-                )
-            ]
+            detail = f"fabric state {state}: is nvidia-fabricmanager running?"
+            return [self.gpu_finding(FABRIC_FAIL, comp, detail, values)]
         if value["status"] != 0:
-            return [
-                self._finding(
-                    comp,
-                    Status.FAIL,
-                    Action.DRAIN,
-                    f"fabric registration failed: {values['status']}",
-                    values,
-                )
-            ]
+            detail = f"fabric registration failed: {values['status']}"
+            return [self.gpu_finding(FABRIC_FAIL, comp, detail, values)]
         if health == "unhealthy":
-            return [
-                self._finding(comp, Status.FAIL, Action.DRAIN, "fabric health unhealthy", values)
-            ]
+            return [self.gpu_finding(FABRIC_FAIL, comp, "fabric health unhealthy", values)]
         if health == "limited_capacity":
-            return [
-                self._finding(comp, Status.WARN, Action.NONE, "fabric at limited capacity", values)
-            ]
+            return [self.gpu_finding(FABRIC_WARN, comp, "fabric at limited capacity", values)]
         return []
-
-    def _finding(
-        self, comp: Component, status: Status, action: Action, message: str, values: dict[str, Any]
-    ) -> Finding:
-        return Finding(
-            check=self.name,
-            status=status,
-            code="FABRIC_MANAGER",
-            message=f"{comp.short()}: {message}",
-            component=comp,
-            action=action,
-            values=values,
-        )

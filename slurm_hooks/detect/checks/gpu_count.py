@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok, unknown
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok, unknown
 from slurm_hooks.detect.checks.gpubase import nvml_session
 from slurm_hooks.detect.checks.registry import CHECKS
 from slurm_hooks.detect.probes.nvml import (
@@ -29,6 +29,12 @@ ALL_PHASES = frozenset(Phase)
 #: nvmlInit errors a reboot fixes: the kernel module and the user-space
 #: library disagree, or the module did not load.
 _REBOOT_INIT_ERRORS = (ERROR_DRIVER_NOT_LOADED, ERROR_LIB_RM_VERSION_MISMATCH)
+
+NVML_INIT_REBOOT = Problem("NVML_INIT", Status.FAIL, Action.REBOOT)
+NVML_INIT_DRAIN = Problem("NVML_INIT", Status.FAIL, Action.DRAIN)
+GPU_COUNT_FAIL = Problem("GPU_COUNT", Status.FAIL, Action.REBOOT)
+GPU_COUNT_WARN = Problem("GPU_COUNT", Status.WARN, Action.NONE)
+GPU_MODEL = Problem("GPU_MODEL", Status.WARN, Action.NONE)
 
 
 @dataclass(frozen=True)
@@ -73,59 +79,36 @@ class GpuCountCheck:
             err = data.init_error
             if expected is None:
                 return [unknown(self.name, f"NVML did not start: {err}")]
-            reboot = is_nvml_error(err, *_REBOOT_INIT_ERRORS)
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="NVML_INIT",
-                    message=f"NVML did not start ({error_name(err)}: {err}) but the profile "
-                    f"expects {expected} GPUs",
-                    action=Action.REBOOT if reboot else Action.DRAIN,
-                    values={"expected": expected, "nvml_error": error_name(err)},
-                )
-            ]
+            init = NVML_INIT_REBOOT if is_nvml_error(err, *_REBOOT_INIT_ERRORS) else NVML_INIT_DRAIN
+            message = (
+                f"NVML did not start ({error_name(err)}: {err}) but the profile "
+                f"expects {expected} GPUs"
+            )
+            values = {"expected": expected, "nvml_error": error_name(err)}
+            return [init.finding(self.name, message, values=values)]
         findings: list[Finding] = []
         count = data.count or 0
+        counts = {"count": count, "expected": expected}
         if expected is not None and count < expected:
-            findings.append(
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="GPU_COUNT",
-                    message=f"NVML sees {count} GPUs, profile {profile.name!r} expects {expected}",
-                    action=Action.REBOOT,
-                    values={"count": count, "expected": expected},
-                )
-            )
+            message = f"NVML sees {count} GPUs, profile {profile.name!r} expects {expected}"
+            findings.append(GPU_COUNT_FAIL.finding(self.name, message, values=counts))
         elif expected is not None and count > expected:
-            findings.append(
-                Finding(
-                    check=self.name,
-                    status=Status.WARN,
-                    code="GPU_COUNT",
-                    message=f"NVML sees {count} GPUs, more than the {expected} profile "
-                    f"{profile.name!r} expects: wrong profile?",
-                    action=Action.NONE,
-                    values={"count": count, "expected": expected},
-                )
+            message = (
+                f"NVML sees {count} GPUs, more than the {expected} profile "
+                f"{profile.name!r} expects: wrong profile?"
             )
+            findings.append(GPU_COUNT_WARN.finding(self.name, message, values=counts))
         if profile.gpu_model:
             want = profile.gpu_model.lower()
             for i, name in enumerate(data.names):
                 if name is not None and want not in name.lower():
-                    findings.append(
-                        Finding(
-                            check=self.name,
-                            status=Status.WARN,
-                            code="GPU_MODEL",
-                            message=f"gpu{i} is {name!r}, profile {profile.name!r} expects "
-                            f"{profile.gpu_model!r}: wrong profile?",
-                            component=Component("gpu", index=i),
-                            action=Action.NONE,
-                            values={"model": name, "expected": profile.gpu_model},
-                        )
+                    message = (
+                        f"gpu{i} is {name!r}, profile {profile.name!r} expects "
+                        f"{profile.gpu_model!r}: wrong profile?"
                     )
+                    values = {"model": name, "expected": profile.gpu_model}
+                    gpu = Component("gpu", index=i)
+                    findings.append(GPU_MODEL.finding(self.name, message, gpu, values))
         if not findings:
             models = sorted({n for n in data.names if n})
             findings.append(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuSample, nvml_unknown
 from slurm_hooks.detect.probes.nvml import (
     ERROR_GPU_IS_LOST,
@@ -21,6 +21,9 @@ from slurm_hooks.detect.probes.nvml import (
     error_name,
     is_nvml_error,
 )
+
+GPU_LOST = Problem("GPU_LOST", Status.FAIL, Action.REBOOT)
+GPU_RESET_REQUIRED = Problem("GPU_RESET_REQUIRED", Status.FAIL, Action.RESET_GPU)
 
 
 class GpuLostCheck(GpuCheck):
@@ -40,25 +43,15 @@ class GpuLostCheck(GpuCheck):
         exc = sample.error
         assert exc is not None
         comp = sample.component
+        values = {"nvml_error": error_name(exc)}
         if is_nvml_error(exc, ERROR_GPU_IS_LOST, ERROR_UNKNOWN):
-            return Finding(
-                check=self.name,
-                status=Status.FAIL,
-                code="GPU_LOST",
-                message=f"{comp.short()} is lost to NVML ({error_name(exc)}): fallen off the bus "
-                "(XID 79); reboot, replace if it recurs",
-                component=comp,
-                action=Action.REBOOT,
-                values={"nvml_error": error_name(exc)},
+            message = (
+                f"{comp.short()} is lost to NVML ({error_name(exc)}): fallen off the bus "
+                "(XID 79); reboot, replace if it recurs"
             )
+            return GPU_LOST.finding(self.name, message, comp, values)
         if is_nvml_error(exc, ERROR_RESET_REQUIRED):
-            return Finding(
-                check=self.name,
-                status=Status.FAIL,
-                code="GPU_RESET_REQUIRED",
-                message=f"{comp.short()}: NVML says the GPU needs a reset",
-                component=comp,
-                action=Action.RESET_GPU,
-                values={"nvml_error": error_name(exc)},
+            return self.gpu_finding(
+                GPU_RESET_REQUIRED, comp, "NVML says the GPU needs a reset", values
             )
         return nvml_unknown(self.name, comp, exc)

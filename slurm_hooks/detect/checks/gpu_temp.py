@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData
 from slurm_hooks.detect.profiles import as_profile
+
+GPU_TEMP_FAIL = Problem("GPU_TEMP", Status.FAIL, Action.DRAIN)
+GPU_TEMP_WARN = Problem("GPU_TEMP", Status.WARN, Action.NONE)
 
 
 @dataclass(frozen=True)
@@ -45,22 +48,13 @@ class GpuTempCheck(GpuCheck):
         warn = profile.gpu_temp_warn_c if profile.gpu_temp_warn_c is not None else s.warn_c
         fail = profile.gpu_temp_fail_c if profile.gpu_temp_fail_c is not None else s.fail_c
         if value >= fail:
-            status, action, limit = Status.FAIL, Action.DRAIN, fail
+            problem, limit = GPU_TEMP_FAIL, fail
         elif value >= warn:
-            status, action, limit = Status.WARN, Action.NONE, warn
+            problem, limit = GPU_TEMP_WARN, warn
         else:
             return []
-        return [
-            Finding(
-                check=self.name,
-                status=status,
-                code="GPU_TEMP",
-                message=f"{comp.short()}: {value} C (limit {limit:g} C)",
-                component=comp,
-                action=action,
-                values={"temp_c": value, "warn_c": warn, "fail_c": fail},
-            )
-        ]
+        values = {"temp_c": value, "warn_c": warn, "fail_c": fail}
+        return [self.gpu_finding(problem, comp, f"{value} C (limit {limit:g} C)", values)]
 
     def ok_values(self, data: GpuData) -> dict[str, Any]:
         temps = [s.value for s in data.samples if s.value is not None]

@@ -10,12 +10,12 @@ other checks only say they could not look.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.checks.registry import CHECKS, NO_GPUS, not_applicable
 from slurm_hooks.detect.probes.nvml import (
     ERROR_FUNCTION_NOT_FOUND,
@@ -105,6 +105,17 @@ class GpuCheck:
 
     def ok_values(self, data: GpuData) -> dict[str, Any]:
         return {"gpus": len(data.samples)}
+
+    def gpu_finding(
+        self,
+        problem: Problem,
+        comp: Component,
+        detail: str,
+        values: Mapping[str, Any] | None = None,
+    ) -> Finding:
+        """``problem`` on one GPU, worded as every per-GPU finding is: the
+        GPU's short name first (``gpu3: ...``), then ``detail``."""
+        return problem.finding(self.name, f"{comp.short()}: {detail}", comp, values)
 
     # -- contract ---------------------------------------------------------
     def gather(self, ctx: CheckContext) -> GpuData:

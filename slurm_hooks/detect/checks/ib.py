@@ -12,11 +12,15 @@ import fnmatch
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.profiles import IbExpect, as_profile
 
 if TYPE_CHECKING:
     from slurm_hooks.detect.probes.sysfs import IbPort
+
+IB_PORT_DOWN = Problem("IB_PORT_DOWN", Status.FAIL, Action.DRAIN)
+IB_RATE = Problem("IB_RATE", Status.FAIL, Action.DRAIN)
+IB_PORT_MISSING = Problem("IB_PORT_MISSING", Status.FAIL, Action.DRAIN)
 
 
 class IbCheck:
@@ -43,13 +47,10 @@ class IbCheck:
             for dev, port in expect.wanted_ports():
                 p = by_name.get((dev, port))
                 if p is None:
+                    message = f"port {dev}/{port} not found in sysfs"
+                    where = {"device": dev, "port": port}
                     findings.append(
-                        _finding(
-                            "IB_PORT_MISSING",
-                            f"{dev}/{port}",
-                            f"port {dev}/{port} not found in sysfs",
-                            {"device": dev, "port": port},
-                        )
+                        IB_PORT_MISSING.finding(self.name, message, _nic(f"{dev}/{port}"), where)
                     )
                 else:
                     candidates.append(p)
@@ -64,38 +65,24 @@ class IbCheck:
                 "link_layer": p.link_layer,
             }
             if not p.active:
-                findings.append(
-                    _finding(
-                        "IB_PORT_DOWN",
-                        p.name,
-                        f"port {p.name} is {p.state_text or '?'} / {p.phys_state_text or '?'}",
-                        values,
-                    )
-                )
+                message = f"port {p.name} is {p.state_text or '?'} / {p.phys_state_text or '?'}"
+                findings.append(IB_PORT_DOWN.finding(self.name, message, _nic(p.name), values))
                 continue
             active.append(p)
             if expect.rate_gbps is not None and (p.rate_gbps or 0) < expect.rate_gbps:
-                findings.append(
-                    _finding(
-                        "IB_RATE",
-                        p.name,
-                        f"port {p.name} runs at {p.rate_text or '?'}, expected {expect.rate_gbps:g} Gb/sec",
-                        {**values, "expected_gbps": expect.rate_gbps},
-                    )
+                message = (
+                    f"port {p.name} runs at {p.rate_text or '?'}, "
+                    f"expected {expect.rate_gbps:g} Gb/sec"
                 )
+                slow = {**values, "expected_gbps": expect.rate_gbps}
+                findings.append(IB_RATE.finding(self.name, message, _nic(p.name), slow))
         if expect.count is not None and len(candidates) < expect.count:
-            findings.append(
-                Finding(
-                    check="ib",
-                    status=Status.FAIL,
-                    code="IB_PORT_MISSING",
-                    message=f"{len(candidates)} port(s) match {expect.device_pattern!r}"
-                    f"{' ' + expect.link_layer if expect.link_layer else ''}, expected {expect.count}",
-                    component=Component("nic"),
-                    action=Action.DRAIN,
-                    values={"found": len(candidates), "expected": expect.count},
-                )
+            message = (
+                f"{len(candidates)} port(s) match {expect.device_pattern!r}"
+                f"{' ' + expect.link_layer if expect.link_layer else ''}, expected {expect.count}"
             )
+            found = {"found": len(candidates), "expected": expect.count}
+            findings.append(IB_PORT_MISSING.finding(self.name, message, _nic(), found))
         if not findings:
             findings.append(ok(self.name, f"{len(active)} port(s) active", active=len(active)))
         return findings
@@ -107,13 +94,5 @@ def _selected(p: IbPort, expect: IbExpect) -> bool:
     return expect.link_layer is None or p.link_layer == expect.link_layer
 
 
-def _finding(code: str, name: str, message: str, values: dict[str, Any]) -> Finding:
-    return Finding(
-        check="ib",
-        status=Status.FAIL,
-        code=code,
-        message=message,
-        component=Component("nic", name=name),
-        action=Action.DRAIN,
-        values=values,
-    )
+def _nic(name: str | None = None) -> Component:
+    return Component("nic", name=name)

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.profiles import as_profile
 
 GIB = 1024**3
+MEMORY_SIZE = Problem("MEMORY_SIZE", Status.FAIL, Action.DRAIN)
 
 
 @dataclass(frozen=True)
@@ -49,19 +50,11 @@ class MemoryCheck:
             "expected_gb": expected_gb,
             "tolerance_pct": s.tolerance_pct,
         }
+        memory = Component("memory")
         if total < floor:
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="MEMORY_SIZE",
-                    message=f"{total / GIB:.1f} GiB RAM, profile expects {expected_gb:g} GiB "
-                    f"(-{s.tolerance_pct:g}%): failed or mapped-out DIMM?",
-                    component=Component("memory"),
-                    action=Action.DRAIN,
-                    values=values,
-                )
-            ]
-        return [
-            ok(self.name, f"{total / GIB:.1f} GiB RAM", component=Component("memory"), **values)
-        ]
+            message = (
+                f"{total / GIB:.1f} GiB RAM, profile expects {expected_gb:g} GiB "
+                f"(-{s.tolerance_pct:g}%): failed or mapped-out DIMM?"
+            )
+            return [MEMORY_SIZE.finding(self.name, message, memory, values)]
+        return [ok(self.name, f"{total / GIB:.1f} GiB RAM", component=memory, **values)]

@@ -19,8 +19,13 @@ from typing import Any, ClassVar
 
 from slurm_hooks.core.errors import CommandError, CommandTimeout
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.profiles import as_profile
+
+MOUNT_MISSING = Problem("MOUNT_MISSING", Status.FAIL, Action.DRAIN)
+MOUNT_READONLY = Problem("MOUNT_READONLY", Status.FAIL, Action.DRAIN)
+MOUNT_HUNG = Problem("MOUNT_HUNG", Status.FAIL, Action.DRAIN)
+MOUNT_NOT_WRITABLE = Problem("MOUNT_NOT_WRITABLE", Status.FAIL, Action.DRAIN)
 
 
 @dataclass(frozen=True)
@@ -101,41 +106,20 @@ class MountsCheck:
         for m in data:
             comp = Component("mount", name=m.path)
             if not m.mounted:
-                findings.append(self._fail("MOUNT_MISSING", comp, f"{m.path} is not mounted"))
+                problem, message = MOUNT_MISSING, f"{m.path} is not mounted"
             elif m.readonly:
-                findings.append(
-                    self._fail(
-                        "MOUNT_READONLY", comp, f"{m.path} ({m.fstype}) is mounted read-only"
-                    )
-                )
+                problem, message = MOUNT_READONLY, f"{m.path} ({m.fstype}) is mounted read-only"
             elif m.write_error == "timeout":
-                findings.append(
-                    self._fail(
-                        "MOUNT_HUNG",
-                        comp,
-                        f"{m.path} ({m.fstype}): write test timed out, mount hung?",
-                    )
-                )
+                problem = MOUNT_HUNG
+                message = f"{m.path} ({m.fstype}): write test timed out, mount hung?"
             elif m.write_error:
-                findings.append(
-                    self._fail(
-                        "MOUNT_NOT_WRITABLE",
-                        comp,
-                        f"{m.path} ({m.fstype}): cannot write: {m.write_error}",
-                    )
-                )
+                problem = MOUNT_NOT_WRITABLE
+                message = f"{m.path} ({m.fstype}): cannot write: {m.write_error}"
+            else:
+                continue
+            findings.append(problem.finding(self.name, message, comp))
         if not findings:
             findings.append(
                 ok(self.name, f"{len(data)} mount(s) ok", mounts=",".join(m.path for m in data))
             )
         return findings
-
-    def _fail(self, code: str, comp: Component, message: str) -> Finding:
-        return Finding(
-            check=self.name,
-            status=Status.FAIL,
-            code=code,
-            message=message,
-            component=comp,
-            action=Action.DRAIN,
-        )

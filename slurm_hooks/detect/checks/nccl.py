@@ -23,9 +23,7 @@ installed, else UNKNOWN; never a fake.  Any other name is an engine of the
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import shutil
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -103,13 +101,7 @@ def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
 
 
 def choose_engine(s: NcclSettings, ctx: CheckContext | None = None) -> str | None:
-    if s.engine != "auto":
-        return s.engine
-    if shutil.which(s.all_reduce_perf, path=commands.command_env()["PATH"]):
-        return "nccl-tests"
-    if importlib.util.find_spec("torch") is not None:
-        return "torch"
-    return None
+    return _engine_check.choose_engine(s.engine, s.all_reduce_perf, "nccl-tests")
 
 
 def _gpu_count(ctx: CheckContext, s: NcclSettings) -> int | None:

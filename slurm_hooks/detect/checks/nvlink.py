@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, GpuSample, call_optional
 from slurm_hooks.detect.probes.nvml import (
     ERROR_INVALID_ARGUMENT,
@@ -38,6 +38,8 @@ COUNTERS = {
 }
 #: Upper bound when the profile does not say how many links to expect.
 MAX_LINKS = 18
+NVLINK_DOWN = Problem("NVLINK_DOWN", Status.FAIL, Action.RESET_GPU)
+NVLINK_ERRORS = Problem("NVLINK_ERRORS", Status.WARN, Action.DRAIN)
 
 
 @dataclass(frozen=True)
@@ -110,17 +112,8 @@ class NvlinkCheck(GpuCheck):
         if value is None:
             if not expected:
                 return []
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="NVLINK_DOWN",
-                    message=f"{comp.short()}: NVML reports no NVLink, profile expects {expected} links",
-                    component=comp,
-                    action=Action.RESET_GPU,
-                    values={"expected": expected, "up": 0},
-                )
-            ]
+            detail = f"NVML reports no NVLink, profile expects {expected} links"
+            return [self.gpu_finding(NVLINK_DOWN, comp, detail, {"expected": expected, "up": 0})]
         findings = []
         states = value["states"]
         down = [link for link, st in states.items() if st is not None and st != value["up_value"]]
@@ -131,21 +124,14 @@ class NvlinkCheck(GpuCheck):
                 parts.append(f"link(s) {_links(down)} down")
             if missing:
                 parts.append(f"link(s) {_links(missing)} not reported")
+            values = {
+                "down": _links(down),
+                "missing": _links(missing),
+                "up": len(states) - len(down) - len(missing),
+                "expected": expected if expected is not None else len(states),
+            }
             findings.append(
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="NVLINK_DOWN",
-                    message=f"{comp.short()}: NVLink {'; '.join(parts)}",
-                    component=comp,
-                    action=Action.RESET_GPU,
-                    values={
-                        "down": _links(down),
-                        "missing": _links(missing),
-                        "up": len(states) - len(down) - len(missing),
-                        "expected": expected if expected is not None else len(states),
-                    },
-                )
+                self.gpu_finding(NVLINK_DOWN, comp, f"NVLink {'; '.join(parts)}", values)
             )
         s = ctx.settings_as(Settings, self.name)
         previous = value.get("previous") or {}
@@ -157,18 +143,12 @@ class NvlinkCheck(GpuCheck):
             errors = sum(v for k, v in delta.items() if k != "recovery")
             recoveries = delta.get("recovery", 0)
             if errors > s.max_new_errors or recoveries > s.max_new_recoveries:
-                findings.append(
-                    Finding(
-                        check=self.name,
-                        status=Status.WARN,
-                        code="NVLINK_ERRORS",
-                        message=f"{comp.short()} link {link}: {errors} new replay/CRC error(s), "
-                        f"{recoveries} new recovery(ies) since the last run",
-                        component=comp,
-                        action=Action.DRAIN,
-                        values={"link": int(link), **{f"new_{k}": v for k, v in delta.items()}},
-                    )
+                message = (
+                    f"{comp.short()} link {link}: {errors} new replay/CRC error(s), "
+                    f"{recoveries} new recovery(ies) since the last run"
                 )
+                values = {"link": int(link), **{f"new_{k}": v for k, v in delta.items()}}
+                findings.append(NVLINK_ERRORS.finding(self.name, message, comp, values))
         return findings
 
 

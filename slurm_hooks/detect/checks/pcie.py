@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, clock_event_reasons
 from slurm_hooks.detect.probes.nvml import is_nvml_error
 from slurm_hooks.detect.profiles import as_profile
+
+PCIE_DOWNTRAINED_FAIL = Problem("PCIE_DOWNTRAINED", Status.FAIL, Action.DRAIN)
+PCIE_DOWNTRAINED_WARN = Problem("PCIE_DOWNTRAINED", Status.WARN, Action.NONE)
 
 
 @dataclass(frozen=True)
@@ -59,44 +62,16 @@ class PcieCheck(GpuCheck):
         link = f"gen{value['gen']} x{value['width']}"
         findings = []
         if value["width"] < want_width:
-            findings.append(
-                self._finding(
-                    comp,
-                    Status.FAIL,
-                    f"{comp.short()}: PCIe link x{value['width']}, expected x{want_width} ({link})",
-                    value,
-                )
-            )
+            detail = f"PCIe link x{value['width']}, expected x{want_width} ({link})"
+            findings.append(self.gpu_finding(PCIE_DOWNTRAINED_FAIL, comp, detail, value))
         if want_gen is not None and value["max_gen"] < want_gen:
-            findings.append(
-                self._finding(
-                    comp,
-                    Status.FAIL,
-                    f"{comp.short()}: PCIe max generation {value['max_gen']}, profile expects "
-                    f"gen{want_gen}: check BIOS link settings and riser",
-                    value,
-                )
+            detail = (
+                f"PCIe max generation {value['max_gen']}, profile expects "
+                f"gen{want_gen}: check BIOS link settings and riser"
             )
+            findings.append(self.gpu_finding(PCIE_DOWNTRAINED_FAIL, comp, detail, value))
         elif value["gen"] < value["max_gen"] and value["idle"] is False and s.gen_below_max != "OK":
-            findings.append(
-                self._finding(
-                    comp,
-                    Status(s.gen_below_max),
-                    f"{comp.short()}: busy GPU at PCIe gen{value['gen']}, max gen{value['max_gen']}",
-                    value,
-                )
-            )
+            slow = PCIE_DOWNTRAINED_FAIL if s.gen_below_max == "FAIL" else PCIE_DOWNTRAINED_WARN
+            detail = f"busy GPU at PCIe gen{value['gen']}, max gen{value['max_gen']}"
+            findings.append(self.gpu_finding(slow, comp, detail, value))
         return findings
-
-    def _finding(
-        self, comp: Component, status: Status, message: str, value: dict[str, Any]
-    ) -> Finding:
-        return Finding(
-            check=self.name,
-            status=status,
-            code="PCIE_DOWNTRAINED",
-            message=message,
-            component=comp,
-            action=Action.DRAIN if status == Status.FAIL else Action.NONE,
-            values=value,
-        )

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck
+
+PERSISTENCE_MODE = Problem("PERSISTENCE_MODE", Status.WARN, Action.NONE)
 
 
 class PersistenceCheck(GpuCheck):
@@ -24,14 +26,5 @@ class PersistenceCheck(GpuCheck):
     def judge_gpu(self, comp: Component, value: Any, ctx: CheckContext) -> list[Finding]:
         if value:
             return []
-        return [
-            Finding(
-                check=self.name,
-                status=Status.WARN,
-                code="PERSISTENCE_MODE",
-                message=f"{comp.short()}: persistence mode is off (is nvidia-persistenced running?)",
-                component=comp,
-                action=Action.NONE,
-                values={"persistence": False},
-            )
-        ]
+        detail = "persistence mode is off (is nvidia-persistenced running?)"
+        return [self.gpu_finding(PERSISTENCE_MODE, comp, detail, {"persistence": False})]

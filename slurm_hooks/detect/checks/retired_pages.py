@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, call_optional
+
+RETIRED_PAGES_PENDING = Problem("RETIRED_PAGES_PENDING", Status.FAIL, Action.RESET_GPU)
 
 
 class RetiredPagesCheck(GpuCheck):
@@ -25,14 +27,5 @@ class RetiredPagesCheck(GpuCheck):
     def judge_gpu(self, comp: Component, value: Any, ctx: CheckContext) -> list[Finding]:
         if not value:
             return []
-        return [
-            Finding(
-                check=self.name,
-                status=Status.FAIL,
-                code="RETIRED_PAGES_PENDING",
-                message=f"{comp.short()}: retired pages pending; reset the GPU to retire them",
-                component=comp,
-                action=Action.RESET_GPU,
-                values={"pending": True},
-            )
-        ]
+        detail = "retired pages pending; reset the GPU to retire them"
+        return [self.gpu_finding(RETIRED_PAGES_PENDING, comp, detail, {"pending": True})]

@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, call_optional
+
+ROW_REMAP_FAILED = Problem("ROW_REMAP_FAILED", Status.FAIL, Action.REPLACE)
+ROW_REMAP_PENDING = Problem("ROW_REMAP_PENDING", Status.FAIL, Action.RESET_GPU)
 
 
 class RowRemapCheck(GpuCheck):
@@ -36,28 +39,10 @@ class RowRemapCheck(GpuCheck):
         if value is None:
             return []
         if value["failure"]:
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="ROW_REMAP_FAILED",
-                    message=f"{comp.short()}: row remapping failed (no spare rows left); replace the GPU",
-                    component=comp,
-                    action=Action.REPLACE,
-                    values=value,
-                )
-            ]
+            detail = "row remapping failed (no spare rows left); replace the GPU"
+            return [self.gpu_finding(ROW_REMAP_FAILED, comp, detail, value)]
         if value["pending"]:
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="ROW_REMAP_PENDING",
-                    message=f"{comp.short()}: row remap pending ({value['uncorrectable_rows']} "
-                    "uncorrectable rows); reset the GPU",
-                    component=comp,
-                    action=Action.RESET_GPU,
-                    values=value,
-                )
-            ]
+            rows = value["uncorrectable_rows"]
+            detail = f"row remap pending ({rows} uncorrectable rows); reset the GPU"
+            return [self.gpu_finding(ROW_REMAP_PENDING, comp, detail, value)]
         return []

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext, ok
+from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.profiles import as_profile
 
 GIB = 1024**3
+SCRATCH_MISSING = Problem("SCRATCH_MISSING", Status.FAIL, Action.DRAIN)
+SCRATCH_FULL = Problem("SCRATCH_FULL", Status.FAIL, Action.DRAIN)
 
 
 class ScratchCheck:
@@ -41,16 +43,8 @@ class ScratchCheck:
             ]
         comp = Component("mount", name=profile.scratch_path)
         if data.get("missing"):
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="SCRATCH_MISSING",
-                    message=f"scratch {profile.scratch_path} does not exist",
-                    component=comp,
-                    action=Action.DRAIN,
-                )
-            ]
+            message = f"scratch {profile.scratch_path} does not exist"
+            return [SCRATCH_MISSING.finding(self.name, message, comp)]
         free_gb = data["free"] / GIB
         values = {
             "free_gb": round(free_gb, 1),
@@ -58,18 +52,11 @@ class ScratchCheck:
             "min_free_gb": profile.scratch_min_free_gb,
         }
         if free_gb < profile.scratch_min_free_gb:
-            return [
-                Finding(
-                    check=self.name,
-                    status=Status.FAIL,
-                    code="SCRATCH_FULL",
-                    message=f"scratch {profile.scratch_path}: {free_gb:.1f} GiB free, "
-                    f"need {profile.scratch_min_free_gb:g} GiB",
-                    component=comp,
-                    action=Action.DRAIN,
-                    values=values,
-                )
-            ]
+            message = (
+                f"scratch {profile.scratch_path}: {free_gb:.1f} GiB free, "
+                f"need {profile.scratch_min_free_gb:g} GiB"
+            )
+            return [SCRATCH_FULL.finding(self.name, message, comp, values)]
         return [
             ok(
                 self.name,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
-from slurm_hooks.detect.checks.base import CheckContext
+from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, clock_event_reasons
 
 #: Reason name -> pynvml constant name (the bit values are NVML's).
@@ -28,6 +28,9 @@ REASONS = {
     "hw_power_brake": "nvmlClocksThrottleReasonHwPowerBrakeSlowdown",
     "display_clock": "nvmlClocksThrottleReasonDisplayClockSetting",
 }
+
+GPU_THROTTLE_FAIL = Problem("GPU_THROTTLE", Status.FAIL, Action.DRAIN)
+GPU_THROTTLE_WARN = Problem("GPU_THROTTLE", Status.WARN, Action.NONE)
 
 
 @dataclass(frozen=True)
@@ -64,15 +67,7 @@ class ThrottleCheck(GpuCheck):
         warning = [r for r in active if r in s.warn_reasons]
         if not failing and not warning:
             return []
-        status = Status.FAIL if failing else Status.WARN
-        return [
-            Finding(
-                check=self.name,
-                status=status,
-                code="GPU_THROTTLE",
-                message=f"{comp.short()}: clocks held down by {', '.join(failing + warning)}",
-                component=comp,
-                action=Action.DRAIN if failing else Action.NONE,
-                values={"mask": f"0x{value['mask']:x}", "reasons": ",".join(active)},
-            )
-        ]
+        problem = GPU_THROTTLE_FAIL if failing else GPU_THROTTLE_WARN
+        detail = f"clocks held down by {', '.join(failing + warning)}"
+        values = {"mask": f"0x{value['mask']:x}", "reasons": ",".join(active)}
+        return [self.gpu_finding(problem, comp, detail, values)]

@@ -23,6 +23,7 @@ from typing import Any
 
 from slurm_hooks.core.errors import ConfigError, NvmlError
 from slurm_hooks.core.model import Component
+from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, read_gpu_information
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,6 @@ log = logging.getLogger(__name__)
 #: returns a pynvml-like object.
 PLUGIN_GROUP = "slurm_hooks.nvml"
 DEFAULT_BACKEND = "pynvml"
-#: Where the kernel module lists its GPUs (names a GPU NVML has lost).
-PROC_GPUS = "/proc/driver/nvidia/gpus"
 
 # nvmlReturn_t values from nvml.h: part of NVML's C ABI, so fixed; copied
 # here so that judging an error never needs pynvml imported.
@@ -235,32 +234,16 @@ class NvmlSession:
                 log.debug("nvml: shutdown failed: %s", exc)
 
 
-def read_proc_gpus(root: str = "/proc/driver/nvidia/gpus") -> list[tuple[str, str | None]]:
+def read_proc_gpus(root: str = PROC_GPUS) -> list[tuple[str, str | None]]:
     """(bus id in NVML's 8-digit-domain form, UUID) per GPU the kernel module
     knows, in PCI order, from ``<root>/<bus>/information`` ("GPU UUID:",
     "Bus Location:" lines)."""
-    try:
-        entries = sorted(os.listdir(root))
-    except OSError:
-        return []
     out: list[tuple[str, str | None]] = []
-    for entry in entries:
-        uuid = None
-        bus = entry
-        try:
-            with open(
-                os.path.join(root, entry, "information"), encoding="utf-8", errors="replace"
-            ) as fh:
-                for line in fh:
-                    key, _, value = line.partition(":")
-                    if key.strip() == "GPU UUID":
-                        uuid = value.strip() or None
-                    elif key.strip() == "Bus Location":
-                        bus = value.strip()
-        except OSError:
-            pass
+    for entry, fields in read_gpu_information(root):
+        bus = fields.get("Bus Location", entry)
         domain, _, rest = bus.partition(":")
-        out.append((f"{int(domain, 16):08X}:{rest.upper()}" if rest else bus.upper(), uuid))
+        bus_id = f"{int(domain, 16):08X}:{rest.upper()}" if rest else bus.upper()
+        out.append((bus_id, fields.get("GPU UUID") or None))
     return out
 
 

@@ -163,6 +163,16 @@ class _Builder:
         d = self._depth_of(contents)
         self.depth[id(target)] = max(self.depth.get(id(target), 1), d)
 
+    def _grown_top(self, kind: type, name: str, contents: list[Any]) -> Any:
+        """The container on top of the stack, which opcode ``name`` adds
+        ``contents`` to: refused unless it is a ``kind``, and nested no
+        deeper than allowed once they are in."""
+        target = self._top()
+        if not isinstance(target, kind):
+            raise _Refused(f"{name} to a non-{kind.__name__}")
+        self._grow(target, contents)
+        return target
+
     def step(self, name: str, arg: Any) -> bool:  # noqa: C901, PLR0912 - one branch per opcode
         """One opcode; True at STOP."""
         s = self.stack
@@ -213,27 +223,12 @@ class _Builder:
         elif name == "FROZENSET":
             vals = self._marked()
             s.append(self._made(frozenset(_key(v) for v in vals), vals))
-        elif name == "APPEND":
-            v = self._pop()
-            target = self._top()
-            if not isinstance(target, list):
-                raise _Refused("APPEND to a non-list")
-            self._grow(target, [v])
-            target.append(v)
-        elif name == "APPENDS":
-            vals = self._marked()
-            target = self._top()
-            if not isinstance(target, list):
-                raise _Refused("APPENDS to a non-list")
-            self._grow(target, vals)
-            target.extend(vals)
+        elif name in ("APPEND", "APPENDS"):
+            vals = [self._pop()] if name == "APPEND" else self._marked()
+            self._grown_top(list, name, vals).extend(vals)
         elif name == "ADDITEMS":
             vals = self._marked()
-            target = self._top()
-            if not isinstance(target, set):
-                raise _Refused("ADDITEMS to a non-set")
-            self._grow(target, vals)
-            target.update(_key(v) for v in vals)
+            self._grown_top(set, name, vals).update(_key(v) for v in vals)
         elif name in ("SETITEM", "SETITEMS"):
             vals = [self._pop(), self._pop()][::-1] if name == "SETITEM" else self._marked()
             target = self._top()

@@ -10,17 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from slurm_hooks.detect.xid.parser import XidIdentity
+
 
 @dataclass(frozen=True)
-class XidAggregate:
+class XidAggregate(XidIdentity):
     """Identical events folded into one, with how many and when."""
 
-    kind: str
-    xid: int
-    pci: str | None
-    pid: int | None
-    name: str | None
-    message: str
     count: int
     raw_pci: str | None = None
     switch: str | None = None
@@ -29,10 +25,6 @@ class XidAggregate:
     first_wall: float | None = None
     last_wall: float | None = None
     boot_id: str | None = None
-
-    @property
-    def code(self) -> str:
-        return f"SXID{self.xid}" if self.kind == "sxid" else f"XID{self.xid}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -27,11 +27,29 @@ from datetime import datetime
 from slurm_hooks.detect.xid.limits import MAX_LINE
 from slurm_hooks.detect.xid.pci import normalise_pci, split_mig
 
-__all__ = ["MAX_LINE", "NOT_KERNEL", "XidEvent", "classify_line", "parse_line"]
+__all__ = ["MAX_LINE", "NOT_KERNEL", "XidEvent", "XidIdentity", "classify_line", "parse_line"]
 
 
 @dataclass(frozen=True, slots=True)
-class XidEvent:
+class XidIdentity:
+    """What an XID event and an aggregate of identical events share: the
+    fields that tell one event from another, and the stable code they make
+    (``XID79``, ``SXID20034``) that findings, reasons and alerts key on."""
+
+    kind: str
+    xid: int
+    pci: str | None
+    pid: int | None
+    name: str | None
+    message: str
+
+    @property
+    def code(self) -> str:
+        return f"SXID{self.xid}" if self.kind == "sxid" else f"XID{self.xid}"
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent(XidIdentity):
     """One XID (``kind="xid"``) or NVSwitch SXID (``kind="sxid"``) line.
 
     ``pci`` is normalised (``0000:3b:00.0``) or None when the line carries no
@@ -40,12 +58,6 @@ class XidEvent:
     the epoch (dmesg -T, syslog, ISO stamps, journal); either may be None.
     """
 
-    kind: str
-    xid: int
-    pci: str | None
-    pid: int | None
-    name: str | None
-    message: str
     raw_pci: str | None = None
     #: The MIG GPU instance the driver named (``GPU-I:05``), else None.
     gpu_instance: int | None = None
@@ -55,10 +67,6 @@ class XidEvent:
     boot_id: str | None = None
     seq: int | None = None
     cursor: str | None = None
-
-    @property
-    def code(self) -> str:
-        return f"SXID{self.xid}" if self.kind == "sxid" else f"XID{self.xid}"
 
 
 # -- bodies -----------------------------------------------------------------

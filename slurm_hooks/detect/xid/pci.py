@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
+from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, read_gpu_information
 
-PROC_GPUS = "/proc/driver/nvidia/gpus"
+log = logging.getLogger(__name__)
 
 _PCI_RE = re.compile(
     r"^(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})"
@@ -111,7 +111,6 @@ def load_known(state_dir: str) -> dict[str, GpuRef]:
 def remember(state_dir: str, nvml: Any, *, now: float) -> dict[str, GpuRef] | None:
     """Keep NVML's map when every GPU answered and it changed (or is old);
     returns the map kept, None when nothing was written."""
-    import os
 
     from slurm_hooks.detect.xid.cursor import state_path, write_json_atomic
 
@@ -141,32 +140,13 @@ def gpus_from_procfs(root: str = PROC_GPUS) -> dict[str, GpuRef]:
     the ``Device Minor`` (``/dev/nvidiaN``, what gres.conf names), which
     matches NVML's index on the usual PCI-ordered systems."""
     out: dict[str, GpuRef] = {}
-    try:
-        entries = sorted(os.listdir(root))
-    except OSError:
-        return out
-    for entry in entries:
+    for entry, fields in read_gpu_information(root):
         pci = normalise_pci(entry)
         if pci is None:
             continue
-        uuid: str | None = None
-        minor: int | None = None
-        try:
-            with open(
-                os.path.join(root, entry, "information"), encoding="utf-8", errors="replace"
-            ) as f:
-                for line in f:
-                    key, sep, value = line.partition(":")
-                    if not sep:
-                        continue
-                    key, value = key.strip(), value.strip()
-                    if key == "GPU UUID":
-                        uuid = value or None
-                    elif key == "Device Minor" and value.isdigit():
-                        minor = int(value)
-        except OSError as exc:
-            log.debug("cannot read GPU information pci=%s error=%s", pci, exc)
-        out[pci] = GpuRef(pci=pci, index=minor, uuid=uuid)
+        minor = fields.get("Device Minor", "")
+        index = int(minor) if minor.isdigit() else None
+        out[pci] = GpuRef(pci=pci, index=index, uuid=fields.get("GPU UUID") or None)
     return out
 
 

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from slurm_hooks.core.model import Action, Component, Finding, Status, Value
+from slurm_hooks.detect.checks.base import Problem
 from slurm_hooks.detect.xid.aggregate import XidAggregate
 from slurm_hooks.detect.xid.catalogue import Catalogue, load_catalogue
 from slurm_hooks.detect.xid.parser import nvlink5_info, nvlink_registers, recovery_action
@@ -53,13 +54,8 @@ class Incident:
     count: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "pci": self.pci,
-            "pid": self.pid,
-            "t": self.t,
-            "count": self.count,
-        }
+        """The history file's record: the fields as they are (``from_dict`` reads it back)."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Incident | None:
@@ -524,12 +520,5 @@ def _finding(
         text += f" (x{g.count})"
     if v.note:
         text += f" [{v.note}]"
-    return Finding(
-        check=CHECK,
-        status=v.status,
-        code=g.code,
-        message=text,
-        component=component,
-        action=v.action,
-        values=values,
-    )
+    # The catalogue's verdict makes the group's code a Problem like any check's.
+    return Problem(g.code, v.status, v.action).finding(CHECK, text, component, values)

@@ -60,6 +60,22 @@ def gpu_indices(devices: Sequence[int] | None, count: int) -> list[int]:
     return list(devices) if devices else list(range(count))
 
 
+def cuda_torch(
+    devices: Sequence[int] | None, torch_module: Any | None = None
+) -> tuple[Any, list[int]]:
+    """torch and the GPUs a torch engine (burn-in, all-reduce) runs on
+    (:func:`gpu_indices`).  torch is imported here, on first use, so only a
+    torch run pays for it; ``torch_module`` stands in for it in tests.
+    RuntimeError when torch sees no CUDA device."""
+    if torch_module is None:
+        import torch  # noqa: PLC0415 - lazy on purpose
+    else:
+        torch = torch_module
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    return torch, gpu_indices(devices, torch.cuda.device_count())
+
+
 @dataclass
 class _Worker:
     index: int
@@ -152,13 +168,7 @@ def run_torch_burnin(
     # CUDA numbers GPUs fastest-first by default; NVML, nvidia-smi and Slurm
     # by PCI bus.  Findings must name the same gpuN as every other check.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    if torch_module is None:
-        import torch  # noqa: PLC0415 - lazy on purpose
-    else:
-        torch = torch_module
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    devices = gpu_indices(cfg.devices, torch.cuda.device_count())
+    torch, devices = cuda_torch(cfg.devices, torch_module)
     if not devices:
         raise RuntimeError("no GPU to burn")
     torch.backends.cuda.matmul.allow_tf32 = False

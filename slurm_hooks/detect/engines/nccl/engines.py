@@ -217,15 +217,9 @@ def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = Non
     reported as hung."""
     import multiprocessing as mp  # noqa: PLC0415
 
-    if torch_module is None:
-        import torch  # noqa: PLC0415
-    else:
-        torch = torch_module
-    if not torch.cuda.is_available():
-        raise RuntimeError("torch sees no CUDA device")
-    from slurm_hooks.detect.engines.burnin.torch_engine import gpu_indices  # noqa: PLC0415 - torch engines only
+    from slurm_hooks.detect.engines.burnin.torch_engine import cuda_torch  # noqa: PLC0415 - torch engines only
 
-    devices = gpu_indices(cfg.devices, torch.cuda.device_count())
+    _, devices = cuda_torch(cfg.devices, torch_module)  # the children import torch again
     world = len(devices)
     if world < 1:
         raise RuntimeError("no GPU")
