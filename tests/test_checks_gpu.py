@@ -241,6 +241,64 @@ def test_nvlink_counters_rising_since_last_run(tmp_path: Path) -> None:
     assert [f.status for f in reset] == [Status.OK]
 
 
+def _nvlink_counters(scenario: Path, profile: Any, state: Path) -> tuple[dict[str, Any], FakeNvml]:
+    fake = FakeNvml(str(scenario))
+    run(NvlinkCheck(), ctx_for(fake, profile, state_dir=str(state)))
+    return json.loads((state / STATE_FILE).read_text()), fake
+
+
+def test_nvlink_counters_one_field_query_per_gpu(tmp_path: Path) -> None:
+    """Links 0-11 have a field per counter: one nvmlDeviceGetFieldValues per
+    GPU reads them all.  Links 12-17 (an H100) have none: those are read one
+    counter at a time, and land in the same place."""
+    scen = tmp_path / "s.toml"
+    errors = 'nvlink_errors = { "3" = { replay = 7, crc_data = "not_supported" }, "15" = { crc_data = 9 } }'
+    scen.write_text(f'preset = "a100-sxm4-80gb"\ngpu_count = 2\n[gpu.1]\n{errors}\n')
+    saved, fake = _nvlink_counters(scen, A100, tmp_path / "a100")
+    assert fake.calls.count("nvmlDeviceGetFieldValues") == 2
+    assert "nvmlDeviceGetNvLinkErrorCounter" not in fake.calls
+    assert len(saved) == 2 and all(len(v) == 12 for v in saved.values())
+    assert sorted(v["3"]["replay"] for v in saved.values()) == [0, 7]
+    # crc_data "not_supported" on GPU 1: left out there, as a single call's None was.
+    assert sorted(len(v["3"]) for v in saved.values()) == [3, 4]
+
+    scen.write_text(f'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\n{errors}\n')
+    saved, fake = _nvlink_counters(scen, H100, tmp_path / "h100")
+    assert fake.calls.count("nvmlDeviceGetFieldValues") == 1
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4  # links 12-17
+    [links] = saved.values()
+    assert links["3"] == {"replay": 7, "recovery": 0, "crc_flit": 0}
+    assert links["15"] == {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 9}
+
+
+def test_nvlink_counters_without_the_field_api(tmp_path: Path) -> None:
+    """A driver without nvmlDeviceGetFieldValues: every counter one call at a
+    time, with the same result."""
+    scen = tmp_path / "s.toml"
+    body = 'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\nnvlink_errors = { "3" = { replay = 7 } }\n'
+    scen.write_text(body)
+    batched, _ = _nvlink_counters(scen, H100, tmp_path / "batched")
+    scen.write_text(
+        body
+        + 'errors = [{ function = "nvmlDeviceGetFieldValues", error = "FUNCTION_NOT_FOUND" }]\n'
+    )
+    single, fake = _nvlink_counters(scen, H100, tmp_path / "single")
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 18 * 4
+    assert single == batched
+
+
+def test_nvlink_field_query_errors_are_the_checks_errors(tmp_path: Path) -> None:
+    """Any other failure of the query is that GPU's NVML error, as a single
+    call's was: UNKNOWN for the GPU, never a healthy link."""
+    scen = tmp_path / "s.toml"
+    scen.write_text(
+        'preset = "h100-sxm5-80gb"\ngpu_count = 1\n'
+        'errors = [{ function = "nvmlDeviceGetFieldValues", error = "UNKNOWN" }]\n'
+    )
+    [f] = run(NvlinkCheck(), ctx_for(FakeNvml(str(scen)), H100, state_dir=str(tmp_path)))
+    assert (f.status, f.component.index, f.values["nvml_error"]) == (Status.UNKNOWN, 0, "UNKNOWN")
+
+
 def test_nvlink_missing_links_and_unsupported(tmp_path: Path) -> None:
     scen = tmp_path / "s.toml"
     scen.write_text('preset = "a100-sxm4-80gb"\ngpu_count = 1\n')  # 12 links

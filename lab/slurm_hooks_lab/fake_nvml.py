@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import threading
+import time
 import tomllib
 from collections.abc import Mapping
 from ctypes import Structure
@@ -127,6 +128,19 @@ NVLINK_COUNTERS = {
     "ecc_data": pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA,
 }
 _NVLINK_COUNTER_NAMES = {v: k for k, v in NVLINK_COUNTERS.items()}
+#: Field id -> (counter, link) for NVML's per-link NVLink error counter
+#: fields (``NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0`` ... ``_L11``): the
+#: same counters ``nvmlDeviceGetNvLinkErrorCounter`` reads.
+NVLINK_FIELDS: dict[int, tuple[str, int]] = {
+    getattr(pynvml, f"NVML_FI_DEV_NVLINK_{prefix}_ERROR_COUNT_L{link}"): (name, link)
+    for name, prefix in (
+        ("replay", "REPLAY"),
+        ("recovery", "RECOVERY"),
+        ("crc_flit", "CRC_FLIT"),
+        ("crc_data", "CRC_DATA"),
+    )
+    for link in range(12)
+}
 
 _GPU_KEYS = {
     "name",
@@ -611,6 +625,41 @@ class FakeNvml:
         if self._not_supported(value):
             _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(value)
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> Any:
+        """pynvml's signature and return: an array of ``c_nvmlFieldValue_t``
+        (``fieldIds`` items are field ids or ``(field, scopeId)`` pairs),
+        each entry with its own ``nvmlReturn``, as NVML fills them: a field
+        the fake does not model, or a counter the scenario marks
+        not_supported, is NOT_SUPPORTED; a link the GPU lacks is
+        INVALID_ARGUMENT.  Modelled: the per-link NVLink error counters."""
+        gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
+        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        stamp = time.time_ns() // 1000
+        for entry, fid in zip(values, fieldIds, strict=True):
+            field, scope = fid if isinstance(fid, tuple) else (fid, 0)
+            entry.fieldId, entry.scopeId, entry.timestamp = field, scope, stamp
+            ret, value = self._field(gpu, int(field))
+            entry.nvmlReturn = ret
+            if ret == pynvml.NVML_SUCCESS:
+                entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                entry.value.ullVal = value
+        return values
+
+    def _field(self, gpu: dict[str, Any], field: int) -> tuple[int, int]:
+        """(nvmlReturn, value) of one field of ``gpu``."""
+        if field not in NVLINK_FIELDS:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        name, link = NVLINK_FIELDS[field]
+        links = int(gpu.get("nvlinks", 0))
+        if links == 0:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        if link >= links:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0
+        value = gpu.get("nvlink_errors", {}).get(str(link), {}).get(name, 0)
+        if self._not_supported(value):
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        return pynvml.NVML_SUCCESS, int(value)
 
     # -- clocks and thermals ----------------------------------------------
     def _reasons(self, function: str, handle: Any) -> int:

@@ -2,7 +2,10 @@
 
 ``nvmlDeviceGetNvLinkState`` is asked for every link the profile expects
 (``nvlinks_per_gpu``; without a profile value, until NVML says there are no
-more).  A link that is down, or missing, breaks NVSwitch all-to-all
+more).  The error counters of every link that is up come from one
+``nvmlDeviceGetFieldValues`` query per GPU (nvml.h has a field per counter
+and link for links 0-11); only links beyond those (12-17 on an H100), or a
+driver without the field API, are read one counter at a time.  A link that is down, or missing, breaks NVSwitch all-to-all
 bandwidth: FAIL.  Error counters only ever grow until a driver reload or
 reset, so the check keeps the last values in the state directory and
 judges the increase; a counter that went down was reset, not improved.
@@ -20,8 +23,10 @@ from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
 from slurm_hooks.detect.checks.base import CheckContext
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, GpuSample, call_optional
 from slurm_hooks.detect.probes.nvml import (
+    ERROR_FUNCTION_NOT_FOUND,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
+    field_values,
     is_nvml_error,
 )
 from slurm_hooks.detect.profiles import as_profile
@@ -35,6 +40,14 @@ COUNTERS = {
     "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
     "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
     "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+}
+#: Counter name -> its per-link field ids' name without the link number
+#: (``NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0`` ... ``_L11`` in nvml.h).
+FIELDS = {
+    "replay": "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L",
+    "recovery": "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L",
+    "crc_flit": "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L",
+    "crc_data": "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L",
 }
 #: Upper bound when the profile does not say how many links to expect.
 MAX_LINKS = 18
@@ -74,18 +87,7 @@ class NvlinkCheck(GpuCheck):
         if not any(v is not None for v in states.values()):
             return None
         up = int(nvml.NVML_FEATURE_ENABLED)
-        counters: dict[str, dict[str, int]] = {}
-        for link, state in states.items():
-            if state != up:
-                continue
-            per: dict[str, int] = {}
-            for cname, const in COUNTERS.items():
-                v = call_optional(
-                    nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, const)
-                )
-                if v is not None:
-                    per[cname] = int(v)
-            counters[str(link)] = per
+        counters = read_counters(nvml, handle, [link for link, st in states.items() if st == up])
         return {"states": states, "up_value": up, "counters": counters}
 
     def gather(self, ctx: CheckContext) -> GpuData:
@@ -170,6 +172,44 @@ class NvlinkCheck(GpuCheck):
                     )
                 )
         return findings
+
+
+def read_counters(nvml: Any, handle: Any, links: list[int]) -> dict[str, dict[str, int]]:
+    """The error counters of ``links`` (str(link) -> counter -> value; a
+    counter NVML does not support there is left out).  Every counter with a
+    field id comes from one field-value query; the others, and all of them
+    where the driver lacks ``nvmlDeviceGetFieldValues``, from
+    ``nvmlDeviceGetNvLinkErrorCounter`` one by one."""
+    found: dict[tuple[int, str], int] = {}
+    batched: list[tuple[int, str, int]] = []
+    single: list[tuple[int, str]] = []
+    for link in links:
+        for cname in COUNTERS:
+            fid = getattr(nvml, f"{FIELDS[cname]}{link}", None)
+            if isinstance(fid, int):
+                batched.append((link, cname, fid))
+            else:
+                single.append((link, cname))
+    if batched:
+        try:
+            values = field_values(nvml, handle, [fid for _, _, fid in batched])
+        except Exception as exc:
+            if not is_nvml_error(exc, ERROR_FUNCTION_NOT_FOUND):
+                raise
+            single += [(link, cname) for link, cname, _ in batched]
+        else:
+            for (link, cname, _), value in zip(batched, values, strict=True):
+                if value is not None:
+                    found[link, cname] = int(value)
+    for link, cname in single:
+        value = call_optional(
+            nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, COUNTERS[cname])
+        )
+        if value is not None:
+            found[link, cname] = int(value)
+    return {
+        str(link): {c: found[link, c] for c in COUNTERS if (link, c) in found} for link in links
+    }
 
 
 def _links(links: list[int]) -> str:
