@@ -634,17 +634,23 @@ class FakeNvml:
         not_supported, is NOT_SUPPORTED; a link the GPU lacks is
         INVALID_ARGUMENT.  Modelled: the per-link NVLink error counters."""
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
-        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
         stamp = time.time_ns() // 1000
-        for entry, fid in zip(values, fieldIds, strict=True):
+        entries = []
+        for fid in fieldIds:
             field, scope = fid if isinstance(fid, tuple) else (fid, 0)
-            entry.fieldId, entry.scopeId, entry.timestamp = field, scope, stamp
             ret, value = self._field(gpu, int(field))
-            entry.nvmlReturn = ret
-            if ret == pynvml.NVML_SUCCESS:
-                entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                entry.value.ullVal = value
-        return values
+            entries.append(
+                pynvml.c_nvmlFieldValue_t(
+                    field,
+                    scope,
+                    stamp,
+                    0,  # latencyUsec
+                    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    ret,
+                    pynvml.c_nvmlValue_t(ullVal=value),
+                )
+            )
+        return (pynvml.c_nvmlFieldValue_t * len(entries))(*entries)
 
     def _field(self, gpu: dict[str, Any], field: int) -> tuple[int, int]:
         """(nvmlReturn, value) of one field of ``gpu``."""
