@@ -248,15 +248,21 @@ def _nvlink_counters(scenario: Path, profile: Any, state: Path) -> tuple[dict[st
 
 
 def test_nvlink_counters_one_field_query_per_gpu(tmp_path: Path) -> None:
-    """Links 0-11 have a field per counter: one nvmlDeviceGetFieldValues per
-    GPU reads them all.  Links 12-17 (an H100) have none: those are read one
-    counter at a time, and land in the same place."""
+    """One nvmlDeviceGetFieldValues per GPU asks every counter NVML has a
+    field for: all four of links 0-11, replay and recovery of any link
+    (scoped by the link).  The rest (the CRC counters of links 12-17 on an
+    H100), and what the query says is NOT_SUPPORTED, are asked one at a
+    time, as before, and land in the same place."""
     scen = tmp_path / "s.toml"
-    errors = 'nvlink_errors = { "3" = { replay = 7, crc_data = "not_supported" }, "15" = { crc_data = 9 } }'
+    errors = (
+        'nvlink_errors = { "3" = { replay = 7, crc_data = "not_supported" },'
+        ' "15" = { crc_data = 9, recovery = 2 } }'
+    )
     scen.write_text(f'preset = "a100-sxm4-80gb"\ngpu_count = 2\n[gpu.1]\n{errors}\n')
     saved, fake = _nvlink_counters(scen, A100, tmp_path / "a100")
     assert fake.calls.count("nvmlDeviceGetFieldValues") == 2
-    assert "nvmlDeviceGetNvLinkErrorCounter" not in fake.calls
+    # Only the counter the query could not answer is asked again (and is not supported).
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 1
     assert len(saved) == 2 and all(len(v) == 12 for v in saved.values())
     assert sorted(v["3"]["replay"] for v in saved.values()) == [0, 7]
     # crc_data "not_supported" on GPU 1: left out there, as a single call's None was.
@@ -265,10 +271,11 @@ def test_nvlink_counters_one_field_query_per_gpu(tmp_path: Path) -> None:
     scen.write_text(f'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\n{errors}\n')
     saved, fake = _nvlink_counters(scen, H100, tmp_path / "h100")
     assert fake.calls.count("nvmlDeviceGetFieldValues") == 1
-    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 4  # links 12-17
+    # crc_flit and crc_data of links 12-17, and link 3's unsupported crc_data.
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 2 + 1
     [links] = saved.values()
     assert links["3"] == {"replay": 7, "recovery": 0, "crc_flit": 0}
-    assert links["15"] == {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 9}
+    assert links["15"] == {"replay": 0, "recovery": 2, "crc_flit": 0, "crc_data": 9}
 
 
 def test_nvlink_counters_without_the_field_api(tmp_path: Path) -> None:

@@ -106,6 +106,8 @@ def test_field_values_speak_pynvmls_interface(tmp_path: Path) -> None:
         pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1,
         pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L5,  # the GPU has 4 links
         pynvml.NVML_FI_DEV_ECC_CURRENT,  # not modelled
+        (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 1),  # scoped by the link
+        (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, 9),
     ]
     values = f.nvmlDeviceGetFieldValues(h, asked)
     assert all(isinstance(v, pynvml.c_nvmlFieldValue_t) for v in values)
@@ -116,7 +118,11 @@ def test_field_values_speak_pynvmls_interface(tmp_path: Path) -> None:
         pynvml.NVML_ERROR_NOT_SUPPORTED,
         pynvml.NVML_ERROR_INVALID_ARGUMENT,
         pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_SUCCESS,
+        pynvml.NVML_ERROR_INVALID_ARGUMENT,
     ]
+    assert [v.scopeId for v in values][-2:] == [1, 9]
+    assert values[5].value.ullVal == 5
     assert values[0].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
     assert (values[0].value.ullVal, values[1].value.ullVal) == (5, 0)
     assert f.calls.count("nvmlDeviceGetFieldValues") == 1

@@ -141,6 +141,11 @@ NVLINK_FIELDS: dict[int, tuple[str, int]] = {
     )
     for link in range(12)
 }
+#: Field id -> counter for the NVLink fields scoped by link (``scopeId``).
+NVLINK_SCOPED_FIELDS: dict[int, str] = {
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: "replay",
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: "recovery",
+}
 
 _GPU_KEYS = {
     "name",
@@ -632,13 +637,14 @@ class FakeNvml:
         each entry with its own ``nvmlReturn``, as NVML fills them: a field
         the fake does not model, or a counter the scenario marks
         not_supported, is NOT_SUPPORTED; a link the GPU lacks is
-        INVALID_ARGUMENT.  Modelled: the per-link NVLink error counters."""
+        INVALID_ARGUMENT.  Modelled: the NVLink error counters, per link
+        (links 0-11) and scoped by link (replay, recovery)."""
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
         stamp = time.time_ns() // 1000
         entries = []
         for fid in fieldIds:
             field, scope = fid if isinstance(fid, tuple) else (fid, 0)
-            ret, value = self._field(gpu, int(field))
+            ret, value = self._field(gpu, int(field), int(scope))
             entries.append(
                 pynvml.c_nvmlFieldValue_t(
                     field,
@@ -652,11 +658,14 @@ class FakeNvml:
             )
         return (pynvml.c_nvmlFieldValue_t * len(entries))(*entries)
 
-    def _field(self, gpu: dict[str, Any], field: int) -> tuple[int, int]:
+    def _field(self, gpu: dict[str, Any], field: int, scope: int) -> tuple[int, int]:
         """(nvmlReturn, value) of one field of ``gpu``."""
-        if field not in NVLINK_FIELDS:
+        if field in NVLINK_FIELDS:
+            name, link = NVLINK_FIELDS[field]
+        elif field in NVLINK_SCOPED_FIELDS:
+            name, link = NVLINK_SCOPED_FIELDS[field], scope
+        else:
             return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
-        name, link = NVLINK_FIELDS[field]
         links = int(gpu.get("nvlinks", 0))
         if links == 0:
             return pynvml.NVML_ERROR_NOT_SUPPORTED, 0

@@ -2,13 +2,18 @@
 
 ``nvmlDeviceGetNvLinkState`` is asked for every link the profile expects
 (``nvlinks_per_gpu``; without a profile value, until NVML says there are no
-more).  The error counters of every link that is up come from one
-``nvmlDeviceGetFieldValues`` query per GPU (nvml.h has a field per counter
-and link for links 0-11); only links beyond those (12-17 on an H100), or a
-driver without the field API, are read one counter at a time.  A link that is down, or missing, breaks NVSwitch all-to-all
+more).  A link that is down, or missing, breaks NVSwitch all-to-all
 bandwidth: FAIL.  Error counters only ever grow until a driver reload or
 reset, so the check keeps the last values in the state directory and
 judges the increase; a counter that went down was reset, not improved.
+
+The error counters of every link that is up come from one
+``nvmlDeviceGetFieldValues`` query per GPU (:func:`read_counters`): nvml.h
+names a field per counter and link for links 0-11, and the replay and
+recovery counters of any link as one field scoped by the link.  What the
+query does not answer (the CRC counters of links 12-17 on an H100, a field
+this driver does not know, a driver without the field API) is asked of
+``nvmlDeviceGetNvLinkErrorCounter`` one counter at a time, as before.
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ FIELDS = {
     "recovery": "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L",
     "crc_flit": "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L",
     "crc_data": "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L",
+}
+#: Counter name -> its field for any link, the link as ``scopeId`` (nvml.h:
+#: "NVLink Replay/Recovery Error Counter"; for links without a field above).
+SCOPED_FIELDS = {
+    "replay": "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY",
+    "recovery": "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY",
 }
 #: Upper bound when the profile does not say how many links to expect.
 MAX_LINKS = 18
@@ -176,40 +187,54 @@ class NvlinkCheck(GpuCheck):
 
 def read_counters(nvml: Any, handle: Any, links: list[int]) -> dict[str, dict[str, int]]:
     """The error counters of ``links`` (str(link) -> counter -> value; a
-    counter NVML does not support there is left out).  Every counter with a
-    field id comes from one field-value query; the others, and all of them
-    where the driver lacks ``nvmlDeviceGetFieldValues``, from
-    ``nvmlDeviceGetNvLinkErrorCounter`` one by one."""
+    counter NVML does not support there is left out, as before).  One
+    field-value query asks every counter that has a field; each counter it
+    does not answer (no field, NOT_SUPPORTED, or no field API at all) is
+    asked of ``nvmlDeviceGetNvLinkErrorCounter``, which decides as it
+    always did.  Any other error raises, as the single call's did."""
     found: dict[tuple[int, str], int] = {}
-    batched: list[tuple[int, str, int]] = []
-    single: list[tuple[int, str]] = []
+    batched: list[tuple[int, str, int | tuple[int, int]]] = []
     for link in links:
         for cname in COUNTERS:
-            fid = getattr(nvml, f"{FIELDS[cname]}{link}", None)
-            if isinstance(fid, int):
+            fid = _field_id(nvml, cname, link)
+            if fid is not None:
                 batched.append((link, cname, fid))
-            else:
-                single.append((link, cname))
     if batched:
         try:
             values = field_values(nvml, handle, [fid for _, _, fid in batched])
         except Exception as exc:
             if not is_nvml_error(exc, ERROR_FUNCTION_NOT_FOUND):
                 raise
-            single += [(link, cname) for link, cname, _ in batched]
         else:
             for (link, cname, _), value in zip(batched, values, strict=True):
                 if value is not None:
                     found[link, cname] = int(value)
-    for link, cname in single:
-        value = call_optional(
-            nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, COUNTERS[cname])
-        )
-        if value is not None:
-            found[link, cname] = int(value)
-    return {
-        str(link): {c: found[link, c] for c in COUNTERS if (link, c) in found} for link in links
-    }
+    constants = {cname: getattr(nvml, const) for cname, const in COUNTERS.items()}
+    out: dict[str, dict[str, int]] = {}
+    for link in links:
+        per: dict[str, int] = {}
+        for cname in COUNTERS:
+            if (link, cname) in found:
+                per[cname] = found[link, cname]
+                continue
+            value = call_optional(
+                nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, constants[cname]
+            )
+            if value is not None:
+                per[cname] = int(value)
+        out[str(link)] = per
+    return out
+
+
+def _field_id(nvml: Any, counter: str, link: int) -> int | tuple[int, int] | None:
+    """The field giving ``counter`` of ``link``: its own id (links 0-11), or
+    the scoped field with the link as scope, or None."""
+    fid = getattr(nvml, f"{FIELDS[counter]}{link}", None)
+    if isinstance(fid, int):
+        return fid
+    name = SCOPED_FIELDS.get(counter)
+    scoped = getattr(nvml, name, None) if name else None
+    return (scoped, link) if isinstance(scoped, int) else None
 
 
 def _links(links: list[int]) -> str:
