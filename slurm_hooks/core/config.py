@@ -335,7 +335,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
         return built
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
-    hints, fields = _schema(cls)
+    # An empty table (most checks' settings on most nodes) has no key to
+    # check: its annotations are not resolved (get_type_hints compiles each).
+    hints, fields = _schema(cls) if data else ({}, {})
     errors: list[ConfigError] = []
     for name in sorted(set(data) - set(fields)):
         errors.append(
