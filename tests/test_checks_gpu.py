@@ -260,7 +260,8 @@ def test_nvlink_counters_one_field_query_per_gpu(tmp_path: Path) -> None:
     )
     scen.write_text(f'preset = "a100-sxm4-80gb"\ngpu_count = 2\n[gpu.1]\n{errors}\n')
     saved, fake = _nvlink_counters(scen, A100, tmp_path / "a100")
-    assert fake.calls.count("nvmlDeviceGetFieldValues") == 2
+    assert fake.calls.count("nvmlDeviceGetFieldValues") == 2 * 2  # states, counters
+    assert "nvmlDeviceGetNvLinkState" not in fake.calls
     # Only the counter the query could not answer is asked again (and is not supported).
     assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 1
     assert len(saved) == 2 and all(len(v) == 12 for v in saved.values())
@@ -270,7 +271,8 @@ def test_nvlink_counters_one_field_query_per_gpu(tmp_path: Path) -> None:
 
     scen.write_text(f'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\n{errors}\n')
     saved, fake = _nvlink_counters(scen, H100, tmp_path / "h100")
-    assert fake.calls.count("nvmlDeviceGetFieldValues") == 1
+    assert fake.calls.count("nvmlDeviceGetFieldValues") == 2
+    assert "nvmlDeviceGetNvLinkState" not in fake.calls
     # crc_flit and crc_data of links 12-17, and link 3's unsupported crc_data.
     assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 2 + 1
     [links] = saved.values()
@@ -291,7 +293,41 @@ def test_nvlink_counters_without_the_field_api(tmp_path: Path) -> None:
     )
     single, fake = _nvlink_counters(scen, H100, tmp_path / "single")
     assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 18 * 4
+    assert fake.calls.count("nvmlDeviceGetNvLinkState") == 18
     assert single == batched
+
+
+class _SleepingLink(FakeNvml):
+    """A driver whose field query reports link 2 in a low-power state."""
+
+    @staticmethod
+    def _link_state_field(gpu: dict[str, Any], link: int) -> tuple[int, int]:
+        if link == 2:
+            return pynvml.NVML_SUCCESS, pynvml.NVML_NVLINK_STATE_SLEEP
+        return FakeNvml._link_state_field(gpu, link)
+
+
+@pytest.mark.parametrize("profile, asked", [(H100, 18), ({}, 18)])
+def test_nvlink_states_from_one_query_per_gpu(tmp_path: Path, profile: Any, asked: int) -> None:
+    """The states come from one query: a link the query says is inactive
+    is down, as nvmlDeviceGetNvLinkState's DISABLED was; a state it cannot
+    map (sleep) is asked of nvmlDeviceGetNvLinkState for that link alone.
+    Without a profile value the links are walked until NVML has no more,
+    with the query's INVALID_ARGUMENT confirmed by the single call."""
+    scen = tmp_path / "s.toml"
+    scen.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\nnvlink_down = [5]\n')
+    fake = _SleepingLink(str(scen))
+    findings = run(NvlinkCheck(), ctx_for(fake, profile, state_dir=str(tmp_path)))
+    [f] = [f for f in findings if f.is_problem]
+    assert (f.code, f.values["down"], f.values["expected"]) == ("NVLINK_DOWN", "5", asked)
+    assert fake.calls.count("nvmlDeviceGetNvLinkState") == 1  # link 2, asleep: enabled
+    scen.write_text('preset = "a100-sxm4-80gb"\ngpu_count = 1\n')
+    fake = FakeNvml(str(scen))
+    assert [f.status for f in run(NvlinkCheck(), ctx_for(fake, {}, state_dir=str(tmp_path)))] == [
+        Status.OK
+    ]
+    # 12 links answered; the query's "no link 12" confirmed once, then the walk stops.
+    assert fake.calls.count("nvmlDeviceGetNvLinkState") == 1
 
 
 def test_nvlink_field_query_errors_are_the_checks_errors(tmp_path: Path) -> None:

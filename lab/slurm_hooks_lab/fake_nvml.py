@@ -638,7 +638,8 @@ class FakeNvml:
         the fake does not model, or a counter the scenario marks
         not_supported, is NOT_SUPPORTED; a link the GPU lacks is
         INVALID_ARGUMENT.  Modelled: the NVLink error counters, per link
-        (links 0-11) and scoped by link (replay, recovery)."""
+        (links 0-11) and scoped by link (replay, recovery), and the link
+        state scoped by link (NVML_FI_DEV_NVLINK_GET_STATE)."""
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
         stamp = time.time_ns() // 1000
         entries = []
@@ -660,6 +661,8 @@ class FakeNvml:
 
     def _field(self, gpu: dict[str, Any], field: int, scope: int) -> tuple[int, int]:
         """(nvmlReturn, value) of one field of ``gpu``."""
+        if field == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            return self._link_state_field(gpu, scope)
         if field in NVLINK_FIELDS:
             name, link = NVLINK_FIELDS[field]
         elif field in NVLINK_SCOPED_FIELDS:
@@ -675,6 +678,21 @@ class FakeNvml:
         if self._not_supported(value):
             return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
         return pynvml.NVML_SUCCESS, int(value)
+
+    @staticmethod
+    def _link_state_field(gpu: dict[str, Any], link: int) -> tuple[int, int]:
+        """NVML_FI_DEV_NVLINK_GET_STATE of ``link``: the NVML_NVLINK_STATE_*
+        value the scenario's ``nvlink_down`` gives it."""
+        links = int(gpu.get("nvlinks", 0))
+        if links == 0:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        if not 0 <= link < links:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0
+        down = {int(x) for x in gpu.get("nvlink_down", [])}
+        state = (
+            pynvml.NVML_NVLINK_STATE_INACTIVE if link in down else pynvml.NVML_NVLINK_STATE_ACTIVE
+        )
+        return pynvml.NVML_SUCCESS, state
 
     # -- clocks and thermals ----------------------------------------------
     def _reasons(self, function: str, handle: Any) -> int:

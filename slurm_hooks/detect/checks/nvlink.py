@@ -1,19 +1,22 @@
 """NVLink links down, and link error counters rising since the last run.
 
-``nvmlDeviceGetNvLinkState`` is asked for every link the profile expects
-(``nvlinks_per_gpu``; without a profile value, until NVML says there are no
-more).  A link that is down, or missing, breaks NVSwitch all-to-all
-bandwidth: FAIL.  Error counters only ever grow until a driver reload or
-reset, so the check keeps the last values in the state directory and
-judges the increase; a counter that went down was reset, not improved.
+The state of every link the profile expects (``nvlinks_per_gpu``; without
+a profile value, until NVML says there are no more) is read as
+``nvmlDeviceGetNvLinkState`` returns it.  A link that is down, or missing,
+breaks NVSwitch all-to-all bandwidth: FAIL.  Error counters only ever grow
+until a driver reload or reset, so the check keeps the last values in the
+state directory and judges the increase; a counter that went down was
+reset, not improved.
 
-The error counters of every link that is up come from one
-``nvmlDeviceGetFieldValues`` query per GPU (:func:`read_counters`): nvml.h
-names a field per counter and link for links 0-11, and the replay and
-recovery counters of any link as one field scoped by the link.  What the
-query does not answer (the CRC counters of links 12-17 on an H100, a field
-this driver does not know, a driver without the field API) is asked of
-``nvmlDeviceGetNvLinkErrorCounter`` one counter at a time, as before.
+NVML is asked one ``nvmlDeviceGetFieldValues`` query per GPU for the
+states (:func:`read_states`) and one for the error counters of every link
+that is up (:func:`read_counters`): nvml.h names a field per counter and
+link for links 0-11, and the replay and recovery counters of any link as
+one field scoped by the link.  What a query does not answer (the CRC
+counters of links 12-17 on an H100, a state other than active or
+inactive, a field this driver does not know, a driver without the field
+API) is asked of ``nvmlDeviceGetNvLinkState`` or
+``nvmlDeviceGetNvLinkErrorCounter`` one link or counter at a time, as before.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from slurm_hooks.detect.probes.nvml import (
     ERROR_FUNCTION_NOT_FOUND,
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
+    field_results,
     field_values,
     is_nvml_error,
 )
@@ -85,8 +89,12 @@ class NvlinkCheck(GpuCheck):
     def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> dict[str, Any] | None:
         expected = as_profile(ctx.profile).nvlinks_per_gpu
         limit = expected if expected is not None else MAX_LINKS
+        answered = read_states(nvml, handle, limit)
         states: dict[int, int | None] = {}
         for link in range(limit):
+            if link in answered:
+                states[link] = answered[link]
+                continue
             try:
                 states[link] = int(nvml.nvmlDeviceGetNvLinkState(handle, link))
             except Exception as exc:
@@ -183,6 +191,33 @@ class NvlinkCheck(GpuCheck):
                     )
                 )
         return findings
+
+
+def read_states(nvml: Any, handle: Any, limit: int) -> dict[int, int]:
+    """The states of links 0..limit-1 that one field-value query answers
+    unambiguously (``NVML_FI_DEV_NVLINK_GET_STATE``, the link as scope):
+    NVML_NVLINK_STATE_ACTIVE / _INACTIVE, as the NVML_FEATURE_ENABLED /
+    _DISABLED that ``nvmlDeviceGetNvLinkState`` returns.  A link left out
+    (another state such as sleep, an entry error, a field or field API the
+    driver lacks) is asked of ``nvmlDeviceGetNvLinkState``, which decides
+    as it always did.  Any other error of the query raises."""
+    fid = getattr(nvml, "NVML_FI_DEV_NVLINK_GET_STATE", None)
+    active = getattr(nvml, "NVML_NVLINK_STATE_ACTIVE", None)
+    inactive = getattr(nvml, "NVML_NVLINK_STATE_INACTIVE", None)
+    if not isinstance(fid, int) or limit <= 0 or active is None or inactive is None:
+        return {}
+    try:
+        results = field_results(nvml, handle, [(fid, link) for link in range(limit)])
+    except Exception as exc:
+        if not is_nvml_error(exc, ERROR_FUNCTION_NOT_FOUND):
+            raise
+        return {}
+    as_enable = {active: int(nvml.NVML_FEATURE_ENABLED), inactive: int(nvml.NVML_FEATURE_DISABLED)}
+    return {
+        link: as_enable[int(value)]
+        for link, (ret, value) in enumerate(results)
+        if ret == 0 and value is not None and int(value) in as_enable
+    }
 
 
 def read_counters(nvml: Any, handle: Any, links: list[int]) -> dict[str, dict[str, int]]:

@@ -290,26 +290,34 @@ def return_name(value: int) -> str:
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
+def field_results(
+    nvml: Any, handle: Any, fields: Sequence[int | tuple[int, int]]
+) -> list[tuple[int, float | int | None]]:
+    """``nvmlDeviceGetFieldValues``: many fields of one GPU in one query
+    (``(field, scopeId)`` pairs where a field is scoped, e.g. by NVLink),
+    as ``(nvmlReturn, value)`` per field: NVML fills each entry with its
+    own status (value None unless it is SUCCESS).  The call itself raises
+    as any NVML call (FUNCTION_NOT_FOUND on a driver that predates it)."""
+    out: list[tuple[int, float | int | None]] = []
+    for entry in nvml.nvmlDeviceGetFieldValues(handle, list(fields)):
+        ret = int(entry.nvmlReturn)
+        value = getattr(entry.value, _VALUE_MEMBERS[int(entry.valueType)]) if ret == 0 else None
+        out.append((ret, value))
+    return out
+
+
 def field_values(
     nvml: Any, handle: Any, fields: Sequence[int | tuple[int, int]]
 ) -> list[float | int | None]:
-    """``nvmlDeviceGetFieldValues``: many fields of one GPU in one query
-    (``(field, scopeId)`` pairs where a field is scoped).  NVML fills each
-    entry with its own status: a field it does not support there reads
-    None, as a NOT_SUPPORTED single call does for ``call_optional``; any
-    other entry error raises that NVMLError, as the single call would.  The
-    call itself raises as any NVML call (FUNCTION_NOT_FOUND on a driver that
-    predates it)."""
+    """:func:`field_results` as a single call per field would answer: a
+    field NVML does not support there reads None, as a NOT_SUPPORTED call
+    does for ``call_optional``; any other entry error raises that
+    NVMLError, as the single call would."""
     out: list[float | int | None] = []
-    for entry in nvml.nvmlDeviceGetFieldValues(handle, list(fields)):
-        ret = int(entry.nvmlReturn)
-        if ret == ERROR_NOT_SUPPORTED:
-            out.append(None)
-        elif ret != 0:
+    for ret, value in field_results(nvml, handle, fields):
+        if ret not in (0, ERROR_NOT_SUPPORTED):
             raise nvml.NVMLError(ret)
-        else:
-            value = getattr(entry.value, _VALUE_MEMBERS[int(entry.valueType)])
-            out.append(value)
+        out.append(value)
     return out
 
 
