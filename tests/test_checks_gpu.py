@@ -307,6 +307,28 @@ class _SleepingLink(FakeNvml):
         return FakeNvml._link_state_field(gpu, link)
 
 
+class _UnscopedReplay(FakeNvml):
+    """A driver that refuses the scoped replay field (an entry error)."""
+
+    def _field(self, gpu: dict[str, Any], field: int, scope: int) -> tuple[int, int]:
+        if field == pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0
+        return super()._field(gpu, field, scope)
+
+
+def test_nvlink_counter_the_query_refuses_is_read_by_the_single_call(tmp_path: Path) -> None:
+    scen = tmp_path / "s.toml"
+    scen.write_text(
+        'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\nnvlink_errors = { "14" = { replay = 3 } }\n'
+    )
+    fake = _UnscopedReplay(str(scen))
+    run(NvlinkCheck(), ctx_for(fake, H100, state_dir=str(tmp_path)))
+    [links] = json.loads((tmp_path / STATE_FILE).read_text()).values()
+    assert links["14"]["replay"] == 3
+    # replay, crc_flit and crc_data of links 12-17 one at a time.
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 3
+
+
 @pytest.mark.parametrize("profile, asked", [(H100, 18), ({}, 18)])
 def test_nvlink_states_from_one_query_per_gpu(tmp_path: Path, profile: Any, asked: int) -> None:
     """The states come from one query: a link the query says is inactive

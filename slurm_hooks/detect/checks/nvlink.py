@@ -35,7 +35,6 @@ from slurm_hooks.detect.probes.nvml import (
     ERROR_INVALID_ARGUMENT,
     ERROR_NOT_SUPPORTED,
     field_results,
-    field_values,
     is_nvml_error,
 )
 from slurm_hooks.detect.profiles import as_profile
@@ -224,9 +223,12 @@ def read_counters(nvml: Any, handle: Any, links: list[int]) -> dict[str, dict[st
     """The error counters of ``links`` (str(link) -> counter -> value; a
     counter NVML does not support there is left out, as before).  One
     field-value query asks every counter that has a field; each counter it
-    does not answer (no field, NOT_SUPPORTED, or no field API at all) is
-    asked of ``nvmlDeviceGetNvLinkErrorCounter``, which decides as it
-    always did.  Any other error raises, as the single call's did."""
+    does not answer (no field, an entry error such as NOT_SUPPORTED, no
+    field API at all) is asked of ``nvmlDeviceGetNvLinkErrorCounter``,
+    which decides as it always did.  Any other error of the query raises,
+    as a failing single call did."""
+    if not links:
+        return {}
     found: dict[tuple[int, str], int] = {}
     batched: list[tuple[int, str, int | tuple[int, int]]] = []
     for link in links:
@@ -236,13 +238,13 @@ def read_counters(nvml: Any, handle: Any, links: list[int]) -> dict[str, dict[st
                 batched.append((link, cname, fid))
     if batched:
         try:
-            values = field_values(nvml, handle, [fid for _, _, fid in batched])
+            results = field_results(nvml, handle, [fid for _, _, fid in batched])
         except Exception as exc:
             if not is_nvml_error(exc, ERROR_FUNCTION_NOT_FOUND):
                 raise
         else:
-            for (link, cname, _), value in zip(batched, values, strict=True):
-                if value is not None:
+            for (link, cname, _), (ret, value) in zip(batched, results, strict=True):
+                if ret == 0 and value is not None:
                     found[link, cname] = int(value)
     constants = {cname: getattr(nvml, const) for cname, const in COUNTERS.items()}
     out: dict[str, dict[str, int]] = {}

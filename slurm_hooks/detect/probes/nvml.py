@@ -306,21 +306,6 @@ def field_results(
     return out
 
 
-def field_values(
-    nvml: Any, handle: Any, fields: Sequence[int | tuple[int, int]]
-) -> list[float | int | None]:
-    """:func:`field_results` as a single call per field would answer: a
-    field NVML does not support there reads None, as a NOT_SUPPORTED call
-    does for ``call_optional``; any other entry error raises that
-    NVMLError, as the single call would."""
-    out: list[float | int | None] = []
-    for ret, value in field_results(nvml, handle, fields):
-        if ret not in (0, ERROR_NOT_SUPPORTED):
-            raise nvml.NVMLError(ret)
-        out.append(value)
-    return out
-
-
 def is_nvml_error(exc: BaseException, *codes: int) -> bool:
     """True if ``exc`` is an NVMLError, optionally with one of ``codes``.
     Works for the real module and the fake alike (the fake raises pynvml's
