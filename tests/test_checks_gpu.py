@@ -241,6 +241,129 @@ def test_nvlink_counters_rising_since_last_run(tmp_path: Path) -> None:
     assert [f.status for f in reset] == [Status.OK]
 
 
+def _nvlink_counters(scenario: Path, profile: Any, state: Path) -> tuple[dict[str, Any], FakeNvml]:
+    fake = FakeNvml(str(scenario))
+    run(NvlinkCheck(), ctx_for(fake, profile, state_dir=str(state)))
+    return json.loads((state / STATE_FILE).read_text()), fake
+
+
+def test_nvlink_counters_one_field_query_per_gpu(tmp_path: Path) -> None:
+    """One nvmlDeviceGetFieldValues per GPU asks every counter NVML has a
+    field for: all four of links 0-11, replay and recovery of any link
+    (scoped by the link).  The rest (the CRC counters of links 12-17 on an
+    H100), and what the query says is NOT_SUPPORTED, are asked one at a
+    time, as before, and land in the same place."""
+    scen = tmp_path / "s.toml"
+    errors = (
+        'nvlink_errors = { "3" = { replay = 7, crc_data = "not_supported" },'
+        ' "15" = { crc_data = 9, recovery = 2 } }'
+    )
+    scen.write_text(f'preset = "a100-sxm4-80gb"\ngpu_count = 2\n[gpu.1]\n{errors}\n')
+    saved, fake = _nvlink_counters(scen, A100, tmp_path / "a100")
+    assert fake.calls.count("nvmlDeviceGetFieldValues") == 2 * 2  # states, counters
+    assert "nvmlDeviceGetNvLinkState" not in fake.calls
+    # Only the counter the query could not answer is asked again (and is not supported).
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 1
+    assert len(saved) == 2 and all(len(v) == 12 for v in saved.values())
+    assert sorted(v["3"]["replay"] for v in saved.values()) == [0, 7]
+    # crc_data "not_supported" on GPU 1: left out there, as a single call's None was.
+    assert sorted(len(v["3"]) for v in saved.values()) == [3, 4]
+
+    scen.write_text(f'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\n{errors}\n')
+    saved, fake = _nvlink_counters(scen, H100, tmp_path / "h100")
+    assert fake.calls.count("nvmlDeviceGetFieldValues") == 2
+    assert "nvmlDeviceGetNvLinkState" not in fake.calls
+    # crc_flit and crc_data of links 12-17, and link 3's unsupported crc_data.
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 2 + 1
+    [links] = saved.values()
+    assert links["3"] == {"replay": 7, "recovery": 0, "crc_flit": 0}
+    assert links["15"] == {"replay": 0, "recovery": 2, "crc_flit": 0, "crc_data": 9}
+
+
+def test_nvlink_counters_without_the_field_api(tmp_path: Path) -> None:
+    """A driver without nvmlDeviceGetFieldValues: every counter one call at a
+    time, with the same result."""
+    scen = tmp_path / "s.toml"
+    body = 'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\nnvlink_errors = { "3" = { replay = 7 } }\n'
+    scen.write_text(body)
+    batched, _ = _nvlink_counters(scen, H100, tmp_path / "batched")
+    scen.write_text(
+        body
+        + 'errors = [{ function = "nvmlDeviceGetFieldValues", error = "FUNCTION_NOT_FOUND" }]\n'
+    )
+    single, fake = _nvlink_counters(scen, H100, tmp_path / "single")
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 18 * 4
+    assert fake.calls.count("nvmlDeviceGetNvLinkState") == 18
+    assert single == batched
+
+
+class _SleepingLink(FakeNvml):
+    """A driver whose field query reports link 2 in a low-power state."""
+
+    @staticmethod
+    def _link_state_field(gpu: dict[str, Any], link: int) -> tuple[int, int]:
+        if link == 2:
+            return pynvml.NVML_SUCCESS, pynvml.NVML_NVLINK_STATE_SLEEP
+        return FakeNvml._link_state_field(gpu, link)
+
+
+class _UnscopedReplay(FakeNvml):
+    """A driver that refuses the scoped replay field (an entry error)."""
+
+    def _field(self, gpu: dict[str, Any], field: int, scope: int) -> tuple[int, int]:
+        if field == pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0
+        return super()._field(gpu, field, scope)
+
+
+def test_nvlink_counter_the_query_refuses_is_read_by_the_single_call(tmp_path: Path) -> None:
+    scen = tmp_path / "s.toml"
+    scen.write_text(
+        'preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\nnvlink_errors = { "14" = { replay = 3 } }\n'
+    )
+    fake = _UnscopedReplay(str(scen))
+    run(NvlinkCheck(), ctx_for(fake, H100, state_dir=str(tmp_path)))
+    [links] = json.loads((tmp_path / STATE_FILE).read_text()).values()
+    assert links["14"]["replay"] == 3
+    # replay, crc_flit and crc_data of links 12-17 one at a time.
+    assert fake.calls.count("nvmlDeviceGetNvLinkErrorCounter") == 6 * 3
+
+
+@pytest.mark.parametrize("profile, asked", [(H100, 18), ({}, 18)])
+def test_nvlink_states_from_one_query_per_gpu(tmp_path: Path, profile: Any, asked: int) -> None:
+    """The states come from one query: a link the query says is inactive
+    is down, as nvmlDeviceGetNvLinkState's DISABLED was; a state it cannot
+    map (sleep) is asked of nvmlDeviceGetNvLinkState for that link alone.
+    Without a profile value the links are walked until NVML has no more,
+    with the query's INVALID_ARGUMENT confirmed by the single call."""
+    scen = tmp_path / "s.toml"
+    scen.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 1\n[gpu.0]\nnvlink_down = [5]\n')
+    fake = _SleepingLink(str(scen))
+    findings = run(NvlinkCheck(), ctx_for(fake, profile, state_dir=str(tmp_path)))
+    [f] = [f for f in findings if f.is_problem]
+    assert (f.code, f.values["down"], f.values["expected"]) == ("NVLINK_DOWN", "5", asked)
+    assert fake.calls.count("nvmlDeviceGetNvLinkState") == 1  # link 2, asleep: enabled
+    scen.write_text('preset = "a100-sxm4-80gb"\ngpu_count = 1\n')
+    fake = FakeNvml(str(scen))
+    assert [f.status for f in run(NvlinkCheck(), ctx_for(fake, {}, state_dir=str(tmp_path)))] == [
+        Status.OK
+    ]
+    # 12 links answered; the query's "no link 12" confirmed once, then the walk stops.
+    assert fake.calls.count("nvmlDeviceGetNvLinkState") == 1
+
+
+def test_nvlink_field_query_errors_are_the_checks_errors(tmp_path: Path) -> None:
+    """Any other failure of the query is that GPU's NVML error, as a single
+    call's was: UNKNOWN for the GPU, never a healthy link."""
+    scen = tmp_path / "s.toml"
+    scen.write_text(
+        'preset = "h100-sxm5-80gb"\ngpu_count = 1\n'
+        'errors = [{ function = "nvmlDeviceGetFieldValues", error = "UNKNOWN" }]\n'
+    )
+    [f] = run(NvlinkCheck(), ctx_for(FakeNvml(str(scen)), H100, state_dir=str(tmp_path)))
+    assert (f.status, f.component.index, f.values["nvml_error"]) == (Status.UNKNOWN, 0, "UNKNOWN")
+
+
 def test_nvlink_missing_links_and_unsupported(tmp_path: Path) -> None:
     scen = tmp_path / "s.toml"
     scen.write_text('preset = "a100-sxm4-80gb"\ngpu_count = 1\n')  # 12 links

@@ -89,6 +89,48 @@ def test_index_and_link_validation(fake: FakeNvml) -> None:
         fake.nvmlDeviceGetNvLinkState(h, 18)
 
 
+def test_field_values_speak_pynvmls_interface(tmp_path: Path) -> None:
+    """nvmlDeviceGetFieldValues as pynvml returns it: an array of
+    c_nvmlFieldValue_t, one status per entry, field ids or (id, scope)."""
+    scen = tmp_path / "s.toml"
+    scen.write_text(
+        "gpu_count = 1\n[defaults]\nnvlinks = 4\n"
+        'nvlink_errors = { "1" = { replay = 5, crc_data = "not_supported" } }\n'
+    )
+    f = FakeNvml(str(scen))
+    f.nvmlInit()
+    h = f.nvmlDeviceGetHandleByIndex(0)
+    asked = [
+        pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L1,
+        (pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L1, 0),
+        pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1,
+        pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L5,  # the GPU has 4 links
+        pynvml.NVML_FI_DEV_ECC_CURRENT,  # not modelled
+        (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, 1),  # scoped by the link
+        (pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, 9),
+    ]
+    values = f.nvmlDeviceGetFieldValues(h, asked)
+    assert all(isinstance(v, pynvml.c_nvmlFieldValue_t) for v in values)
+    assert [v.fieldId for v in values] == [a if isinstance(a, int) else a[0] for a in asked]
+    assert [v.nvmlReturn for v in values] == [
+        pynvml.NVML_SUCCESS,
+        pynvml.NVML_SUCCESS,
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_INVALID_ARGUMENT,
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_SUCCESS,
+        pynvml.NVML_ERROR_INVALID_ARGUMENT,
+    ]
+    assert [v.scopeId for v in values][-2:] == [1, 9]
+    assert values[5].value.ullVal == 5
+    assert values[0].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    assert (values[0].value.ullVal, values[1].value.ullVal) == (5, 0)
+    assert f.calls.count("nvmlDeviceGetFieldValues") == 1
+    scen.write_text("gpu_count = 1\n[gpu.0]\nlost = true\n")
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        f.nvmlDeviceGetFieldValues(h, asked)
+
+
 def test_not_supported_features_per_preset() -> None:
     f = FakeNvml(str(DATA / "a100_healthy.toml"))
     f.nvmlInit()

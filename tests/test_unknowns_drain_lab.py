@@ -33,6 +33,7 @@ PER_CHECK_CALLS = (
     "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetGpuFabricInfo",
     "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetFieldValues",  # NVLink states and counters, one query each per GPU
     "nvmlDeviceGetCurrPcieLinkGeneration",
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetCurrentClocksThrottleReasons",

@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import threading
+import time
 import tomllib
 from collections.abc import Mapping
 from ctypes import Structure
@@ -127,6 +128,24 @@ NVLINK_COUNTERS = {
     "ecc_data": pynvml.NVML_NVLINK_ERROR_DL_ECC_DATA,
 }
 _NVLINK_COUNTER_NAMES = {v: k for k, v in NVLINK_COUNTERS.items()}
+#: Field id -> (counter, link) for NVML's per-link NVLink error counter
+#: fields (``NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0`` ... ``_L11``): the
+#: same counters ``nvmlDeviceGetNvLinkErrorCounter`` reads.
+NVLINK_FIELDS: dict[int, tuple[str, int]] = {
+    getattr(pynvml, f"NVML_FI_DEV_NVLINK_{prefix}_ERROR_COUNT_L{link}"): (name, link)
+    for name, prefix in (
+        ("replay", "REPLAY"),
+        ("recovery", "RECOVERY"),
+        ("crc_flit", "CRC_FLIT"),
+        ("crc_data", "CRC_DATA"),
+    )
+    for link in range(12)
+}
+#: Field id -> counter for the NVLink fields scoped by link (``scopeId``).
+NVLINK_SCOPED_FIELDS: dict[int, str] = {
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: "replay",
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: "recovery",
+}
 
 _GPU_KEYS = {
     "name",
@@ -611,6 +630,69 @@ class FakeNvml:
         if self._not_supported(value):
             _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(value)
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> Any:
+        """pynvml's signature and return: an array of ``c_nvmlFieldValue_t``
+        (``fieldIds`` items are field ids or ``(field, scopeId)`` pairs),
+        each entry with its own ``nvmlReturn``, as NVML fills them: a field
+        the fake does not model, or a counter the scenario marks
+        not_supported, is NOT_SUPPORTED; a link the GPU lacks is
+        INVALID_ARGUMENT.  Modelled: the NVLink error counters, per link
+        (links 0-11) and scoped by link (replay, recovery), and the link
+        state scoped by link (NVML_FI_DEV_NVLINK_GET_STATE)."""
+        gpu = self._gpu("nvmlDeviceGetFieldValues", handle)
+        stamp = time.time_ns() // 1000
+        entries = []
+        for fid in fieldIds:
+            field, scope = fid if isinstance(fid, tuple) else (fid, 0)
+            ret, value = self._field(gpu, int(field), int(scope))
+            entries.append(
+                pynvml.c_nvmlFieldValue_t(
+                    field,
+                    scope,
+                    stamp,
+                    0,  # latencyUsec
+                    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                    ret,
+                    pynvml.c_nvmlValue_t(ullVal=value),
+                )
+            )
+        return (pynvml.c_nvmlFieldValue_t * len(entries))(*entries)
+
+    def _field(self, gpu: dict[str, Any], field: int, scope: int) -> tuple[int, int]:
+        """(nvmlReturn, value) of one field of ``gpu``."""
+        if field == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            return self._link_state_field(gpu, scope)
+        if field in NVLINK_FIELDS:
+            name, link = NVLINK_FIELDS[field]
+        elif field in NVLINK_SCOPED_FIELDS:
+            name, link = NVLINK_SCOPED_FIELDS[field], scope
+        else:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        links = int(gpu.get("nvlinks", 0))
+        if links == 0:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        if link >= links:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0
+        value = gpu.get("nvlink_errors", {}).get(str(link), {}).get(name, 0)
+        if self._not_supported(value):
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        return pynvml.NVML_SUCCESS, int(value)
+
+    @staticmethod
+    def _link_state_field(gpu: dict[str, Any], link: int) -> tuple[int, int]:
+        """NVML_FI_DEV_NVLINK_GET_STATE of ``link``: the NVML_NVLINK_STATE_*
+        value the scenario's ``nvlink_down`` gives it."""
+        links = int(gpu.get("nvlinks", 0))
+        if links == 0:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0
+        if not 0 <= link < links:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0
+        down = {int(x) for x in gpu.get("nvlink_down", [])}
+        state = (
+            pynvml.NVML_NVLINK_STATE_INACTIVE if link in down else pynvml.NVML_NVLINK_STATE_ACTIVE
+        )
+        return pynvml.NVML_SUCCESS, state
 
     # -- clocks and thermals ----------------------------------------------
     def _reasons(self, function: str, handle: Any) -> int:

@@ -40,14 +40,31 @@ SLURM_BACKENDS = ("cli", "rest", "pyslurm")
 MAX_NUMBER = 1e9
 MAX_INT = 2**31 - 1
 #: Keys whose 0 breaks the runtime (a timeout of 0, an interval of 0 that
-#: spins, an empty window): they must be > 0.  Matched on the key's name.
-_POSITIVE_KEY = re.compile(
-    r"timeout|interval|window|budget|validity|retry_s|retry_max_s|lease_duration|refeed"
-    r"|^iters$|reservation_minutes|_min_|_tflops|_gbps|memory_gb|_temp_"
+#: spins, an empty window): they must be > 0.  Matched on the key's name,
+#: which contains one of :data:`_POSITIVE_PARTS` or is one of
+#: :data:`_POSITIVE_NAMES`.  Plain string tests, not a regular expression:
+#: every hook start would pay for compiling one.
+_POSITIVE_PARTS = (
+    "timeout",
+    "interval",
+    "window",
+    "budget",
+    "validity",
+    "retry_s",
+    "retry_max_s",
+    "lease_duration",
+    "refeed",
+    "reservation_minutes",
+    "_min_",
+    "_tflops",
+    "_gbps",
+    "memory_gb",
+    "_temp_",
 )
+_POSITIVE_NAMES = ("iters",)
 #: Shares of a set of nodes: in (0, 1].
-_FRACTION_KEY = re.compile(r"(?:_fraction|_share)$")
-_PORT_KEY = re.compile(r"_port$")
+_FRACTION_SUFFIXES = ("_fraction", "_share")
+_PORT_SUFFIX = "_port"
 
 
 @dataclass(frozen=True)
@@ -78,13 +95,26 @@ def default_bounds(key: str, *, integer: bool = False) -> Bounds:
     name = key.rsplit(".", 1)[-1].split("[", 1)[0]
     parts = [p.split("[", 1)[0] for p in key.split(".")]
     high = float(MAX_INT) if integer else MAX_NUMBER
-    if _PORT_KEY.search(name):
+    end = _without_final_newline(name)
+    if end.endswith(_PORT_SUFFIX):
         return Bounds(0, 65535)
-    if _FRACTION_KEY.search(name):
+    if end.endswith(_FRACTION_SUFFIXES):
         return Bounds(0, 1, low_open=True)
-    if any(_POSITIVE_KEY.search(p) for p in parts[1:] or parts):
+    if any(_positive(p) for p in parts[1:] or parts):
         return Bounds(0, high, low_open=True)
     return Bounds(0, high)
+
+
+def _without_final_newline(name: str) -> str:
+    """``name`` as an end-of-name match sees it (a quoted TOML key may hold
+    a newline; the rule has always matched just before a final one)."""
+    return name[:-1] if name.endswith("\n") else name
+
+
+def _positive(part: str) -> bool:
+    return (
+        any(s in part for s in _POSITIVE_PARTS) or _without_final_newline(part) in _POSITIVE_NAMES
+    )
 
 
 class InvalidKey(ValueError):
@@ -305,7 +335,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
         return built
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
-    hints, fields = _schema(cls)
+    # An empty table (most checks' settings on most nodes) has no key to
+    # check: its annotations are not resolved (get_type_hints compiles each).
+    hints, fields = _schema(cls) if data else ({}, {})
     errors: list[ConfigError] = []
     for name in sorted(set(data) - set(fields)):
         errors.append(

@@ -3,6 +3,11 @@
 Everything here is a frozen dataclass or an enum so that results can be
 compared in tests, logged as JSON and passed between stages without anyone
 mutating them on the way.  Nothing in this module does I/O.
+
+Slurm's side (``NodeState``, ``JobInfo``, ``ReasonOwner``) lives in
+:mod:`slurm_hooks.core.slurm_model` and is importable from here too, loaded
+on first use: every hook imports this module, and a healthy one never needs
+them (each frozen dataclass costs its importer about half a millisecond).
 """
 
 from __future__ import annotations
@@ -10,8 +15,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slurm_hooks.core.slurm_model import JobInfo as JobInfo
+    from slurm_hooks.core.slurm_model import NodeState as NodeState
+    from slurm_hooks.core.slurm_model import ReasonOwner as ReasonOwner
 
 Value = float | int | str | bool | None
 
@@ -163,69 +172,15 @@ class Finding:
         return d
 
 
-class ReasonOwner(enum.StrEnum):
-    """Who wrote a Slurm node reason.  We only ever clear our own."""
-
-    OURS = "ours"
-    NHC = "nhc"
-    OPERATOR = "operator"
-    SLURM = "slurm"
-    ADMIN = "admin"
-    NONE = "none"
+#: Names importable from here that live in slurm_model (see the docstring).
+_SLURM_MODEL = frozenset({"NodeState", "JobInfo", "ReasonOwner"})
 
 
-@dataclass(frozen=True)
-class NodeState:
-    """A Slurm node as the access layer reports it.
+def __getattr__(name: str) -> Any:
+    """``from slurm_hooks.core.model import NodeState`` (PEP 562): loads
+    :mod:`slurm_hooks.core.slurm_model` on first use."""
+    if name in _SLURM_MODEL:
+        from slurm_hooks.core import slurm_model
 
-    ``state`` is the base state in lower case (idle, allocated, mixed, down,
-    completing, ...); ``flags`` the upper-case modifiers (DRAIN, NOT_RESPONDING,
-    MAINTENANCE, ...).
-    """
-
-    name: str
-    state: str
-    flags: frozenset[str] = frozenset()
-    reason: str | None = None
-    reason_user: str | None = None
-    reason_time: datetime | None = None
-    partitions: tuple[str, ...] = ()
-    features: tuple[str, ...] = ()
-    gres: str | None = None
-    cpus: int | None = None
-    alloc_cpus: int | None = None
-    #: The node's ``Comment`` (admin-set; slurm-hooks marks held faults there).
-    comment: str | None = None
-    #: The node's ``Extra`` (free text or JSON; our health grade is one key in it).
-    extra: str | None = None
-
-    @property
-    def drained(self) -> bool:
-        """True for DRAINING and DRAINED alike: Slurm schedules nothing new there."""
-        return "DRAIN" in self.flags
-
-    @property
-    def down(self) -> bool:
-        return self.state == "down"
-
-    @property
-    def busy(self) -> bool:
-        return self.state in ("allocated", "mixed", "completing") or "COMPLETING" in self.flags
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """A Slurm job as far as remediation needs it."""
-
-    job_id: str
-    user: str | None
-    state: str
-    nodes: str
-    batch_host: str | None = None
-    requeue: bool | None = None
-    comment: str | None = None
-    admin_comment: str | None = None
-    restart_count: int = 0
-    name: str | None = None
-    partition: str | None = None
-    num_nodes: int | None = None
+        return getattr(slurm_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

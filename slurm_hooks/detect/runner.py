@@ -52,6 +52,9 @@ EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
 @dataclass(frozen=True)
 class RunResult:
+    """One phase's run on one node: every check's outcome, and the time taken
+    against the budget."""
+
     phase: Phase
     node: str
     profile: str

@@ -21,6 +21,8 @@ MEMORY_SIZE = Problem("MEMORY_SIZE", Status.FAIL, Action.DRAIN)
 
 @dataclass(frozen=True)
 class Settings:
+    """``[checks.memory]``: how much RAM may be missing before the node fails."""
+
     #: How far below the profile's memory_gb the total may be, in percent.
     tolerance_pct: float = 5.0
 

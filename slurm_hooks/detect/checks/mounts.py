@@ -30,6 +30,8 @@ MOUNT_NOT_WRITABLE = Problem("MOUNT_NOT_WRITABLE", Status.FAIL, Action.DRAIN)
 
 @dataclass(frozen=True)
 class Settings:
+    """``[checks.mounts]``: whether and how the profile's mounts are write-tested."""
+
     #: Create and remove a file on each of the profile's mounts that is not
     #: read-only; a failure is MOUNT_NOT_WRITABLE, a hang MOUNT_HUNG (drain).
     write_test: bool = True
@@ -41,6 +43,8 @@ class Settings:
 
 @dataclass(frozen=True)
 class MountState:
+    """What the mount table and the write test say about one expected mount."""
+
     path: str
     mounted: bool
     fstype: str = ""

@@ -46,6 +46,9 @@ def not_applicable(rules: tuple[tuple[str, Any, str], ...], profile: Any) -> str
 
 @dataclass(frozen=True)
 class CheckSpec:
+    """One check as the runner knows it before importing it: where it lives,
+    when it runs and when it does not apply (so a skipped check costs no import)."""
+
     name: str
     #: "package.module:Class", imported on first use.
     target: str

@@ -46,6 +46,9 @@ _TOP_KEYS = ("timeout_s", "budget_s", "nvml", "nvml_scenario", "sysfs_root")
 
 @dataclass(frozen=True)
 class ChecksConfig:
+    """``[checks]``: time limits, the NVML backend, the sysfs root, and each
+    check's own table (``[checks.<name>]``)."""
+
     timeout_s: float = DEFAULT_TIMEOUT_S
     budget_s: Mapping[str, float] = field(default_factory=dict)
     #: NVML backend by name: "pynvml" (built in), or an entry point of the

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurm_hooks.core.errors import ConfigError, NvmlError
@@ -267,6 +267,26 @@ def return_name(value: int) -> str:
     if value == 0:
         return "SUCCESS"
     return _ERROR_NAMES.get(value, f"ERROR_{value}")
+
+
+#: ``nvmlValueType_t`` (index) -> the member of ``nvmlValue_t`` that holds it (nvml.h).
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def field_results(
+    nvml: Any, handle: Any, fields: Sequence[int | tuple[int, int]]
+) -> list[tuple[int, float | int | None]]:
+    """``nvmlDeviceGetFieldValues``: many fields of one GPU in one query
+    (``(field, scopeId)`` pairs where a field is scoped, e.g. by NVLink),
+    as ``(nvmlReturn, value)`` per field: NVML fills each entry with its
+    own status (value None unless it is SUCCESS).  The call itself raises
+    as any NVML call (FUNCTION_NOT_FOUND on a driver that predates it)."""
+    out: list[tuple[int, float | int | None]] = []
+    for entry in nvml.nvmlDeviceGetFieldValues(handle, list(fields)):
+        ret = int(entry.nvmlReturn)
+        value = getattr(entry.value, _VALUE_MEMBERS[int(entry.valueType)]) if ret == 0 else None
+        out.append((ret, value))
+    return out
 
 
 def is_nvml_error(exc: BaseException, *codes: int) -> bool:

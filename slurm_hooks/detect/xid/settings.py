@@ -17,6 +17,9 @@ RUNNER_KEYS = frozenset({"timeout_s", "phases"})
 
 @dataclass(frozen=True)
 class XidSettings:
+    """``[checks.xid]``: where the kernel log is read and how XID events are
+    counted and kept."""
+
     enabled: bool = True
     #: auto: ``path`` if set, else /dev/kmsg if readable, else the journal.
     source: str = "auto"
