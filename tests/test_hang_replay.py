@@ -28,12 +28,24 @@ from slurm_hooks.simulate.workload import (
 )
 
 #: Simulated job-hours of the reduced set (the benchmark replays 10,000).
-JOB_HOURS = 400.0
+JOB_HOURS = 500.0
 SEED = 20261205
 #: What the hang judge cannot yet tell from a hang: a job whose training
 #: step ended (or whose rank 0 alone goes on) while it still runs, with no
 #: record (docs/progress.md, "Limits"); the benchmark counts them.
 TRAINING_ONLY = WorkloadParams(epilogue_share=0.0, rank0_tail_share=0.0)
+
+
+def test_no_false_alarm_at_the_defaults():
+    cfg = ProgressConfig()
+    r = replay_healthy(JOB_HOURS, SEED, cfg, workload=TRAINING_ONLY)
+    assert r.job_hours >= JOB_HOURS and r.runs > r.jobs  # restarts were replayed
+    # The workload did pause for minutes, far beyond a step...
+    assert r.longest_gap_s[Phase.CHECKPOINT] > 300
+    assert r.longest_gap_s[Phase.EVAL] > 120
+    assert r.longest_gap_s[Phase.FIRST_STEP] > cfg.first_step_allowance_s
+    # ... and nothing was said about a healthy job.
+    assert r.alarms == [], [a.explanation for a in r.alarms[:3]]
 
 
 def test_a_threshold_below_the_pauses_cries_wolf_on_checkpoints():
