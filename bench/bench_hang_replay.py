@@ -57,6 +57,10 @@ def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
     gaps = sorted(r.longest_gap_s.items(), key=lambda kv: -kv[1])
     print("  longest healthy gap before a record: "
           + ", ".join(f"{k} {v:.0f}s" for k, v in gaps))  # fmt: skip
+    if r.longest_stall_s:
+        print("  longest healthy stall judged a hang, per culprit cause: "
+              + ", ".join(f"{k} {v:.0f}s" for k, v in
+                          sorted(r.longest_stall_s.items(), key=lambda kv: -kv[1])))  # fmt: skip
     t0 = time.perf_counter()
     figures = replay_hangs(trials, seed, cfg)
     print(f"  hang cases ({trials} trials each, {time.perf_counter() - t0:.1f} s); seconds from "

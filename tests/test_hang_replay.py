@@ -55,6 +55,9 @@ def test_a_threshold_below_the_pauses_cries_wolf_on_checkpoints():
     # The policy saw user-side evidence only: the job is told about, or
     # requeued, never its node drained.
     assert set(r.by("kind")) <= {"report_job", "requeue_job", "job_stalled"}
+    # What each culprit cause would need: the stalls it was blamed for.
+    assert r.longest_stall_s and min(r.longest_stall_s.values()) >= 120.0
+    assert "process stopped (state T)" not in r.longest_stall_s
 
 
 @pytest.mark.parametrize("case", list(HangCase))

@@ -63,6 +63,8 @@ NODE = "gpu0001"
 #: Alarm kinds beside the policy's decision kinds (report_job, requeue_job, drain).
 STALLED = "job_stalled"
 STRAGGLER = "job_straggler"
+#: The cause of a stall no culprit was found for.
+NO_CULPRIT = "no culprit"
 #: A rank writing its checkpoint to a network file system is seen in D state
 #: (uninterruptible sleep) at this share of samples (assumption).
 CHECKPOINT_D_SHARE = 0.1
@@ -151,6 +153,9 @@ class _Watcher:
     procs: dict[int, ProcState] = field(default_factory=dict)
     trusted: list[tuple[Provenance, str]] = field(default_factory=list)
     acted: set[str] = field(default_factory=set)
+    #: The longest stall judged a hang or a stall, per culprit cause (what a
+    #: threshold per cause would have to stay above), this job's runs.
+    stalls: dict[str, float] = field(default_factory=dict)
     passes: int = 0
     _window: int = -1
 
@@ -184,6 +189,9 @@ class _Watcher:
             return []
         if fold.restart != self.restart:
             return []  # records of an earlier run
+        if v is not None and hung:
+            cause = v.cause or NO_CULPRIT
+            self.stalls[cause] = max(self.stalls.get(cause, 0.0), v.stalled_s)
         out: list[Alarm] = []
         if v is not None and hung and v.verdict is Verdict.HANG and v.rank is not None:
             if self._once(f"hang/{v.rank}"):
@@ -280,6 +288,9 @@ class HealthyResult:
     #: The longest gap between two records of a run (or before its end),
     #: per phase: what a hang threshold must stay above.
     longest_gap_s: dict[str, float]
+    #: The longest stall judged a hang, per culprit cause (``NO_CULPRIT``:
+    #: a stall).  Replayed at a short ``hang_s``, what each cause would need.
+    longest_stall_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def per_10k_job_hours(self) -> float:
@@ -305,6 +316,7 @@ def replay_healthy(
     rng = random.Random(seed)
     alarms: list[Alarm] = []
     gaps: dict[str, float] = {}
+    stalls: dict[str, float] = {}
     total = 0.0
     jobs = runs = passes = 0
     while total < job_hours * 3600.0:
@@ -329,7 +341,9 @@ def replay_healthy(
                 break
             start = end + rng.uniform(60.0, 1800.0)  # pending, then running again
         passes += w.passes
-    return HealthyResult(seed, total / 3600.0, jobs, runs, passes, alarms, gaps)
+        for cause, stalled in w.stalls.items():
+            stalls[cause] = max(stalls.get(cause, 0.0), stalled)
+    return HealthyResult(seed, total / 3600.0, jobs, runs, passes, alarms, gaps, stalls)
 
 
 # -- hung jobs ----------------------------------------------------------------------------
@@ -459,6 +473,6 @@ def replay_hangs(
 
 
 __all__ = [
-    "EXPECTED", "STALLED", "STRAGGLER", "Alarm", "CaseFigures", "Detection", "HangCase",
+    "EXPECTED", "NO_CULPRIT", "STALLED", "STRAGGLER", "Alarm", "CaseFigures", "Detection", "HangCase",
     "HealthyResult", "RecordFold", "replay_hang", "replay_hangs", "replay_healthy",
 ]  # fmt: skip

@@ -95,7 +95,8 @@ EXITED = -2
 @dataclass(frozen=True)
 class WorkloadParams:
     """The healthy workload (seconds unless named otherwise; a pair is a
-    range drawn uniformly, log-uniformly where ``SOURCES`` says so)."""
+    range drawn uniformly, log-uniformly for ``step_s``, ``first_step_s``
+    and ``run_h``; a tuple of more is a choice)."""
 
     ranks: tuple[int, ...] = (2, 4, 8)
     step_s: tuple[float, float] = (1.0, 20.0)
