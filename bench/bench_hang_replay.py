@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from slurm_hooks.detect.progress.settings import ProgressConfig
-from slurm_hooks.simulate.hang_replay import replay_hangs, replay_healthy
+from slurm_hooks.simulate.hang_replay import Setup, replay_hangs, replay_healthy
 
 NCCL_TIMEOUT_S = 600.0
 SHOWN = ("hang_s", "first_step_allowance_s", "interval_s", "no_culprit_report_s",
@@ -44,7 +44,7 @@ def _with(cfg: ProgressConfig, name: str, raw: str) -> ProgressConfig:
 def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
     print("settings: " + ", ".join(f"{k} {getattr(cfg, k):g}" for k in SHOWN))
     t0 = time.perf_counter()
-    r = replay_healthy(job_hours, seed, cfg)
+    r = replay_healthy(job_hours, seed, Setup(cfg))
     wall = time.perf_counter() - t0
     print(f"  healthy: {r.job_hours:,.0f} job-hours, {r.jobs} jobs, {r.runs} runs, "
           f"{r.passes:,} passes ({wall:.1f} s)")  # fmt: skip
@@ -62,7 +62,7 @@ def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
               + ", ".join(f"{k} {v:.0f}s" for k, v in
                           sorted(r.longest_stall_s.items(), key=lambda kv: -kv[1])))  # fmt: skip
     t0 = time.perf_counter()
-    figures = replay_hangs(trials, seed, cfg)
+    figures = replay_hangs(trials, seed, Setup(cfg))
     print(f"  hang cases ({trials} trials each, {time.perf_counter() - t0:.1f} s); seconds from "
           f"the stall to the alarm, vs NCCL's {NCCL_TIMEOUT_S:g} s collective timeout:")  # fmt: skip
     for f in figures:

@@ -15,6 +15,7 @@ from slurm_hooks.simulate.hang_replay import (
     EXPECTED,
     HangCase,
     RecordFold,
+    Setup,
     replay_hang,
     replay_hangs,
     replay_healthy,
@@ -38,7 +39,7 @@ TRAINING_ONLY = WorkloadParams(epilogue_share=0.0, rank0_tail_share=0.0)
 
 def test_no_false_alarm_at_the_defaults():
     cfg = ProgressConfig()
-    r = replay_healthy(JOB_HOURS, SEED, cfg, workload=TRAINING_ONLY)
+    r = replay_healthy(JOB_HOURS, SEED, Setup(cfg, workload=TRAINING_ONLY))
     assert r.job_hours >= JOB_HOURS and r.runs > r.jobs  # restarts were replayed
     # The workload did pause for minutes, far beyond a step...
     assert r.longest_gap_s[Phase.CHECKPOINT] > 300
@@ -49,7 +50,7 @@ def test_no_false_alarm_at_the_defaults():
 
 
 def test_a_threshold_below_the_pauses_cries_wolf_on_checkpoints():
-    r = replay_healthy(100.0, SEED, ProgressConfig(hang_s=120.0), workload=TRAINING_ONLY)
+    r = replay_healthy(100.0, SEED, Setup(ProgressConfig(hang_s=120.0), workload=TRAINING_ONLY))
     assert r.per_10k_job_hours > 0
     assert r.by("phase")[Phase.CHECKPOINT] > 0
     # The policy saw user-side evidence only: the job is told about, or
@@ -63,7 +64,7 @@ def test_a_threshold_below_the_pauses_cries_wolf_on_checkpoints():
 @pytest.mark.parametrize("case", list(HangCase))
 def test_each_hang_case_is_found_at_the_defaults(case):
     cfg = ProgressConfig()
-    (fig,) = replay_hangs(3, SEED, cfg, cases=[case])
+    (fig,) = replay_hangs(3, SEED, Setup(cfg), cases=[case])
     assert fig.detected == fig.trials == fig.right
     bound = cfg.hang_s + 2 * cfg.interval_s
     if case is HangCase.SILENT:
@@ -72,16 +73,16 @@ def test_each_hang_case_is_found_at_the_defaults(case):
 
 
 def test_a_hang_names_the_culprit_and_what_the_policy_does():
-    d = replay_hang(HangCase.WEDGED, SEED, ProgressConfig())
+    d = replay_hang(HangCase.WEDGED, SEED)
     assert d.kind in EXPECTED[HangCase.WEDGED] and d.named == d.culprit and d.right
-    d = replay_hang(HangCase.STOPPED, SEED, ProgressConfig())
+    d = replay_hang(HangCase.STOPPED, SEED)
     assert d.kind in ("report_job", "requeue_job") and d.named == d.culprit
 
 
 def test_the_replay_is_deterministic_for_a_seed():
     cfg = ProgressConfig(hang_s=120.0)
-    a = replay_healthy(40.0, 3, cfg)
-    b = replay_healthy(40.0, 3, cfg)
+    a = replay_healthy(40.0, 3, Setup(cfg))
+    b = replay_healthy(40.0, 3, Setup(cfg))
     assert (a.job_hours, a.passes, a.alarms) == (b.job_hours, b.passes, b.alarms)
 
 

@@ -239,8 +239,26 @@ class _Watcher:
                      text)  # fmt: skip
 
 
-def _keep(settings: ProgressConfig) -> int:
-    return (settings.slow_windows + _SPARE_WINDOWS) * settings.window_steps
+@dataclass(frozen=True)
+class Setup:
+    """What a replay runs against: the watcher's ``[progress]`` settings,
+    the policy and the healthy workload (each the product's default)."""
+
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    workload: WorkloadParams = field(default_factory=WorkloadParams)
+
+    def validate(self) -> None:
+        self.progress.validate()
+        self.workload.validate()
+
+    def job(self, job: int, rng: random.Random) -> tuple[JobShape, _Watcher]:
+        """A new job and the watcher's pass over it (half the jobs opted in
+        to a requeue on their own evidence)."""
+        shape = draw_job(rng, self.workload)
+        s = self.progress
+        fold = RecordFold(shape.ranks, (s.slow_windows + _SPARE_WINDOWS) * s.window_steps)
+        return shape, _Watcher(job, 0, s, self.policy, fold, rng.random() < 0.5, rng)
 
 
 def _passes(
@@ -300,19 +318,11 @@ class HealthyResult:
         return Counter(str(getattr(a, attr)) for a in self.alarms)
 
 
-def replay_healthy(
-    job_hours: float,
-    seed: int,
-    settings: ProgressConfig | None = None,
-    policy: PolicyConfig | None = None,
-    workload: WorkloadParams | None = None,
-) -> HealthyResult:
+def replay_healthy(job_hours: float, seed: int, setup: Setup | None = None) -> HealthyResult:
     """Healthy jobs, one after another, until ``job_hours`` of them ran."""
-    s = settings or ProgressConfig()
-    s.validate()
-    wp = workload or WorkloadParams()
-    wp.validate()
-    policy = policy or PolicyConfig()
+    setup = setup or Setup()
+    setup.validate()
+    s, wp = setup.progress, setup.workload
     rng = random.Random(seed)
     alarms: list[Alarm] = []
     gaps: dict[str, float] = {}
@@ -321,9 +331,7 @@ def replay_healthy(
     jobs = runs = passes = 0
     while total < job_hours * 3600.0:
         jobs += 1
-        shape = draw_job(rng, wp)
-        fold = RecordFold(shape.ranks, _keep(s))
-        w = _Watcher(jobs, 0, s, policy, fold, rng.random() < 0.5, rng)
+        shape, w = setup.job(jobs, rng)
         start = 0.0
         for restart in range(1000):
             runs += 1
@@ -404,25 +412,18 @@ def _apply(case: HangCase, w: _Watcher, culprit: int, ranks: int) -> None:
 
 
 def replay_hang(
-    case: HangCase,
-    seed: int,
-    settings: ProgressConfig | None = None,
-    policy: PolicyConfig | None = None,
-    workload: WorkloadParams | None = None,
-    horizon_s: float = 3600.0,
+    case: HangCase, seed: int, setup: Setup | None = None, horizon_s: float = 3600.0
 ) -> Detection:
     """One healthy job in which, at a random moment past its start, a rank
     stops progressing as ``case`` says; the first alarm after it."""
-    s = settings or ProgressConfig()
-    wp = workload or WorkloadParams()
+    setup = setup or Setup()
+    s = setup.progress
     rng = random.Random(seed)
-    shape: JobShape = draw_job(rng, wp)
-    fold = RecordFold(shape.ranks, _keep(s))
-    w = _Watcher(seed, 0, s, policy or PolicyConfig(), fold, rng.random() < 0.5, rng)
+    shape, w = setup.job(seed, rng)
     length = 4 * 3600.0
     wedge = rng.uniform(1800.0, length - 1800.0)
     culprit = rng.randrange(shape.ranks)
-    events = run_events(shape, rng, wp, 0.0, length)
+    events = run_events(shape, rng, setup.workload, 0.0, length)
     first = rng.uniform(0, s.interval_s)
     for _ in _passes(w, events, first, until=wedge):
         pass
@@ -458,15 +459,12 @@ class CaseFigures:
 def replay_hangs(
     trials: int,
     seed: int,
-    settings: ProgressConfig | None = None,
-    policy: PolicyConfig | None = None,
-    workload: WorkloadParams | None = None,
+    setup: Setup | None = None,
     cases: Sequence[HangCase] = tuple(HangCase),
 ) -> list[CaseFigures]:
     out = []
     for case in cases:
-        found = [replay_hang(case, seed * 100_003 + i, settings, policy, workload)
-                 for i in range(trials)]  # fmt: skip
+        found = [replay_hang(case, seed * 100_003 + i, setup) for i in range(trials)]
         lat = tuple(d.latency_s for d in found if d.latency_s is not None)
         out.append(CaseFigures(case, trials, len(lat), sum(d.right for d in found), lat))
     return out
@@ -474,5 +472,5 @@ def replay_hangs(
 
 __all__ = [
     "EXPECTED", "NO_CULPRIT", "STALLED", "STRAGGLER", "Alarm", "CaseFigures", "Detection", "HangCase",
-    "HealthyResult", "RecordFold", "replay_hang", "replay_hangs", "replay_healthy",
+    "HealthyResult", "RecordFold", "Setup", "replay_hang", "replay_hangs", "replay_healthy",
 ]  # fmt: skip
