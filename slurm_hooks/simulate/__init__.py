@@ -14,4 +14,10 @@ Modules: ``params`` (knobs and their published defaults), ``trace``
 -> findings through the real judges), ``cluster`` (the simulated Slurm),
 ``replay`` (the event loop and the three baselines), ``report`` (figures,
 table, JSON, picture).
+
+Beside it, the false-alarm replay of hang detection (issue #30):
+``workload`` (healthy training jobs as their progress records show them)
+and ``hang_replay`` (those jobs, and hung ones, through the hang and
+straggler judges and the policy: false alarms per 10,000 job-hours and
+seconds to a verdict; ``bench/bench_hang_replay.py``).
 """
