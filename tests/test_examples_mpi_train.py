@@ -9,11 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_examples_train import read_metrics, wait_for
 
 MPI_TRAIN = Path(__file__).resolve().parents[1] / "lab/slurm_hooks_lab/train/mpi_train.py"
 PYTHON = "/usr/bin/python3"
@@ -38,10 +38,7 @@ def _argv(ckpt: Path, *args: str) -> list[str]:
 
 
 def records(ckpt: Path) -> list[dict[str, Any]]:
-    path = ckpt / "metrics.rank0.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
+    return read_metrics(ckpt / "metrics.rank0.jsonl")
 
 
 def train(ckpt: Path, *args: str, **env: str) -> list[dict[str, Any]]:
@@ -56,18 +53,6 @@ def digests(recs: list[dict[str, Any]]) -> dict[int, str]:
     return {r["step"]: r["digest"] for r in recs if r["event"] == "step"}
 
 
-def wait_record(ckpt: Path, pred, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for r in records(ckpt):
-            if pred(r):
-                return r
-        if proc.poll() is not None:
-            pytest.fail(f"mpi_train.py exited with {proc.returncode}: {proc.stderr}")
-        time.sleep(0.02)
-    pytest.fail("timed out waiting for a metrics record")
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[int, str]:
     return digests(train(tmp_path_factory.mktemp("straight"), "--max-steps", "20"))
@@ -79,9 +64,10 @@ def test_term_checkpoints_at_a_step_boundary_and_the_resume_is_exact(tmp_path, u
         env=_env(SLURM_RESTART_COUNT="0"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        wait_record(tmp_path, lambda r: r["event"] == "step" and r["step"] >= 4, proc)
+        metrics = tmp_path / "metrics.rank0.jsonl"
+        wait_for(metrics, lambda r: r["event"] == "step" and r["step"] >= 4, proc)
         proc.send_signal(signal.SIGUSR1)
-        asked = wait_record(tmp_path, lambda r: r.get("reason") == "signal", proc)
+        asked = wait_for(metrics, lambda r: r.get("reason") == "signal", proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 128 + signal.SIGTERM
     finally:
