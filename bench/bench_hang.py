@@ -15,14 +15,21 @@
   nothing, docs/security.md) -> its node drained with HANG ->
   the job RUNNING again elsewhere -> its first step after the restart, each
   from the stop, against the collective timeout the job would otherwise
-  wait for (print the ratio; ``--no-lab`` skips it).
+  wait for (print the ratio; ``--no-lab`` skips it);
+* ``--collective``: the same end-to-end case with a real collective instead:
+  ``mpi_train.sbatch`` (mpi4py over Open MPI, ``srun --mpi=pmix``, run by the
+  unprivileged user), whose ranks block in ``MPI_Allreduce`` and which writes
+  no progress records; a trial whose node is not drained within 60 s (the
+  issue's goal) is counted as not detected.
 
     python bench/bench_hang.py [--steps 20000] [--ranks 8] [--dir /dev/shm] [--trials 2]
+    python bench/bench_hang.py --no-lab | --collective
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -40,6 +47,10 @@ from slurm_hooks.detect.progress.settings import ProgressConfig
 from slurm_hooks.jobside.progress import Progress
 
 NCCL_TIMEOUT_S = 600.0
+#: A node not drained this long after the wedge: not detected (issue 30's goal).
+DETECT_GOAL_S = 60.0
+TRAIN_DIR = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train"
+USER_PYTHON = "/usr/bin/python3"  # the job's user cannot read a virtualenv under /root
 
 
 def writer_cost(directory: str, n: int) -> float:
@@ -98,38 +109,73 @@ def _last(path: Path) -> dict[str, str]:
     return dict(t.split("=", 1) for t in lines[-1].split()[1:]) if lines else {}
 
 
-def e2e_trial(lab: Any, hooks: Any, base: Path, n: int, nodes: int) -> dict[str, float]:
-    """One SIGSTOP: seconds from the stop to drained, RUNNING again, first step."""
+def _last_metric(path: Path) -> dict[str, Any]:
+    """mpi_train.py's newest metrics line (step, pid, node, restart)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _submit(lab: Any, d: Path, base: Path, nodes: int, collective: bool) -> tuple[str, Any]:
+    """The trial's job, and how to read its victim rank's newest progress."""
+    from slurm_hooks_lab.lab import TEST_USER
+
+    from slurm_hooks.detect.probes.commands import run
+
+    victim = nodes - 1
+    if collective:
+        # Every lab node is 127.0.0.1: Open MPI's TCP transport on the loopback.
+        env = {**lab.env(), "OMPI_MCA_btl_tcp_if_include": "lo", "PYTHON": USER_PYTHON,
+               "MPI_TRAIN_PY": str(TRAIN_DIR / "mpi_train.py"), "CKPT_DIR": str(d / "ckpt")}  # fmt: skip
+        job = run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", f"-N{nodes}",
+                   f"--output={d}/train.out", f"--chdir={d}", str(TRAIN_DIR / "mpi_train.sbatch"),
+                   "--max-steps", "60", "--step-seconds", "0.2", "--ckpt-every", "1000"],
+                  timeout=30, env=env).stdout.strip()  # fmt: skip
+        metrics = d / "ckpt" / f"metrics.rank{victim}.jsonl"
+        return job, lambda: _last_metric(metrics)
+    env = {**lab.env(), "PYTHON": sys.executable, "TRAIN_PY": str(TRAIN_DIR / "train.py"),
+           "CKPT_DIR": str(d / "ckpt"), "SLURM_HOOKS_PROGRESS_DIR": str(base / "progress")}  # fmt: skip
+    job = run(["sbatch", "--parsable", f"-N{nodes}", f"--output={d}/train.out", f"--chdir={d}",
+               str(TRAIN_DIR / "train.sbatch"), "--backend", "numpy", "--collective", "file",
+               "--max-steps", "60", "--step-seconds", "0.2", "--ckpt-every", "1000"],
+              timeout=30, env=env).stdout.strip()  # fmt: skip
+    rank_log = base / "progress" / job / f"rank{victim}.log"
+    return job, lambda: _last(rank_log)
+
+
+def e2e_trial(
+    lab: Any, hooks: Any, base: Path, n: int, nodes: int, collective: bool = False
+) -> dict[str, float] | None:
+    """One SIGSTOP: seconds from the stop to drained, RUNNING again, first
+    step; None when the node was not drained within DETECT_GOAL_S."""
     from slurm_hooks_lab.hooks import wait_drained
 
+    from slurm_hooks.core.errors import LabError
     from slurm_hooks.detect.probes.commands import run
 
     d = base / f"trial{n}"
     d.mkdir()
     os.chmod(d, 0o1777)
-    train = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train/train.py"
-    env = {**lab.env(), "PYTHON": sys.executable, "TRAIN_PY": str(train),
-           "CKPT_DIR": str(d / "ckpt"), "SLURM_HOOKS_PROGRESS_DIR": str(base / "progress")}  # fmt: skip
-    job = run(["sbatch", "--parsable", f"-N{nodes}", f"--output={d}/train.out", f"--chdir={d}",
-               str(train.with_name("train.sbatch")), "--backend", "numpy", "--collective", "file",
-               "--max-steps", "60", "--step-seconds", "0.2", "--ckpt-every", "1000"],
-              timeout=30, env=env).stdout.strip()  # fmt: skip
-    victim = nodes - 1
-    rank_log = base / "progress" / job / f"rank{victim}.log"
+    job, last = _submit(lab, d, base, nodes, collective)
     try:
-        lab.wait_for(lambda: int(_last(rank_log).get("step", 0)) >= 5, 90, what="progress")
-        rec = _last(rank_log)
+        lab.wait_for(lambda: int(last().get("step", 0)) >= 5, 90, what="progress")
+        rec = last()
         hooks.lose_gpu(rec["node"], 0)
         t0 = time.monotonic()
         os.kill(int(rec["pid"]), signal.SIGSTOP)
-        wait_drained(lab, rec["node"], timeout=60)
+        try:
+            wait_drained(lab, rec["node"], timeout=DETECT_GOAL_S)
+        except LabError:
+            return None
         drained = time.monotonic() - t0
         client = lab.client()
         lab.wait_for(lambda: client.get_job(job).restart_count >= 1
                      and client.get_job(job).state == "RUNNING", 300, what="requeued job running")  # fmt: skip
         running = time.monotonic() - t0
-        lab.wait_for(lambda: int(_last(rank_log).get("restart", 0)) >= 1
-                     and int(_last(rank_log).get("step", 0)) > int(rec["step"]), 120,
+        lab.wait_for(lambda: int(last().get("restart", 0)) >= 1
+                     and int(last().get("step", 0)) > int(rec["step"]), 120,
                      what="a step after the restart")  # fmt: skip
         stepped = time.monotonic() - t0
     finally:
@@ -137,7 +183,9 @@ def e2e_trial(lab: Any, hooks: Any, base: Path, n: int, nodes: int) -> dict[str,
     return {"drained": drained, "running": running, "stepped": stepped}
 
 
-def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
+def end_to_end(
+    trials: int, nodes: int, collective: bool = False
+) -> list[dict[str, float] | None] | None:
     from slurm_hooks_lab.hooks import install
     from slurm_hooks_lab.lab import Lab, missing_prerequisites
 
@@ -150,6 +198,9 @@ def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
     out = []
     try:
         print(f"lab up in {lab.up():.1f}s ({nodes + 1} nodes)")
+        if collective and (why := _no_mpi(lab)):
+            print(f"end to end with a real collective: {why}")
+            return None
         for n in range(trials):
             work = lab.shared_dir / f"bench-hang-{n}"
             shutil.rmtree(work, ignore_errors=True)
@@ -162,8 +213,11 @@ def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
             try:
                 for node in lab.node_names:
                     hooks.start_watcher(node)
-                t = e2e_trial(lab, hooks, work, n, nodes)
+                t = e2e_trial(lab, hooks, work, n, nodes, collective)
                 out.append(t)
+                if t is None:
+                    print(f"  trial {n}: not drained within {DETECT_GOAL_S:g}s")
+                    continue
                 print(f"  trial {n}: drained {t['drained']:.1f}s, running again "
                       f"{t['running']:.1f}s, first step {t['stepped']:.1f}s")  # fmt: skip
             finally:
@@ -176,6 +230,20 @@ def end_to_end(trials: int, nodes: int) -> list[dict[str, float]] | None:
     return out
 
 
+def _no_mpi(lab: Any) -> str:
+    """Why the MPI job cannot run on this lab ("" when it can)."""
+    from slurm_hooks_lab.lab import TEST_USER
+
+    from slurm_hooks.detect.probes.commands import run
+
+    plugins = run(["srun", "--mpi=list"], timeout=30, env=lab.env(), check=False)
+    if "pmix" not in plugins.stdout + plugins.stderr:
+        return "this Slurm has no pmix MPI plugin (srun --mpi=list)"
+    probe = run(["runuser", "-u", TEST_USER, "--", USER_PYTHON, "-c", "import mpi4py"],
+                timeout=30, check=False)  # fmt: skip
+    return "" if probe.ok else f"{USER_PYTHON} lacks mpi4py (tools/bootstrap.sh installs it)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=20000)
@@ -185,6 +253,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=2, help="end-to-end SIGSTOP trials")
     ap.add_argument("--nodes", type=int, default=2, help="the job's nodes (the lab has one more)")
     ap.add_argument("--no-lab", action="store_true", help="skip the end-to-end figure")
+    ap.add_argument("--collective", action="store_true",
+                    help="end to end with the MPI job (a real MPI_Allreduce, no progress records)")  # fmt: skip
     args = ap.parse_args()
     cfg = ProgressConfig()
     for d in dict.fromkeys([args.dir, tempfile.gettempdir()]):
@@ -198,12 +268,20 @@ def main() -> None:
           f"ratio {worst / NCCL_TIMEOUT_S:.2f}")  # fmt: skip
     if args.no_lab:
         return
-    trials = end_to_end(args.trials, args.nodes)
+    results = end_to_end(args.trials, args.nodes, args.collective)
+    if not results:
+        return
+    trials = [t for t in results if t is not None]
+    job = "MPI job, MPI_Allreduce" if args.collective else "train.sbatch, file barrier"
     if not trials:
+        print(f"end to end ({len(results)} trials, {args.nodes} nodes, {job}): the wedged rank's "
+              f"node was not drained within {DETECT_GOAL_S:g}s in any trial; the job would wait "
+              f"for its collective timeout ({NCCL_TIMEOUT_S:g}s for NCCL)")  # fmt: skip
         return
     med = {k: statistics.median(t[k] for t in trials) for k in trials[0]}
     lab_hang = LAB_PROGRESS["hang_s"]
-    print(f"end to end ({len(trials)} trials, {args.nodes} nodes, lab hang_s {lab_hang:g}s), "
+    print(f"end to end ({len(trials)} of {len(results)} trials detected, {args.nodes} nodes, "
+          f"{job}, lab hang_s {lab_hang:g}s), "
           f"median from SIGSTOP: drained {med['drained']:.1f}s, job RUNNING again "
           f"{med['running']:.1f}s, first step {med['stepped']:.1f}s")  # fmt: skip
     for label, timeout in (("NCCL default", NCCL_TIMEOUT_S), ("a common 30 min", 1800.0)):

@@ -10,8 +10,11 @@ need_pkgs=()
 # python3-numpy: the demo's training job runs as an unprivileged user with
 # Debian's python3, which cannot read a virtualenv under a private /root.
 # slurm-wlm-jwt-plugin: auth_jwt.so, for the lab's slurmrestd with JWT (24.11+).
+# openmpi-bin, python3-mpi4py: the lab's MPI job (mpi_train.py), whose ranks
+# block in a real MPI_Allreduce; libpmix-dev: libpmix.so, which Slurm's pmix
+# plugin loads for `srun --mpi=pmix` (the runtime package has only libpmix.so.2).
 for p in slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin util-linux procps \
-  python3 python3-venv python3-numpy; do
+  python3 python3-venv python3-numpy openmpi-bin python3-mpi4py libpmix-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -493,6 +493,12 @@ class Lab:
             "SlurmdUser=root",
             f"StateSaveLocation={b}/ctld",
             f"SlurmdSpoolDir={b}/spool/%n",
+            # Each node's own temporary directory: every slurmd of the lab runs
+            # on one host, and Slurm's PMIx plugin makes a step's client
+            # directory under TmpFS by job and step only, so with the default
+            # /tmp the second node's `srun --mpi=pmix` task fails ("Cannot
+            # create client cli tmpdir ... File exists").
+            f"TmpFS={b}/tmp/%n",
             f"SlurmctldPidFile={b}/run/slurmctld.pid",
             f"SlurmdPidFile={b}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={b}/log/slurmctld.log",
@@ -632,9 +638,9 @@ class Lab:
         for p in created:
             os.chmod(p, 0o755)  # ours: open them to munge and the job users
         os.chmod(b, 0o755)  # munge and job users must reach their parts
-        for sub in ("ctld", "spool", "run", "log", "munge"):
+        for sub in ("ctld", "spool", "run", "log", "munge", "tmp"):
             shutil.rmtree(b / sub, ignore_errors=True)
-        for sub in ("etc", "ctld", "spool", "run", "log", "munge", "hooks", "nodes"):
+        for sub in ("etc", "ctld", "spool", "run", "log", "munge", "hooks", "nodes", "tmp"):
             (b / sub).mkdir(parents=True, exist_ok=True)
         shared = self.shared_dir
         shutil.rmtree(shared, ignore_errors=True)
@@ -645,6 +651,8 @@ class Lab:
         names = [f"n{i}" for i in range(1, self.nodes + 1)]
         for name in names:
             (b / "spool" / name).mkdir(parents=True, exist_ok=True)
+            (b / "tmp" / name).mkdir(parents=True, exist_ok=True)
+            os.chmod(b / "tmp" / name, 0o1777)  # as /tmp: the job users' too
             (b / "nodes" / name).mkdir(parents=True, exist_ok=True)
 
         state: dict[str, Any] = {
