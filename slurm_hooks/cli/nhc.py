@@ -102,6 +102,12 @@ def import_cmd(
         f" {len(imp.settings)} setting(s); {len(imp.untranslated)} not translated",
         err=True,
     )
+    if imp.site_functions:
+        click.echo(
+            "  the site's own NHC functions keep running (kind nhc_function, their code, not a "
+            f"translation): {', '.join(imp.site_functions)}",
+            err=True,
+        )
     for u in imp.untranslated:
         click.echo(
             f"  line {u.line.lineno}: {u.line.text}\n    not translated: {u.reason}", err=True

@@ -1,0 +1,123 @@
+"""The ``nhc_function`` kind: run a site's own NHC check function, without NHC.
+
+A site moving off NHC often has checks of its own (``check_oom``,
+``check_gpu_topo`` ...) defined in ``/etc/nhc/scripts/*.nhc``: bash whose
+code is not in nhc.conf, so ``nhc import`` cannot translate it.  This kind
+keeps it running as NHC ran it: bash sources every ``*.nhc`` of the
+scripts directory (NHC's ``$INCDIR``; on an NHC host NHC's own
+``common.nhc`` and ``lbnl_*.nhc`` are there too, so the helpers and
+built-in checks a site function calls exist), after :data:`SHIM`, a small
+stand-in for the functions and variables of NHC's driver (``nhc``) that
+check functions rely on, then calls the function.
+
+Nothing is evaluated: the scripts directory, the variables and the
+function's name and arguments reach the fixed script :data:`SHIM`
+(slurm_hooks/data/nhc_shim.bash) as positional parameters; names are checked
+against bash's name rule before use, on both sides.  Root runs the site's
+own files, as NHC did (docs/security.md).
+
+The verdict follows NHC's driver (run without ``-a``): ``die`` ends the
+check with its message (the node's reason); a non-zero return without
+``die`` fails with NHC's own text ("Check ... returned N"); a ``die`` in a
+subshell (``$(...)``) ends only that subshell, as under NHC, and the
+function's status decides; a function
+that is not defined after sourcing fails as NHC's ``eval`` of an unknown
+command does; past ``timeout_s`` the process group is killed and the check
+fails (NHC's watchdog: "Script timed out").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from slurm_hooks.core.errors import CommandTimeout
+from slurm_hooks.detect.site.args import NhcFunction
+from slurm_hooks.detect.site.gather import Facts
+
+log = logging.getLogger(__name__)
+
+#: What the shim writes on its own channel (a file descriptor of its own,
+#: the original stdout; the function's stdout and stderr go to stderr).
+DIED, SUBSHELL_DIED, LOADED, UNDEFINED = "died", "subshell-died", "loaded", "undefined"
+
+#: The fixed script (package data): the driver's functions and variables,
+#: then the function.  Its header says what each positional parameter is.
+SHIM = "nhc_shim.bash"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of a site function said."""
+
+    rc: int | None
+    #: die's message.
+    died: str | None = None
+    #: The first message of a die in a subshell (NHC goes on after one).
+    subshell_died: str | None = None
+    #: How many *.nhc files were sourced (None: the shim stopped before).
+    loaded: int | None = None
+    undefined: bool = False
+    timed_out: bool = False
+    #: The end of the function's own output (its log lines), for the log.
+    output: str = ""
+
+
+class ShimStopped(RuntimeError):
+    """The shim ended before it sourced the scripts (its own arguments were
+    refused, or bash could not start it): the check did not run."""
+
+
+def shim_path() -> str:
+    """Where the installed package keeps :data:`SHIM`."""
+    from importlib import resources
+
+    return str(resources.files("slurm_hooks") / "data" / SHIM)
+
+
+def argv(a: NhcFunction) -> list[str]:
+    """``bash SHIM`` with every value in its own positional slot."""
+    env = [f"{k}={v}" for k, v in a.env.items()]
+    return [
+        "bash", "--noprofile", "--norc", "--", shim_path(), a.scripts_dir,
+        str(max(1, math.ceil(a.timeout_s))), str(len(env)), *env, a.function, *a.args,
+    ]  # fmt: skip
+
+
+def parse(rc: int | None, out: str, err: str) -> Outcome:
+    """The shim's channel (``out``) and the function's output (``err``)."""
+    died: str | None = None
+    subshell: str | None = None
+    loaded: int | None = None
+    undefined = False
+    for line in out.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == DIED and died is None:
+            died = rest.strip()
+        elif word == SUBSHELL_DIED and subshell is None:
+            subshell = rest.strip()
+        elif word == LOADED and rest.strip().isdigit():
+            loaded = int(rest)
+        elif word == UNDEFINED:
+            undefined = True
+    return Outcome(rc, died, subshell, loaded, undefined, output=err[-2000:])
+
+
+def gather(a: NhcFunction, f: Facts) -> Outcome:
+    """Run the function through the one subprocess site (``f.run``).
+    Raises ShimStopped (the check is UNKNOWN) when it did not run;
+    CommandError when bash cannot be started."""
+    try:
+        r = f.run(argv(a), timeout=a.timeout_s)
+    except CommandTimeout:
+        return Outcome(None, timed_out=True)
+    outcome = parse(r.rc, r.stdout or "", r.stderr or "")
+    if outcome.output:
+        log.debug("nhc function %s said: %s", a.function, outcome.output)
+    if outcome.loaded is None and outcome.died is None:
+        raise ShimStopped(
+            f"bash stopped before sourcing {a.scripts_dir} (exit {r.rc}): "
+            f"{outcome.output.strip()[-200:]}"
+        )
+    return outcome
