@@ -407,12 +407,21 @@ def test_dmi_fails_after_a_bios_change(node, tmp_path):
 # and a full run with `-t 2` for the timeout) on the same node states; NHC's
 # text names the program $NAME ("nhc" when installed).
 
-SCRIPTS = DATA / "scripts"
+
+@pytest.fixture
+def scripts(tmp_path):
+    """The site's scripts directory, a copy the test's user owns (root
+    refuses scripts another user owns, and a checkout may be anyone's)."""
+    d = tmp_path / "nhc-scripts"
+    d.mkdir()
+    for f in (DATA / "scripts").glob("*.nhc"):
+        (d / f.name).write_text(f.read_text())
+    return d
 
 
-def _site(node: Node, **extra: str) -> dict[str, str]:
+def _site(scripts: Path, **extra: str) -> dict[str, str]:
     """What /etc/sysconfig/nhc would say on this node (the scripts dir)."""
-    return {"INCDIR": str(SCRIPTS), **extra}
+    return {"INCDIR": str(scripts), **extra}
 
 
 def _fn_finding(node: Node, line: str, variables: dict[str, str]):
@@ -425,9 +434,9 @@ def _fn_finding(node: Node, line: str, variables: dict[str, str]):
     return f
 
 
-def test_site_function_fails_with_the_message_it_died_with(node):
+def test_site_function_fails_with_the_message_it_died_with(node, scripts):
     vmstat = node.write("proc/vmstat", "nr_free_pages 1\noom_kill 0\n")
-    site = _site(node, SITE_VMSTAT=str(vmstat))
+    site = _site(scripts, SITE_VMSTAT=str(vmstat))
     assert node.verdict("check_site_oom 2", variables=site) == 0  # NHC: 0
     node.write("proc/vmstat", "nr_free_pages 1\noom_kill 3\n")
     assert node.verdict("check_site_oom 2", variables=site) == 1  # NHC: 1
@@ -441,24 +450,24 @@ def test_site_function_fails_with_the_message_it_died_with(node):
     assert (f.values["function"], f.values["rc"]) == ("check_site_oom", 1)
 
 
-def test_site_function_status_without_die_fails_with_nhcs_text(node, tmp_path):
+def test_site_function_status_without_die_fails_with_nhcs_text(node, scripts, tmp_path):
     marker = tmp_path / "marker"
     marker.write_text("")
     line = f"check_site_marker {marker}"
-    assert node.verdict(line, variables=_site(node)) == 0  # NHC: 0
+    assert node.verdict(line, variables=_site(scripts)) == 0  # NHC: 0
     marker.unlink()
-    assert node.verdict(line, variables=_site(node)) == 1  # NHC: 1
-    assert _fn_finding(node, line, _site(node)).message.endswith(f"Check {line} returned 1")
+    assert node.verdict(line, variables=_site(scripts)) == 1  # NHC: 1
+    assert _fn_finding(node, line, _site(scripts)).message.endswith(f"Check {line} returned 1")
 
 
-def test_site_function_values_are_never_evaluated(node, tmp_path):
+def test_site_function_values_are_never_evaluated(node, scripts, tmp_path):
     # The import refuses $(...) in a line; a hand-written row is passed as
     # words all the same: arguments, variables and the directory are data.
     planted = [tmp_path / f"planted{i}" for i in range(3)]
     cfg = SiteChecksConfig.from_section(
         [{"kind": "nhc_function", "function": "check_site_marker",
           "args": [f"$(touch {planted[0]})", f"; touch {planted[1]}"],
-          "env": {"SITE_VMSTAT": f"`touch {planted[2]}`"}, "scripts_dir": str(SCRIPTS)}],
+          "env": {"SITE_VMSTAT": f"`touch {planted[2]}`"}, "scripts_dir": str(scripts)}],
         path=None, prefix="site_checks",
     )  # fmt: skip
     (f,) = node.run(cfg)
@@ -466,9 +475,9 @@ def test_site_function_values_are_never_evaluated(node, tmp_path):
     assert not any(p.exists() for p in planted)
 
 
-def test_site_function_runs_the_sites_commands_and_a_subshells_die_ends_only_it(node):
+def test_site_function_runs_the_sites_commands_and_a_subshells_die_ends_only_it(node, scripts):
     smi = node.bin / "nvidia-smi"
-    site = _site(node, NVIDIA_SMI=str(smi))
+    site = _site(scripts, NVIDIA_SMI=str(smi))
     gpus = (
         'for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done\n'
     )
@@ -488,10 +497,10 @@ def test_site_function_runs_the_sites_commands_and_a_subshells_die_ends_only_it(
     )
 
 
-def test_site_function_past_its_timeout_fails(node):
+def test_site_function_past_its_timeout_fails(node, scripts):
     cfg = SiteChecksConfig.from_section(
         [{"name": "slow", "kind": "nhc_function", "function": "check_site_slow", "args": ["10"],
-          "scripts_dir": str(SCRIPTS), "timeout_s": 0.5}],
+          "scripts_dir": str(scripts), "timeout_s": 0.5}],
         path=None, prefix="site_checks",
     )  # fmt: skip
     (f,) = node.run(cfg)
@@ -500,18 +509,44 @@ def test_site_function_past_its_timeout_fails(node):
     assert f.message == "slow: check_site_slow 10: timed out after 0.5s"
 
 
-def test_an_unknown_site_function_fails_and_says_why(node, tmp_path):
+def test_an_unknown_site_function_fails_and_says_why(node, scripts, tmp_path):
     # NHC: "check_site_nope: command not found", exit 127: the node fails.
-    assert node.verdict("check_site_nope", variables=_site(node)) == 1
-    f = _fn_finding(node, "check_site_nope", _site(node))
+    assert node.verdict("check_site_nope", variables=_site(scripts)) == 1
+    f = _fn_finding(node, "check_site_nope", _site(scripts))
     assert f.message == (
-        f"nhc-function-l1: check_site_nope is not defined: none of the 1 *.nhc script(s) in {SCRIPTS} defines it"
+        f"nhc-function-l1: check_site_nope is not defined: none of the 1 *.nhc script(s) in {scripts} defines it"
     )
     empty = tmp_path / "no-scripts"
     empty.mkdir()
     f = _fn_finding(node, "check_site_oom", {"INCDIR": str(empty)})
     assert f.status is Status.FAIL
     assert f.message.endswith(f"check_site_oom is not defined: no *.nhc script in {empty}")
+
+
+def test_scripts_anyone_could_have_written_are_not_run(node, scripts, tmp_path):
+    # The config file's rule (docs/security.md): world-writable, or (for
+    # root) owned by another user, is refused; nothing of it runs.
+    ran = tmp_path / "ran"
+    (scripts / "zz_planted.nhc").write_text(f"touch {ran}\n")
+    vmstat = node.write("proc/vmstat", "oom_kill 0\n")
+    line = "check_site_oom 2"
+    assert node.verdict(line, variables=_site(scripts, SITE_VMSTAT=str(vmstat))) == 0
+    assert ran.exists()  # a trusted directory: every script is sourced, as NHC does
+    ran.unlink()
+    (scripts / "zz_planted.nhc").chmod(0o666)
+    f = _fn_finding(node, line, _site(scripts, SITE_VMSTAT=str(vmstat)))
+    assert (f.status, f.code) == (Status.UNKNOWN, "CHECK_UNKNOWN")
+    assert "zz_planted.nhc is world-writable" in f.message and not ran.exists()
+    (scripts / "zz_planted.nhc").chmod(0o644)
+    scripts.chmod(0o777)
+    f = _fn_finding(node, line, _site(scripts, SITE_VMSTAT=str(vmstat)))
+    assert f.status is Status.UNKNOWN and f"{scripts} is world-writable" in f.message
+    scripts.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(scripts / "zz_planted.nhc", 1001, 1001)
+        f = _fn_finding(node, line, _site(scripts, SITE_VMSTAT=str(vmstat)))
+        assert f.status is Status.UNKNOWN and "owned by uid 1001, not root" in f.message
+        assert not ran.exists()
 
 
 def test_nvidia_healthmon_lines_are_the_gpu_checks(tmp_path):

@@ -14,7 +14,9 @@ Nothing is evaluated: the scripts directory, the variables and the
 function's name and arguments reach the fixed script :data:`SHIM`
 (slurm_hooks/data/nhc_shim.bash) as positional parameters; names are checked
 against bash's name rule before use, on both sides.  Root runs the site's
-own files, as NHC did (docs/security.md).
+own files, as NHC did (docs/security.md), but not files anyone could have
+written: a world-writable directory or script, or one another user owns,
+is refused, the config file's rule.
 
 The verdict follows NHC's driver (run without ``-a``): ``die`` ends the
 check with its message (the node's reason); a non-zero return without
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 from slurm_hooks.core.errors import CommandTimeout
 from slurm_hooks.detect.site.args import NhcFunction
-from slurm_hooks.detect.site.gather import Facts
+from slurm_hooks.detect.site.gather import Facts, bounded
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,12 @@ class Outcome:
     timed_out: bool = False
     #: The end of the function's own output (its log lines), for the log.
     output: str = ""
+
+
+class UntrustedScripts(RuntimeError):
+    """The scripts directory, or a ``*.nhc`` in it, is writable by anyone or
+    (for root) owned by another user: whoever that is could make root run
+    anything, so nothing of it is run (the check is UNKNOWN)."""
 
 
 class ShimStopped(RuntimeError):
@@ -104,10 +112,37 @@ def parse(rc: int | None, out: str, err: str) -> Outcome:
     return Outcome(rc, died, subshell, loaded, undefined, output=err[-2000:])
 
 
+def check_trust(scripts_dir: str) -> None:
+    """The rule the config file has (core/config.py ``_check_owner``), for
+    the directory and each ``*.nhc`` bash will source (symlinks followed, as
+    bash follows them).  A missing directory passes: nothing is sourced,
+    and the verdict says the function is not defined."""
+    import glob
+    import os
+
+    paths = [scripts_dir, *sorted(glob.glob(os.path.join(glob.escape(scripts_dir), "*.nhc")))]
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue  # nothing there to source (the verdict says so)
+        if st.st_mode & 0o002:
+            raise UntrustedScripts(
+                f"{path} is world-writable (mode {st.st_mode & 0o7777:04o}): anyone could "
+                "make root run anything; chmod o-w it"
+            )
+        if os.geteuid() == 0 and st.st_uid != 0:
+            raise UntrustedScripts(
+                f"{path} is owned by uid {st.st_uid}, not root: that user could make root "
+                "run anything; chown root it"
+            )
+
+
 def gather(a: NhcFunction, f: Facts) -> Outcome:
     """Run the function through the one subprocess site (``f.run``).
-    Raises ShimStopped (the check is UNKNOWN) when it did not run;
-    CommandError when bash cannot be started."""
+    Raises UntrustedScripts or ShimStopped (the check is UNKNOWN) when it
+    did not run; CommandError when bash cannot be started."""
+    bounded(lambda: check_trust(a.scripts_dir), 5.0, f"stat {a.scripts_dir}")
     try:
         r = f.run(argv(a), timeout=a.timeout_s)
     except CommandTimeout:
