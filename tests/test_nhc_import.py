@@ -216,8 +216,9 @@ def test_cli_sysconfig_values(tmp_path):
     assert to_json(imported(conf))["translated_lines"] == with_values["translated_lines"]
 
 
-def test_config_show_keeps_the_imported_site_checks(tmp_path):
-    imp = imported(DATA / "curc-nhc.conf")
+@pytest.mark.parametrize("path", CONFS, ids=lambda p: p.name)
+def test_config_show_keeps_the_imported_site_checks(path, tmp_path):
+    imp = imported(path)
     f = tmp_path / "c.toml"
     f.write_text(to_toml(imp))
     r = CliRunner().invoke(main, ["config", "show", "-c", str(f)])
