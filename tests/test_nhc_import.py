@@ -216,6 +216,27 @@ def test_cli_sysconfig_values(tmp_path):
     assert to_json(imported(conf))["translated_lines"] == with_values["translated_lines"]
 
 
+def test_cli_warns_of_a_site_function_this_hosts_scripts_do_not_define(tmp_path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "site.nhc").write_text(
+        "function check_a() {\n  return 0\n}\ncheck_b2 () { :; }\n# check_c() in a comment\n"
+    )
+    conf = tmp_path / "nhc.conf"
+    conf.write_text("* || check_a\n* || check_b2 x\n* || check_c\n")
+    runner = CliRunner()
+    r = runner.invoke(main, ["nhc", "import", "--var", f"INCDIR={scripts}", str(conf)])
+    assert r.exit_code == 0  # translated: the warning is about this host
+    warned = [ln for ln in r.stderr.splitlines() if "warning:" in ln]
+    assert warned == [
+        f"  warning: check_c: no *.nhc in {scripts} on this host defines it; "
+        "where that holds on a node, the check fails there"
+    ]
+    # Not an NHC host (no such directory here): nothing to say.
+    r = runner.invoke(main, ["nhc", "import", "--var", f"INCDIR={tmp_path / 'no'}", str(conf)])
+    assert r.exit_code == 0 and "warning:" not in r.stderr
+
+
 @pytest.mark.parametrize("path", CONFS, ids=lambda p: p.name)
 def test_config_show_keeps_the_imported_site_checks(path, tmp_path):
     imp = imported(path)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 
 from slurm_hooks.core.errors import CommandTimeout
@@ -110,6 +111,31 @@ def parse(rc: int | None, out: str, err: str) -> Outcome:
         elif word == UNDEFINED:
             undefined = True
     return Outcome(rc, died, subshell, loaded, undefined, output=err[-2000:])
+
+
+_DEFINITION = re.compile(
+    r"^\s*(?:function\s+([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\))", re.M
+)
+
+
+def defined_here(scripts_dir: str) -> set[str] | None:
+    """The functions the ``*.nhc`` of ``scripts_dir`` define, read as text
+    (nothing is run), or None when there is no such directory on this host:
+    ``nhc import`` warns about a site function it would not find."""
+    import glob
+    import os
+
+    if not os.path.isdir(scripts_dir):
+        return None
+    names: set[str] = set()
+    for path in glob.glob(os.path.join(glob.escape(scripts_dir), "*.nhc")):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        names.update(a or b for a, b in _DEFINITION.findall(text))
+    return names
 
 
 def check_trust(scripts_dir: str) -> None:
