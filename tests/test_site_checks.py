@@ -404,8 +404,9 @@ def test_dmi_fails_after_a_bios_change(node, tmp_path):
 # tests/data/nhc/scripts/site_checks.nhc, written as site functions are.  NHC's
 # verdicts and die messages were recorded by running NHC's own driver (mej/nhc
 # at 9c4a38c, `nhc -e LINE INCDIR=<that dir plus NHC's scripts> NHC_RM=slurm`,
-# and a full run with `-t 2` for the timeout) on the same node states; NHC's
-# text names the program $NAME ("nhc" when installed).
+# and a full run with `-t 2` for the timeout) on the same node states, outside
+# the tests (nothing of NHC is committed); NHC's text names the program $NAME
+# ("nhc" when installed).
 
 
 @pytest.fixture
@@ -507,6 +508,27 @@ def test_site_function_past_its_timeout_fails(node, scripts):
     # NHC (-t 2): "Script timed out while executing "check_site_slow 10"", exit 142.
     assert (f.status, f.code) == (Status.FAIL, "NHC_FUNCTION")
     assert f.message == "slow: check_site_slow 10: timed out after 0.5s"
+
+
+def test_site_function_timing_its_command_with_nhcs_watchdog_timer(node, scripts):
+    # NHC's check_cmd_status times its command with the driver's
+    # nhcmain_watchdog_timer; a site function may too.  NHC: 0, and 1 with
+    # 'check_site_timed:  142 returned by "sleep 5"' (SIGALRM after 1 s).
+    assert node.verdict("check_site_timed 5 true", variables=_site(scripts)) == 0
+    f = _fn_finding(node, "check_site_timed 1 sleep 5", _site(scripts))
+    assert f.status is Status.FAIL
+    assert f.message.endswith('check_site_timed:  142 returned by "sleep 5"')
+
+
+def test_a_process_the_function_leaves_running_does_not_hold_the_check(node, scripts):
+    # Its helper sleeps 5 s after the function returned; the check does not
+    # wait for it (NHC: 0 at once), so 2 s is plenty.
+    cfg = SiteChecksConfig.from_section(
+        [{"name": "helper", "kind": "nhc_function", "function": "check_site_helper",
+          "args": ["5"], "scripts_dir": str(scripts), "timeout_s": 2.0}],
+        path=None, prefix="site_checks",
+    )  # fmt: skip
+    assert [f.status for f in node.run(cfg)] == [Status.OK]
 
 
 def test_an_unknown_site_function_fails_and_says_why(node, scripts, tmp_path):

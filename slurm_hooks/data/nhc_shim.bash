@@ -1,17 +1,19 @@
 # slurm-hooks: run one of a site's LBNL NHC check functions without NHC's driver.
 #
 # Run by slurm_hooks/detect/site/nhc_function.py as
-#   bash --noprofile --norc -- nhc_shim.bash DIR TIMEOUT N NAME=VALUE... FUNCTION ARG...
-# DIR: the scripts directory (NHC's $INCDIR), every *.nhc in it is sourced;
-# TIMEOUT: whole seconds (NHC's $TIMEOUT; the caller kills the process group
-# past it); N: how many NAME=VALUE words follow (variables set before the
-# scripts are sourced and again after, as /etc/sysconfig/nhc and nhc.conf
-# settings are); then the function and its arguments.  Every value is a
-# positional parameter; nothing here is evaluated, and names are checked
-# against bash's name rule before use.
+#   bash --noprofile --norc -- nhc_shim.bash RUN DIR TIMEOUT N NAME=VALUE... FUNCTION ARG...
+# RUN: a private directory of the caller's for this run; DIR: the scripts
+# directory (NHC's $INCDIR), every *.nhc in it is sourced; TIMEOUT: whole
+# seconds (NHC's $TIMEOUT; the caller kills the process group past it); N: how
+# many NAME=VALUE words follow (variables set before the scripts are sourced and
+# again after, as /etc/sysconfig/nhc and nhc.conf settings are); then the
+# function and its arguments.  Every value is a positional parameter; nothing
+# here is evaluated, and names are checked against bash's name rule before use.
 #
-# What the caller reads on this script's own channel (the original stdout;
-# the function's stdout and stderr both go to stderr):
+# Everything goes to files in RUN, never to the caller's pipes: a process the
+# function leaves running (NHC's own command timers do) cannot hold them open.
+# RUN/output: what the function and the scripts print.  RUN/channel, one line
+# each:
 #   loaded K        K *.nhc files were sourced
 #   died MESSAGE    the function called die
 #   subshell-died MESSAGE
@@ -27,12 +29,18 @@
 #   OFFLINE_NODE and ONLINE_NODE are ':' and MARK_OFFLINE is 0;
 # * log, vlog, dbg print under SILENT=0, VERBOSE=1, DEBUG=1; oecho, eecho,
 #   vecho print to NHC_FD_OUT / NHC_FD_ERR; syslog collects its text and
-#   syslog_flush prints it; kill_watchdog has no watchdog to kill.
+#   syslog_flush prints it; kill_watchdog has no watchdog to kill;
+# * nhcmain_watchdog_timer SECONDS PID (NHC's check_cmd_status times its
+#   command with it): after SECONDS, SIGALRM to PID, then SIGTERM a second
+#   later, then SIGKILL three seconds after that, each only while PID lives.
 # The scripts are sourced inside a function with IFS empty and globbing on only
 # for the file list (NHC's nhcmain_load_scripts); the check runs with globbing
 # off (set -f), as under NHC.
 
-exec {__shk_out}>&1 1>&2
+__shk_run=$1
+shift
+exec </dev/null >>"$__shk_run/output" 2>&1
+function __shk_say() { printf '%s\n' "$*" >>"$__shk_run/channel"; }
 __shk_name='^[A-Za-z_][A-Za-z0-9_]*$'
 __shk_dir=$1 __shk_timeout=$2 __shk_n=$3
 shift 3
@@ -70,9 +78,9 @@ function die() {
     syslog "Health check failed:  $*"
     msg="$*"
     if [[ "$BASHPID" == "$$" ]]; then
-        printf 'died %s\n' "${msg//[$'\n\r']/ }" >&"$__shk_out"
+        __shk_say "died ${msg//[$'\n\r']/ }"
     else
-        printf 'subshell-died %s\n' "${msg//[$'\n\r']/ }" >&"$__shk_out"
+        __shk_say "subshell-died ${msg//[$'\n\r']/ }"
     fi
     exit "$rc"
 }
@@ -87,6 +95,20 @@ function syslog() {
 }
 function syslog_flush() { [[ -n "$LOGGER_TEXT" ]] && echo "syslog: $LOGGER_TEXT"; LOGGER_TEXT=""; }
 function kill_watchdog() { return 0; }
+function nhcmain_watchdog_timer() {
+    local timeout="$1" pid="$2" sleep_pid
+    sleep "$timeout" &
+    sleep_pid=$!
+    trap '' ALRM TERM
+    trap "kill -9 $sleep_pid >&/dev/null; exit 0" EXIT HUP INT QUIT PIPE USR1 USR2
+    wait "$sleep_pid"
+    kill -s ALRM -- "$pid" 2>/dev/null || return 0
+    sleep 1
+    kill -s TERM -- "$pid" 2>/dev/null || return 0
+    sleep 3
+    kill -s KILL -- "$pid" 2>/dev/null
+    return 0
+}
 
 function __shk_load() {
     local -a files
@@ -101,13 +123,13 @@ function __shk_load() {
             loaded=$((loaded + 1))
         fi
     done
-    printf 'loaded %d\n' "$loaded" >&"$__shk_out"
+    __shk_say "loaded $loaded"
 }
 
 set -f
 ((${#__shk_env[@]})) && export -- "${__shk_env[@]}"
 __shk_load
 ((${#__shk_env[@]})) && export -- "${__shk_env[@]}"
-declare -F -- "$__shk_fn" >/dev/null || { printf 'undefined\n' >&"$__shk_out"; exit 127; }
+declare -F -- "$__shk_fn" >/dev/null || { __shk_say undefined; exit 127; }
 CHECK="$__shk_fn $*" CHECK_DIED=0
 "$__shk_fn" "$@"

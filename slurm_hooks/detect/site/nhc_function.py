@@ -41,8 +41,8 @@ from slurm_hooks.detect.site.gather import Facts, bounded
 
 log = logging.getLogger(__name__)
 
-#: What the shim writes on its own channel (a file descriptor of its own,
-#: the original stdout; the function's stdout and stderr go to stderr).
+#: What the shim writes to its channel (a file in the run's own directory,
+#: not a pipe a process the function leaves behind could hold open).
 DIED, SUBSHELL_DIED, LOADED, UNDEFINED = "died", "subshell-died", "loaded", "undefined"
 
 #: The fixed script (package data): the driver's functions and variables,
@@ -85,22 +85,22 @@ def shim_path() -> str:
     return str(resources.files("slurm_hooks") / "data" / SHIM)
 
 
-def argv(a: NhcFunction) -> list[str]:
+def argv(a: NhcFunction, run_dir: str) -> list[str]:
     """``bash SHIM`` with every value in its own positional slot."""
     env = [f"{k}={v}" for k, v in a.env.items()]
     return [
-        "bash", "--noprofile", "--norc", "--", shim_path(), a.scripts_dir,
+        "bash", "--noprofile", "--norc", "--", shim_path(), run_dir, a.scripts_dir,
         str(max(1, math.ceil(a.timeout_s))), str(len(env)), *env, a.function, *a.args,
     ]  # fmt: skip
 
 
-def parse(rc: int | None, out: str, err: str) -> Outcome:
-    """The shim's channel (``out``) and the function's output (``err``)."""
+def parse(rc: int | None, channel: str, output: str) -> Outcome:
+    """The shim's channel file and the end of the function's output."""
     died: str | None = None
     subshell: str | None = None
     loaded: int | None = None
     undefined = False
-    for line in out.splitlines():
+    for line in channel.splitlines():
         word, _, rest = line.partition(" ")
         if word == DIED and died is None:
             died = rest.strip()
@@ -110,7 +110,18 @@ def parse(rc: int | None, out: str, err: str) -> Outcome:
             loaded = int(rest)
         elif word == UNDEFINED:
             undefined = True
-    return Outcome(rc, died, subshell, loaded, undefined, output=err[-2000:])
+    return Outcome(rc, died, subshell, loaded, undefined, output=output)
+
+
+def _read(path: str, tail: int | None = None) -> str:
+    try:
+        with open(path, "rb") as f:
+            if tail is not None:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - tail))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
 
 
 _DEFINITION = re.compile(
@@ -165,20 +176,27 @@ def check_trust(scripts_dir: str) -> None:
 
 
 def gather(a: NhcFunction, f: Facts) -> Outcome:
-    """Run the function through the one subprocess site (``f.run``).
-    Raises UntrustedScripts or ShimStopped (the check is UNKNOWN) when it
-    did not run; CommandError when bash cannot be started."""
+    """Run the function through the one subprocess site (``f.run``), its
+    channel and output in a private directory.  Raises UntrustedScripts or
+    ShimStopped (the check is UNKNOWN) when it did not run; CommandError
+    when bash cannot be started."""
+    import os
+    import tempfile
+
     bounded(lambda: check_trust(a.scripts_dir), 5.0, f"stat {a.scripts_dir}")
-    try:
-        r = f.run(argv(a), timeout=a.timeout_s)
-    except CommandTimeout:
-        return Outcome(None, timed_out=True)
-    outcome = parse(r.rc, r.stdout or "", r.stderr or "")
+    with tempfile.TemporaryDirectory(prefix="slurm-hooks-nhc-") as run_dir:
+        try:
+            r = f.run(argv(a, run_dir), timeout=a.timeout_s)
+        except CommandTimeout:
+            return Outcome(None, timed_out=True)
+        outcome = parse(
+            r.rc,
+            _read(os.path.join(run_dir, "channel")),
+            _read(os.path.join(run_dir, "output"), tail=2000),
+        )
     if outcome.output:
         log.debug("nhc function %s said: %s", a.function, outcome.output)
     if outcome.loaded is None and outcome.died is None:
-        raise ShimStopped(
-            f"bash stopped before sourcing {a.scripts_dir} (exit {r.rc}): "
-            f"{outcome.output.strip()[-200:]}"
-        )
+        said = (r.stderr or r.stdout or outcome.output).strip()[-200:]
+        raise ShimStopped(f"bash stopped before sourcing {a.scripts_dir} (exit {r.rc}): {said}")
     return outcome
