@@ -45,12 +45,12 @@ def test_a_site_function_drains_its_node_with_the_message_it_died_with(fresh_lab
     seen = tmp_path / "flag.seen"
     hooks = install(lab, healthcheck_interval=2)
     try:
-        with open(hooks.node(NODE).config, "a", encoding="utf-8") as f:
-            f.write(
-                f'\n[[site_checks]]\nname = "flag"\nkind = "nhc_function"\n'
-                f'function = "check_site_flag"\nscripts_dir = "{scripts}"\n'
-                f'env = {{ SITE_FLAG = "{flag}" }}\n'
-            )
+        hooks.add_config(
+            NODE,
+            f'[[site_checks]]\nname = "flag"\nkind = "nhc_function"\n'
+            f'function = "check_site_flag"\nscripts_dir = "{scripts}"\n'
+            f'env = {{ SITE_FLAG = "{flag}" }}\n',
+        )
         # The function ran under slurmd and passed: the node stays in service.
         lab.wait_for(seen.exists, 30, what="the site function run by the health check")
         seen.unlink()
