@@ -12,10 +12,11 @@ Runs, in one session and interleaved (so machine noise hits all alike):
   the metrics check) on the CPU node and on the 8-GPU node, and the CPU
   node's ``hook epilog`` and ``hook prolog``;
 * with ``--site``, the CPU node with a typical imported NHC config as well
-  (:func:`site_config`: 24 check lines through ``nhc import``, all passing
-  on this machine), next to the built-in case; with ``--nhc PROGRAM``
-  also that NHC (installed separately; nothing is fetched) on the same 24
-  lines, with ``MARK_OFFLINE=0``.
+  (:func:`site_config`: 25 check lines through ``nhc import``, all passing
+  on this machine, the last a site's own NHC function run by kind
+  ``nhc_function``), next to the built-in case; with ``--nhc PROGRAM``
+  also that NHC (installed separately; nothing is fetched) on the same 25
+  lines, with ``MARK_OFFLINE=0`` and its scripts beside the site's.
 
 Timed runs are a node's steady state: two untimed runs first write the
 bytecode, the XID cursor and the remembered hostlist answers (the state
@@ -31,7 +32,7 @@ more than once.
 ``lab/slurm_hooks_lab/``), interleaved with the others, so that before and
 after meet the same machine noise.
 
-    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook] [--baseline DIR] [--site [--nhc "/usr/sbin/nhc"]]
+    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook] [--baseline DIR] [--site [--nhc "/usr/sbin/nhc"] [--nhc-scripts /etc/nhc/scripts]]
 """
 
 from __future__ import annotations
@@ -99,10 +100,29 @@ TYPICAL_NHC_CONF = """\
 * || check_ps_loadavg 10000
 * || check_cmd_status -t 5 -r 0 true
 * || check_cmd_output -t 5 -m '/Linux/' uname -s
+* || check_site_oom 1000000000
 """
+#: The site's own NHC function the last line calls (kind nhc_function).
+SITE_SCRIPTS = DATA / "nhc" / "scripts"
+#: Where NHC's own scripts are on a host with NHC (``--nhc-scripts``).
+NHC_SCRIPTS = Path("/etc/nhc/scripts")
+LINES = sum(1 for ln in TYPICAL_NHC_CONF.splitlines() if "|| check_" in ln)
 
 
-def site_config(tmp: Path) -> Path:
+def scripts_dir(tmp: Path, nhc_scripts: Path = NHC_SCRIPTS) -> Path:
+    """NHC's scripts (where installed) and the site's, in one directory as on
+    an NHC host: both sides source the same files."""
+    d = tmp / "nhc-scripts"
+    if not d.exists():
+        d.mkdir()
+        for f in sorted(nhc_scripts.glob("*.nhc")):
+            (d / f.name).symlink_to(f)
+        for f in SITE_SCRIPTS.glob("*.nhc"):
+            (d / f.name).write_text(f.read_text())
+    return d
+
+
+def site_config(tmp: Path, nhc_scripts: Path = NHC_SCRIPTS) -> Path:
     """The CPU node's config plus a typical nhc.conf imported (``nhc
     import``): the site checks run in the same healthcheck."""
     from slurm_hooks.detect.site.gather import parse_cpuinfo
@@ -110,7 +130,7 @@ def site_config(tmp: Path) -> Path:
 
     cpu = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     conf = TYPICAL_NHC_CONF.format(sockets=cpu.sockets, cores=cpu.cores, threads=cpu.threads)
-    imp = import_conf(conf)
+    imp = import_conf(conf, variables={"INCDIR": str(scripts_dir(tmp, nhc_scripts))})
     if not imp.complete or len(imp.rows) < 20:
         raise SystemExit(f"typical config did not import: {imp.untranslated}")
     path = tmp / "site.toml"
@@ -129,7 +149,9 @@ def site_config(tmp: Path) -> Path:
     return path
 
 
-def nhc_case(tmp: Path, nhc: str, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def nhc_case(
+    tmp: Path, nhc: str, env: dict[str, str], nhc_scripts: Path = NHC_SCRIPTS
+) -> tuple[list[str], dict[str, str]]:
     """The site's NHC on :data:`TYPICAL_NHC_CONF`, marking nothing."""
     import shlex
 
@@ -144,7 +166,13 @@ def nhc_case(tmp: Path, nhc: str, env: dict[str, str]) -> tuple[list[str], dict[
     # Output to /dev/null, not to our pipes: NHC's background timers of
     # check_cmd_* keep inherited pipes open after it exits.
     quiet = ["sh", "-c", 'exec "$@" >/dev/null 2>&1', "sh"]
-    return [*quiet, *argv, "MARK_OFFLINE=0", "NHC_RM=slurm"], env
+    return [
+        *quiet,
+        *argv,
+        "MARK_OFFLINE=0",
+        "NHC_RM=slurm",
+        f"INCDIR={scripts_dir(tmp, nhc_scripts)}",
+    ], env
 
 
 def _child_cpu() -> float:
@@ -170,6 +198,12 @@ def main() -> None:
     ap.add_argument("--site", action="store_true", help="also a typical imported NHC config")
     ap.add_argument(
         "--nhc", default="", help="with --site: time this NHC command on the same lines"
+    )
+    ap.add_argument(
+        "--nhc-scripts",
+        type=Path,
+        default=NHC_SCRIPTS,
+        help="with --site: NHC's own scripts, sourced beside the site's by both sides",
     )
     ap.add_argument("--baseline", type=Path, help="also time the hooks from this source tree")
     args = ap.parse_args()
@@ -222,12 +256,15 @@ def main() -> None:
                 argv, env = cases[name]
                 cases[f"{name} (baseline)"] = (argv, {**env, "PYTHONPATH": path})
         if args.site:
-            cases["healthcheck + 24 NHC lines"] = (
+            cases[f"healthcheck + {LINES} NHC lines"] = (
                 cases["healthcheck, no GPU"][0],
-                {**cases["healthcheck, no GPU"][1], "SLURM_HOOKS_CONFIG": str(site_config(tmp))},
+                {
+                    **cases["healthcheck, no GPU"][1],
+                    "SLURM_HOOKS_CONFIG": str(site_config(tmp, args.nhc_scripts)),
+                },
             )
         if args.site and args.nhc:
-            cases["NHC, the same 24 lines"] = nhc_case(tmp, args.nhc, base)
+            cases[f"NHC, the same {LINES} lines"] = nhc_case(tmp, args.nhc, base, args.nhc_scripts)
         # Outside the source tree: "python -m" puts the working directory first on sys.path.
         run_dir = tmp
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}

@@ -137,11 +137,14 @@ class Node:
         check = SiteChecks()
         return check.judge(check.gather(ctx), ctx)
 
-    def verdict(self, nhc_line: str, node: str = "n0001") -> int:
+    def verdict(
+        self, nhc_line: str, node: str = "n0001", variables: dict[str, str] | None = None
+    ) -> int:
         """The imported checks' verdict on ``nhc_line`` as NHC's exit status:
         0 pass, 1 fail.  Raises when the line does not translate, or when a
-        check could not run (never a silent pass)."""
-        imp = import_conf(nhc_line if "||" in nhc_line else f"* || {nhc_line}")
+        check could not run (never a silent pass).  ``variables``: what
+        /etc/sysconfig/nhc would set (``nhc import --sysconfig``)."""
+        imp = import_conf(nhc_line if "||" in nhc_line else f"* || {nhc_line}", variables=variables)
         assert not imp.untranslated, imp.untranslated
         cfg = SiteChecksConfig.from_section(imp.rows, path=None, prefix="site_checks")
         findings = self.run(cfg, node)

@@ -36,12 +36,12 @@ def side_by_side(fresh_lab, tmp_path):
     flag.write_text("ok\n")
     hooks = install(lab, healthcheck_interval=2)
     try:
-        with open(hooks.node(NODE).config, "a", encoding="utf-8") as f:
-            f.write(
-                f'\n[checks.site]\ncompare_with = "{wrapper}"\ncompare_timeout_s = 10\n'
-                f'\n[[site_checks]]\nname = "scratch"\nkind = "file_test"\n'
-                f'paths = ["{flag}"]\ntests = ["f"]\n'
-            )
+        hooks.add_config(
+            NODE,
+            f'[checks.site]\ncompare_with = "{wrapper}"\ncompare_timeout_s = 10\n'
+            f'\n[[site_checks]]\nname = "scratch"\nkind = "file_test"\n'
+            f'paths = ["{flag}"]\ntests = ["f"]\n',
+        )
         yield lab, hooks, state, flag
     finally:
         hooks.close()

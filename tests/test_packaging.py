@@ -72,6 +72,14 @@ def test_product_alone_then_with_the_lab(venv: Path, tmp_path: Path) -> None:
         env=env,
     )
     assert str(venv) in r.stdout, r.stdout  # the installed copy, not the checkout
+    # Package data the product runs: the shim of the nhc_function site checks.
+    r = _run(
+        [str(py), "-c", "import os; from slurm_hooks.detect.site.nhc_function import shim_path; "
+         "p = shim_path(); print(os.path.isfile(p), p)"],
+        cwd=elsewhere,
+        env=env,
+    )  # fmt: skip
+    assert r.stdout.startswith("True ") and str(venv) in r.stdout, r.stdout + r.stderr
     (elsewhere / "kern.log").write_text("")
     cfg = elsewhere / "config.toml"
     cfg.write_text(

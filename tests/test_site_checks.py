@@ -400,6 +400,214 @@ def test_dmi_fails_after_a_bios_change(node, tmp_path):
     assert node.verdict(line) == 1
 
 
+# -- the site's own NHC functions (kind nhc_function) --------------------------------------
+# tests/data/nhc/scripts/site_checks.nhc, written as site functions are.  NHC's
+# verdicts and die messages were recorded by running NHC's own driver (mej/nhc
+# at 9c4a38c, `nhc -e LINE INCDIR=<that dir plus NHC's scripts> NHC_RM=slurm`,
+# and a full run with `-t 2` for the timeout) on the same node states, outside
+# the tests (nothing of NHC is committed); NHC's text names the program $NAME
+# ("nhc" when installed).
+
+
+@pytest.fixture
+def scripts(tmp_path):
+    """The site's scripts directory, a copy the test's user owns (root
+    refuses scripts another user owns, and a checkout may be anyone's)."""
+    d = tmp_path / "nhc-scripts"
+    d.mkdir()
+    for f in (DATA / "scripts").glob("*.nhc"):
+        (d / f.name).write_text(f.read_text())
+    return d
+
+
+def _site(scripts: Path, **extra: str) -> dict[str, str]:
+    """What /etc/sysconfig/nhc would say on this node (the scripts dir)."""
+    return {"INCDIR": str(scripts), **extra}
+
+
+def _fn_finding(node: Node, line: str, variables: dict[str, str]):
+    from slurm_hooks.detect.site.nhc_import import import_conf
+
+    imp = import_conf(f"* || {line}", variables=variables)
+    assert [r["kind"] for r in imp.rows] == ["nhc_function"]
+    cfg = SiteChecksConfig.from_section(imp.rows, path=None, prefix="site_checks")
+    (f,) = node.run(cfg)
+    return f
+
+
+def test_site_function_fails_with_the_message_it_died_with(node, scripts):
+    vmstat = node.write("proc/vmstat", "nr_free_pages 1\noom_kill 0\n")
+    site = _site(scripts, SITE_VMSTAT=str(vmstat))
+    assert node.verdict("check_site_oom 2", variables=site) == 0  # NHC: 0
+    node.write("proc/vmstat", "nr_free_pages 1\noom_kill 3\n")
+    assert node.verdict("check_site_oom 2", variables=site) == 1  # NHC: 1
+    f = _fn_finding(node, "check_site_oom 2", site)
+    assert (f.status, f.code, f.action) == (Status.FAIL, "NHC_FUNCTION", Action.DRAIN)
+    # NHC's note: "check_site_oom:  3 processes killed for lack of memory (limit 2)".
+    assert (
+        f.message
+        == "nhc-function-l1: check_site_oom:  3 processes killed for lack of memory (limit 2)"
+    )
+    assert (f.values["function"], f.values["rc"]) == ("check_site_oom", 1)
+
+
+def test_site_function_status_without_die_fails_with_nhcs_text(node, scripts, tmp_path):
+    marker = tmp_path / "marker"
+    marker.write_text("")
+    line = f"check_site_marker {marker}"
+    assert node.verdict(line, variables=_site(scripts)) == 0  # NHC: 0
+    marker.unlink()
+    assert node.verdict(line, variables=_site(scripts)) == 1  # NHC: 1
+    assert _fn_finding(node, line, _site(scripts)).message.endswith(f"Check {line} returned 1")
+
+
+def test_site_function_values_are_never_evaluated(node, scripts, tmp_path):
+    # The import refuses $(...) in a line; a hand-written row is passed as
+    # words all the same: arguments, variables and the directory are data.
+    planted = [tmp_path / f"planted{i}" for i in range(3)]
+    cfg = SiteChecksConfig.from_section(
+        [{"kind": "nhc_function", "function": "check_site_marker",
+          "args": [f"$(touch {planted[0]})", f"; touch {planted[1]}"],
+          "env": {"SITE_VMSTAT": f"`touch {planted[2]}`"}, "scripts_dir": str(scripts)}],
+        path=None, prefix="site_checks",
+    )  # fmt: skip
+    (f,) = node.run(cfg)
+    assert f.status is Status.FAIL  # no file of that name: the words as given
+    assert not any(p.exists() for p in planted)
+
+
+def test_site_function_runs_the_sites_commands_and_a_subshells_die_ends_only_it(node, scripts):
+    smi = node.bin / "nvidia-smi"
+    site = _site(scripts, NVIDIA_SMI=str(smi))
+    gpus = (
+        'for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done\n'
+    )
+    node.stub("nvidia-smi", gpus)
+    assert node.verdict("check_site_gpus 8", variables=site) == 0  # NHC: 0
+    node.stub("nvidia-smi", gpus.replace(" 7;", ";"))
+    assert node.verdict("check_site_gpus 8", variables=site) == 1  # NHC: 1
+    assert _fn_finding(node, "check_site_gpus 8", site).message.endswith(
+        "check_site_gpus:  7 GPUs of 8 visible"
+    )
+    node.stub("nvidia-smi", "echo 'NVIDIA-SMI has failed'\nexit 9\n")
+    # The helper's die in $(...) ends that subshell (its log line lands in
+    # the captured output, as under NHC); the check's own die is the reason.
+    assert _fn_finding(node, "check_site_gpus 8", site).message.endswith(
+        "check_site_gpus:  ERROR:  nhc:  Health check failed:  site_gpu_count:  "
+        f"{smi} -L failed GPUs of 8 visible"
+    )
+
+
+def test_site_function_past_its_timeout_fails(node, scripts):
+    cfg = SiteChecksConfig.from_section(
+        [{"name": "slow", "kind": "nhc_function", "function": "check_site_slow", "args": ["10"],
+          "scripts_dir": str(scripts), "timeout_s": 0.5}],
+        path=None, prefix="site_checks",
+    )  # fmt: skip
+    (f,) = node.run(cfg)
+    # NHC (-t 2): "Script timed out while executing "check_site_slow 10"", exit 142.
+    assert (f.status, f.code) == (Status.FAIL, "NHC_FUNCTION")
+    assert f.message == "slow: check_site_slow 10: timed out after 0.5s"
+
+
+def test_site_function_timing_its_command_with_nhcs_watchdog_timer(node, scripts):
+    # NHC's check_cmd_status times its command with the driver's
+    # nhcmain_watchdog_timer; a site function may too.  NHC: 0, and 1 with
+    # 'check_site_timed:  142 returned by "sleep 5"' (SIGALRM after 1 s).
+    assert node.verdict("check_site_timed 5 true", variables=_site(scripts)) == 0
+    f = _fn_finding(node, "check_site_timed 1 sleep 5", _site(scripts))
+    assert f.status is Status.FAIL
+    assert f.message.endswith('check_site_timed:  142 returned by "sleep 5"')
+
+
+def test_a_process_the_function_leaves_running_does_not_hold_the_check(node, scripts):
+    # Its helper sleeps 5 s after the function returned; the check does not
+    # wait for it (NHC: 0 at once), so 2 s is plenty.
+    cfg = SiteChecksConfig.from_section(
+        [{"name": "helper", "kind": "nhc_function", "function": "check_site_helper",
+          "args": ["5"], "scripts_dir": str(scripts), "timeout_s": 2.0}],
+        path=None, prefix="site_checks",
+    )  # fmt: skip
+    assert [f.status for f in node.run(cfg)] == [Status.OK]
+
+
+def test_an_unknown_site_function_fails_and_says_why(node, scripts, tmp_path):
+    # NHC: "check_site_nope: command not found", exit 127: the node fails.
+    assert node.verdict("check_site_nope", variables=_site(scripts)) == 1
+    f = _fn_finding(node, "check_site_nope", _site(scripts))
+    assert f.message == (
+        f"nhc-function-l1: check_site_nope is not defined: none of the 1 *.nhc script(s) in {scripts} defines it"
+    )
+    empty = tmp_path / "no-scripts"
+    empty.mkdir()
+    f = _fn_finding(node, "check_site_oom", {"INCDIR": str(empty)})
+    assert f.status is Status.FAIL
+    assert f.message.endswith(f"check_site_oom is not defined: no *.nhc script in {empty}")
+
+
+def test_scripts_anyone_could_have_written_are_not_run(node, scripts, tmp_path):
+    # The config file's rule (docs/security.md): world-writable, or (for
+    # root) owned by another user, is refused; nothing of it runs.
+    ran = tmp_path / "ran"
+    (scripts / "zz_planted.nhc").write_text(f"touch {ran}\n")
+    vmstat = node.write("proc/vmstat", "oom_kill 0\n")
+    line = "check_site_oom 2"
+    assert node.verdict(line, variables=_site(scripts, SITE_VMSTAT=str(vmstat))) == 0
+    assert ran.exists()  # a trusted directory: every script is sourced, as NHC does
+    ran.unlink()
+    (scripts / "zz_planted.nhc").chmod(0o666)
+    f = _fn_finding(node, line, _site(scripts, SITE_VMSTAT=str(vmstat)))
+    assert (f.status, f.code) == (Status.UNKNOWN, "CHECK_UNKNOWN")
+    assert "zz_planted.nhc is world-writable" in f.message and not ran.exists()
+    (scripts / "zz_planted.nhc").chmod(0o644)
+    scripts.chmod(0o777)
+    f = _fn_finding(node, line, _site(scripts, SITE_VMSTAT=str(vmstat)))
+    assert f.status is Status.UNKNOWN and f"{scripts} is world-writable" in f.message
+    scripts.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(scripts / "zz_planted.nhc", 1001, 1001)
+        f = _fn_finding(node, line, _site(scripts, SITE_VMSTAT=str(vmstat)))
+        assert f.status is Status.UNKNOWN and "owned by uid 1001, not root" in f.message
+        assert not ran.exists()
+
+
+def test_nvidia_healthmon_lines_are_the_gpu_checks(tmp_path):
+    """NHC's GPU checks import as the built-in NVML checks (no site check):
+    those pass the healthy node NHC passes and fail the nodes NHC fails.
+    NHC's verdicts: its test suite (test_lbnl_nv.nhc: healthmon's "Load
+    NVML ... CRITICAL ERROR" is 1, all SUCCESS 0) and csc_nvidia_smi.nhc
+    (nvidia-smi's status 9, driver not loaded, and 15, a GPU fallen off the
+    bus, are 1)."""
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.detect.runner import run_phase
+    from slurm_hooks.detect.site.nhc_checks import GPU_BUILTIN
+    from slurm_hooks.detect.site.nhc_import import import_conf
+
+    imp = import_conf("* || check_nv_healthmon\n* || check_nvsmi_healthmon\n")
+    assert not imp.untranslated and not imp.rows
+    assert {t.builtin for t in imp.translated} == {GPU_BUILTIN}
+    checks = [c.strip() for c in GPU_BUILTIN.split("(")[0].split(",")]
+    lost = tmp_path / "lost.toml"
+    lost.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 8\n[gpu.3]\nlost = true\n')
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+
+    def verdict(scenario: Path) -> int:
+        text = (
+            f'[general]\nstate_dir = "{tmp_path / "state"}"\n[checks]\n'
+            f'sysfs_root = "{DATA.parent / "sysfs" / "dgx_h100_healthy"}"\n'
+            f'nvml = "lab:fake"\nnvml_scenario = "{scenario}"\n'
+            '[profiles.h100]\nbase = "h100-sxm5-80gb"\nnodes = "gpu[001-004]"\nmemory_gb = 1\n'
+        )
+        r = run_phase("healthcheck", cfg=config_mod.parse(text), node="gpu001", only=checks)
+        return r.exit_code
+
+    nvml = DATA.parent / "nvml"
+    assert verdict(nvml / "h100_healthy.toml") == 0  # NHC: 0
+    assert verdict(nvml / "driver_not_loaded.json") == 1  # NHC: 1 (no NVML / status 9)
+    assert verdict(lost) == 1  # NHC: 1 (status 15)
+
+
 # -- hosts, findings, config ----------------------------------------------------------------
 
 
@@ -488,6 +696,19 @@ def test_a_check_that_cannot_run_is_unknown_not_healthy(node):
         ),
         ({"kind": "command", "argv": ["true"], "name": "bad name"}, "site_checks[0].name"),
         ({"kind": "file_test", "paths": ["/tmp"], "tests": ["z"]}, "site_checks[0].tests"),
+        ({"kind": "nhc_function", "function": "check_x; reboot"}, "site_checks[0].function"),
+        (
+            {"kind": "nhc_function", "function": "check_x", "scripts_dir": "scripts"},
+            "site_checks[0].scripts_dir",
+        ),
+        (
+            {"kind": "nhc_function", "function": "check_x", "env": {"MARK_OFFLINE": "1"}},
+            "site_checks[0].env",
+        ),
+        (
+            {"kind": "nhc_function", "function": "check_x", "env": {"A-B": "1"}},
+            "site_checks[0].env",
+        ),
     ],
 )
 def test_bad_rows_are_refused_with_the_key(row, key):

@@ -157,6 +157,14 @@ class LabHooks:
 
         return [g["pci_bus_id"] for g in read_scenario(str(self.node(node).scenario)).gpus]
 
+    # -- configuration ----------------------------------------------------------
+
+    def add_config(self, node: str, toml: str) -> None:
+        """Append ``toml`` to the node's config: every hook run reads the file
+        afresh, so the next health check sees it."""
+        with open(self.node(node).config, "a", encoding="utf-8") as f:
+            f.write("\n" + toml)
+
     # -- faults ----------------------------------------------------------------
 
     def xid_line(

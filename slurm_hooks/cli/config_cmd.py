@@ -76,7 +76,8 @@ def show(config_path: str | None, no_docs: bool) -> None:
         for row in cfg.data.get(name, ()):
             click.echo(f"\n[[{name}]]")
             for key, value in row.items():
-                literal = inst.toml_value(value)
+                # Tables inline (a site check's env); nothing TOML reads can fail here.
+                literal = inst.toml_literal(value)
                 if literal is not None:
                     click.echo(f"{key} = {literal}")
     for name, err in sorted(broken.items()):

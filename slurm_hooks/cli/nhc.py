@@ -16,6 +16,26 @@ import click
 from slurm_hooks.cli import EXIT_ERROR, EXIT_OK, EXIT_UNHEALTHY
 
 
+def _not_defined_here(rows: list[dict[str, object]]) -> list[tuple[str, str]]:
+    """(function, scripts dir) of each nhc_function row whose directory is
+    on this host (an NHC host) and defines no such function."""
+    from slurm_hooks.detect.site.args import NhcFunction
+    from slurm_hooks.detect.site.nhc_function import defined_here
+
+    out: list[tuple[str, str]] = []
+    seen: dict[str, set[str] | None] = {}
+    for r in rows:
+        if r["kind"] != "nhc_function":
+            continue
+        fn, where = str(r["function"]), str(r.get("scripts_dir", NhcFunction.scripts_dir))
+        if where not in seen:
+            seen[where] = defined_here(where)
+        names = seen[where]
+        if names is not None and fn not in names and (fn, where) not in out:
+            out.append((fn, where))
+    return out
+
+
 @click.group("nhc")
 def command() -> None:
     """Move off LBNL NHC: translate its config, then compare side by side.
@@ -102,6 +122,18 @@ def import_cmd(
         f" {len(imp.settings)} setting(s); {len(imp.untranslated)} not translated",
         err=True,
     )
+    if imp.site_functions:
+        click.echo(
+            "  the site's own NHC functions keep running (kind nhc_function, their code, not a "
+            f"translation): {', '.join(imp.site_functions)}",
+            err=True,
+        )
+    for fn, where in _not_defined_here(imp.rows):
+        click.echo(
+            f"  warning: {fn}: no *.nhc in {where} on this host defines it; "
+            "where that holds on a node, the check fails there",
+            err=True,
+        )
     for u in imp.untranslated:
         click.echo(
             f"  line {u.line.lineno}: {u.line.text}\n    not translated: {u.reason}", err=True

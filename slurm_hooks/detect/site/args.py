@@ -8,7 +8,9 @@ strings are NHC's (glob, ``/regex/``, ``{hostlist}``, ``!`` negates).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from slurm_hooks.core.config import InvalidKey
 from slurm_hooks.detect.site.match import validate_mstr
@@ -363,6 +365,55 @@ class Command:
         if not self.argv:
             raise InvalidKey("argv", "give the command as a list of words")
         _mstrs(self, "matches")
+
+
+# -- the site's own NHC functions ------------------------------------------------------
+
+#: A bash name (function or variable): what the shim will accept.
+SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: NHC driver variables the shim (site/nhc_function.py) sets itself, so
+#: ``env`` may not: it marks no node (slurm-hooks owns the drain), logs
+#: nowhere but its own output, runs one check, and ``INCDIR`` is
+#: ``scripts_dir``.
+SHIM_OWNS = frozenset(
+    {"CHECK", "CHECK_DIED", "DETACHED_MODE", "FAIL_CNT", "INCDIR", "LOGFILE", "MARK_OFFLINE",
+     "NHC_CHECK_ALL", "NHC_CHECK_FORKED", "NHC_DETACHED", "NHC_FD_ERR", "NHC_FD_OUT", "NHC_PID",
+     "NHC_RM", "OFFLINE_NODE", "ONLINE_NODE", "RESULTFILE", "TIMEOUT", "WATCHDOG_PID"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NhcFunction:
+    """Run the site's own NHC check ``function`` (defined in one of the
+    ``*.nhc`` files of ``scripts_dir``, NHC's ``$INCDIR``) with ``args``,
+    without NHC's driver: bash sources the scripts after a shim of the
+    driver's functions (``die``, ``log``, ``dbg``, ``syslog`` ...), sets
+    ``env`` (the variables nhc.conf or /etc/sysconfig/nhc set), and calls
+    it within ``timeout_s``.  Fails as NHC would: the function called
+    ``die`` (its message is the reason), returned non-zero, is not
+    defined, or ran out of time.  (NHC: a site's ``check_*`` function.)"""
+
+    function: str = ""
+    args: tuple[str, ...] = ()
+    scripts_dir: str = "/etc/nhc/scripts"
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 10.0
+
+    def validate(self) -> None:
+        if not SHELL_NAME.match(self.function):
+            raise InvalidKey(
+                "function", f"a bash function name (A-Z a-z 0-9 _), got {self.function!r}"
+            )
+        _paths((self.scripts_dir,), "scripts_dir")
+        bad = [k for k in self.env if not SHELL_NAME.match(k)]
+        if bad:
+            raise InvalidKey("env", f"variable names are A-Z a-z 0-9 _, got {bad}")
+        owned = sorted(set(self.env) & SHIM_OWNS)
+        if owned:
+            raise InvalidKey("env", f"set by slurm-hooks for every function, not here: {owned}")
+        values = (self.scripts_dir, *self.args, *self.env.values())
+        if any("\0" in v for v in values):
+            raise InvalidKey("args", "no NUL character in arguments, paths or values")
 
 
 # -- DMI ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from slurm_hooks.detect.probes.host import Partition
 from slurm_hooks.detect.site import args as A
 from slurm_hooks.detect.site.gather import CpuInfo, FsUsage, MemInfo, Proc, Ran
 from slurm_hooks.detect.site.match import is_negated, mcheck
+from slurm_hooks.detect.site.nhc_function import Outcome
 from slurm_hooks.detect.site.units import parse_count, parse_size
 
 
@@ -448,6 +449,31 @@ def command(a: A.Command, r: Ran) -> list[Problem]:
         out.append(Problem(f"{name}: exit status {r.rc}, expected {a.status}", {"rc": r.rc}))
     out += _lines_match(r.output.splitlines(), a.matches, name)
     return out
+
+
+# -- the site's own NHC functions ------------------------------------------------------
+
+
+def nhc_function(a: A.NhcFunction, r: Outcome) -> list[Problem]:
+    """NHC's verdict on a check function (its driver, without ``-a``)."""
+    call = " ".join((a.function, *a.args))[:120]
+    values: dict[str, Value] = {"function": a.function}
+    if r.timed_out:
+        return [Problem(f"{call}: timed out after {a.timeout_s:g}s", values)]
+    if r.died is not None:
+        return [Problem(r.died or f"{call}: died without a message", {**values, "rc": r.rc})]
+    if r.undefined:
+        where = (
+            f"no *.nhc script in {a.scripts_dir}"
+            if not r.loaded
+            else f"none of the {r.loaded} *.nhc script(s) in {a.scripts_dir} defines it"
+        )
+        return [Problem(f"{a.function} is not defined: {where}", {**values, "rc": r.rc})]
+    if r.rc != 0:
+        # NHC's fallback text; a subshell's die said more, where there was one.
+        text = r.subshell_died or f"Check {call} returned {r.rc}"
+        return [Problem(text, {**values, "rc": r.rc})]
+    return []
 
 
 # -- DMI ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 
 from slurm_hooks.detect.site import args as A
 from slurm_hooks.detect.site import judge as J
+from slurm_hooks.detect.site import nhc_function
 from slurm_hooks.detect.site.gather import Facts, bounded
 
 
@@ -116,6 +117,7 @@ _KINDS = (
     Kind("file_contents", "files", A.FileContents, _text, J.file_contents, "FILE_CONTENTS", "lines match"),
     Kind("command", "commands", A.Command, lambda a, f: f.command(a.argv, a.timeout_s), J.command, "COMMAND", "exit status and output, with a timeout"),
     Kind("dmi", "dmi", A.DmiMatch, _dmi, J.dmi, "DMI", "dmidecode data matches"),
+    Kind("nhc_function", "nhc", A.NhcFunction, nhc_function.gather, J.nhc_function, "NHC_FUNCTION", "a site's own NHC check function, run as NHC ran it"),
 )  # fmt: skip
 
 KINDS: dict[str, Kind] = {k.name: k for k in _KINDS}

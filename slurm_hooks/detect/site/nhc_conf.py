@@ -121,23 +121,27 @@ def words(check: str, variables: dict[str, str]) -> list[str]:
         raise ShellSyntax("is a shell pipeline or list, not one check")
     # Expand variables outside single quotes: re-split the original with
     # the variables substituted where bash would substitute them.
-    expanded = []
-    for part in _split_keep_quotes(check):
-        if part.startswith("'"):
-            expanded.append(part)
-            continue
-
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(1) or m.group(2)
-            if name not in variables:
-                raise ShellSyntax(f"uses ${name}, not set in this file")
-            return variables[name]
-
-        expanded.append(_VAR.sub(sub, part))
+    expanded = [
+        part if part.startswith("'") else expand(part, variables)
+        for part in _split_keep_quotes(check)
+    ]
     try:
         return shlex.split("".join(expanded))
     except ValueError as exc:
         raise ShellSyntax(f"unbalanced quotes: {exc}") from exc
+
+
+def expand(text: str, variables: dict[str, str]) -> str:
+    """``$VAR`` and ``${VAR}`` in ``text`` -> their values; raises
+    ShellSyntax naming a variable that is not set."""
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in variables:
+            raise ShellSyntax(f"uses ${name}, not set in this file")
+        return variables[name]
+
+    return _VAR.sub(sub, text)
 
 
 _ARITH = re.compile(r"\$\(\((.*?)\)\)")

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_hooks.detect.site.args import SHELL_NAME, SHIM_OWNS
 from slurm_hooks.detect.site.nhc_checks import (
     GPU_MAP,
     NOT_CARRIED,
@@ -22,7 +23,14 @@ from slurm_hooks.detect.site.nhc_checks import (
     Row,
     Untranslatable,
 )
-from slurm_hooks.detect.site.nhc_conf import ConfLine, ShellSyntax, assignment, read_conf, words
+from slurm_hooks.detect.site.nhc_conf import (
+    ConfLine,
+    ShellSyntax,
+    assignment,
+    expand,
+    read_conf,
+    words,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,12 @@ class Translated:
     notes: tuple[str, ...] = ()
     #: Covered by built-in checks rather than site checks (nVidia healthmon).
     builtin: str = ""
+
+    @property
+    def site_functions(self) -> tuple[str, ...]:
+        """The site's own NHC functions this line keeps running (its code,
+        not a translation: kind ``nhc_function``)."""
+        return tuple(r["function"] for r in self.checks if r["kind"] == "nhc_function")
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,11 @@ class Import:
     @property
     def rows(self) -> list[Row]:
         return [r for t in self.translated for r in t.checks]
+
+    @property
+    def site_functions(self) -> list[str]:
+        """Each site function the translated lines run, once, in file order."""
+        return list(dict.fromkeys(f for t in self.translated for f in t.site_functions))
 
 
 # -- settings -------------------------------------------------------------------------
@@ -169,10 +188,6 @@ def translate_line(
         return Translated(line, (), (note,), builtin=covered)
     if first in NOT_CARRIED:
         raise Untranslatable(f"{first}: {NOT_CARRIED[first]}")
-    if first.startswith("check_") and first not in TRANSLATORS:
-        raise Untranslatable(
-            f"{first} is not one of NHC's built-in checks (a site script?): rewrite it as a 'command' site check"
-        )
     try:
         argv = words(line.check, variables)
     except ShellSyntax as exc:
@@ -183,12 +198,12 @@ def translate_line(
     if fn in NOT_CARRIED:
         raise Untranslatable(f"{fn}: {NOT_CARRIED[fn]}")
     translator = TRANSLATORS.get(fn)
-    if translator is None:
+    if translator is None and not (fn.startswith("check_") and SHELL_NAME.match(fn)):
         raise Untranslatable(
-            f"{fn} is not one of NHC's built-in checks (a site script?): rewrite it as a 'command' site check"
+            f"{fn} is not an NHC check function (check_*): rewrite it as a 'command' site check"
         )
     try:
-        rows, notes = translator(fn, args, variables)
+        rows, notes = (translator or site_function)(fn, args, variables)
     except (ValueError, IndexError) as exc:
         if isinstance(exc, Untranslatable):
             raise
@@ -197,6 +212,53 @@ def translate_line(
         r.update(hosts)
         r["origin"] = f"nhc.conf:{line.lineno}: {line.text}"[:300]
     return Translated(line, tuple(rows), tuple(notes))
+
+
+#: Variables the shim of ``nhc_function`` sets from the node as NHC does.
+_FROM_THE_NODE = frozenset({"HOSTNAME", "HOSTNAME_S"})
+
+
+def site_function(fn: str, args: list[str], v: dict[str, str]) -> tuple[list[Row], list[str]]:
+    """A ``check_*`` function that is none of NHC's: the site's own, defined
+    in its scripts directory, whose code is not in nhc.conf.  It keeps
+    running through the ``nhc_function`` kind, with the variables the file
+    (and ``--sysconfig``) set before this line."""
+    incdir = v.get("INCDIR", NHC_DEFAULTS["INCDIR"])
+    if incdir == NHC_DEFAULTS["INCDIR"] and v.get("CONFDIR", "/etc/nhc") != NHC_DEFAULTS["CONFDIR"]:
+        incdir = v["CONFDIR"] + "/scripts"  # NHC: INCDIR defaults to $CONFDIR/scripts
+    try:
+        scripts = expand(incdir, v)
+    except ShellSyntax as exc:
+        raise Untranslatable(f"its scripts directory (INCDIR={incdir}) {exc}") from exc
+    if not scripts.startswith("/"):
+        raise Untranslatable(f"its scripts directory {scripts!r} is not an absolute path")
+    row: Row = {"kind": "nhc_function", "function": fn}
+    if args:
+        row["args"] = list(args)
+    if scripts != NHC_DEFAULTS["INCDIR"]:
+        row["scripts_dir"] = scripts
+    env: dict[str, str] = {}
+    notes = [
+        f"runs the site's own NHC function {fn} from {scripts}/*.nhc (its code, not a "
+        "translation): keep the scripts on the nodes, or rewrite it as site checks"
+    ]
+    for name, value in v.items():
+        if (
+            name == SYSCONFIG_GIVEN
+            or name in SHIM_OWNS
+            or name in _FROM_THE_NODE
+            or NHC_DEFAULTS.get(name) == value
+            or not SHELL_NAME.match(name)
+        ):
+            continue
+        try:
+            # Not itself: PATH=/x:$PATH meant the value before, unknown here.
+            env[name] = expand(value, {k: x for k, x in v.items() if k != name})
+        except ShellSyntax as exc:
+            notes.append(f"${name} is not passed to {fn}: its value {exc}")
+    if env:
+        row["env"] = env
+    return [row], notes
 
 
 _GUARD = re.compile(
@@ -355,6 +417,12 @@ def to_toml(imp: Import, source: str = "nhc.conf") -> str:
         f"{imp.check_lines} check line(s) translated ({imp.ratio:.0%}).",
         "# NHC matched its targets against the host name; these match the Slurm node name.",
     ]
+    if imp.site_functions:
+        lines = sum(1 for t in imp.translated if t.site_functions)
+        out.append(
+            f"# {lines} line(s) run the site's own NHC functions, not a translation of them "
+            f"(kind nhc_function): {', '.join(imp.site_functions)}."
+        )
     for section, table in imp.extra.items():
         out += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     for s in imp.settings:
@@ -389,9 +457,10 @@ def to_json(imp: Import) -> dict[str, Any]:
         "translated_lines": len(imp.translated),
         "ratio": round(imp.ratio, 4),
         "complete": imp.complete,
+        "site_functions": imp.site_functions,
         "site_checks": imp.rows,
         "sections": {k: dict(v) for k, v in imp.extra.items()},
-        "translated": [{**line(t.line), "names": [r["name"] for r in t.checks], "notes": list(t.notes), "builtin": t.builtin} for t in imp.translated],
+        "translated": [{**line(t.line), "names": [r["name"] for r in t.checks], "notes": list(t.notes), "builtin": t.builtin, "runs_site_code": bool(t.site_functions)} for t in imp.translated],
         "untranslated": [{**line(u.line), "reason": u.reason} for u in imp.untranslated],
         "settings": [{**line(s.line), "name": s.name, "value": s.value, "effect": s.effect} for s in imp.settings],
     }  # fmt: skip

@@ -1,0 +1,202 @@
+"""The ``nhc_function`` kind: run a site's own NHC check function, without NHC.
+
+A site moving off NHC often has checks of its own (``check_oom``,
+``check_gpu_topo`` ...) defined in ``/etc/nhc/scripts/*.nhc``: bash whose
+code is not in nhc.conf, so ``nhc import`` cannot translate it.  This kind
+keeps it running as NHC ran it: bash sources every ``*.nhc`` of the
+scripts directory (NHC's ``$INCDIR``; on an NHC host NHC's own
+``common.nhc`` and ``lbnl_*.nhc`` are there too, so the helpers and
+built-in checks a site function calls exist), after :data:`SHIM`, a small
+stand-in for the functions and variables of NHC's driver (``nhc``) that
+check functions rely on, then calls the function.
+
+Nothing is evaluated: the scripts directory, the variables and the
+function's name and arguments reach the fixed script :data:`SHIM`
+(slurm_hooks/data/nhc_shim.bash) as positional parameters; names are checked
+against bash's name rule before use, on both sides.  Root runs the site's
+own files, as NHC did (docs/security.md), but not files anyone could have
+written: a world-writable directory or script, or one another user owns,
+is refused, the config file's rule.
+
+The verdict follows NHC's driver (run without ``-a``): ``die`` ends the
+check with its message (the node's reason); a non-zero return without
+``die`` fails with NHC's own text ("Check ... returned N"); a ``die`` in a
+subshell (``$(...)``) ends only that subshell, as under NHC, and the
+function's status decides; a function
+that is not defined after sourcing fails as NHC's ``eval`` of an unknown
+command does; past ``timeout_s`` the process group is killed and the check
+fails (NHC's watchdog: "Script timed out").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+
+from slurm_hooks.core.errors import CommandTimeout
+from slurm_hooks.detect.site.args import NhcFunction
+from slurm_hooks.detect.site.gather import Facts, bounded
+
+log = logging.getLogger(__name__)
+
+#: What the shim writes to its channel (a file in the run's own directory,
+#: not a pipe a process the function leaves behind could hold open).
+DIED, SUBSHELL_DIED, LOADED, UNDEFINED = "died", "subshell-died", "loaded", "undefined"
+
+#: The fixed script (package data): the driver's functions and variables,
+#: then the function.  Its header says what each positional parameter is.
+SHIM = "nhc_shim.bash"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of a site function said."""
+
+    rc: int | None
+    #: die's message.
+    died: str | None = None
+    #: The first message of a die in a subshell (NHC goes on after one).
+    subshell_died: str | None = None
+    #: How many *.nhc files were sourced (None: the shim stopped before).
+    loaded: int | None = None
+    undefined: bool = False
+    timed_out: bool = False
+    #: The end of the function's own output (its log lines), for the log.
+    output: str = ""
+
+
+class UntrustedScripts(RuntimeError):
+    """The scripts directory, or a ``*.nhc`` in it, is writable by anyone or
+    (for root) owned by another user: whoever that is could make root run
+    anything, so nothing of it is run (the check is UNKNOWN)."""
+
+
+class ShimStopped(RuntimeError):
+    """The shim ended before it sourced the scripts (its own arguments were
+    refused, or bash could not start it): the check did not run."""
+
+
+def shim_path() -> str:
+    """Where the installed package keeps :data:`SHIM`."""
+    from importlib import resources
+
+    return str(resources.files("slurm_hooks") / "data" / SHIM)
+
+
+def argv(a: NhcFunction, run_dir: str) -> list[str]:
+    """``bash SHIM`` with every value in its own positional slot."""
+    env = [f"{k}={v}" for k, v in a.env.items()]
+    return [
+        "bash", "--noprofile", "--norc", "--", shim_path(), run_dir, a.scripts_dir,
+        str(max(1, math.ceil(a.timeout_s))), str(len(env)), *env, a.function, *a.args,
+    ]  # fmt: skip
+
+
+def parse(rc: int | None, channel: str, output: str) -> Outcome:
+    """The shim's channel file and the end of the function's output."""
+    died: str | None = None
+    subshell: str | None = None
+    loaded: int | None = None
+    undefined = False
+    for line in channel.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == DIED and died is None:
+            died = rest.strip()
+        elif word == SUBSHELL_DIED and subshell is None:
+            subshell = rest.strip()
+        elif word == LOADED and rest.strip().isdigit():
+            loaded = int(rest)
+        elif word == UNDEFINED:
+            undefined = True
+    return Outcome(rc, died, subshell, loaded, undefined, output=output)
+
+
+def _read(path: str, tail: int | None = None) -> str:
+    try:
+        with open(path, "rb") as f:
+            if tail is not None:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - tail))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+_DEFINITION = re.compile(
+    r"^\s*(?:function\s+([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\))", re.M
+)
+
+
+def defined_here(scripts_dir: str) -> set[str] | None:
+    """The functions the ``*.nhc`` of ``scripts_dir`` define, read as text
+    (nothing is run), or None when there is no such directory on this host:
+    ``nhc import`` warns about a site function it would not find."""
+    import glob
+    import os
+
+    if not os.path.isdir(scripts_dir):
+        return None
+    names: set[str] = set()
+    for path in glob.glob(os.path.join(glob.escape(scripts_dir), "*.nhc")):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        names.update(a or b for a, b in _DEFINITION.findall(text))
+    return names
+
+
+def check_trust(scripts_dir: str) -> None:
+    """The rule the config file has (core/config.py ``_check_owner``), for
+    the directory and each ``*.nhc`` bash will source (symlinks followed, as
+    bash follows them).  A missing directory passes: nothing is sourced,
+    and the verdict says the function is not defined."""
+    import glob
+    import os
+
+    paths = [scripts_dir, *sorted(glob.glob(os.path.join(glob.escape(scripts_dir), "*.nhc")))]
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue  # nothing there to source (the verdict says so)
+        if st.st_mode & 0o002:
+            raise UntrustedScripts(
+                f"{path} is world-writable (mode {st.st_mode & 0o7777:04o}): anyone could "
+                "make root run anything; chmod o-w it"
+            )
+        if os.geteuid() == 0 and st.st_uid != 0:
+            raise UntrustedScripts(
+                f"{path} is owned by uid {st.st_uid}, not root: that user could make root "
+                "run anything; chown root it"
+            )
+
+
+def gather(a: NhcFunction, f: Facts) -> Outcome:
+    """Run the function through the one subprocess site (``f.run``), its
+    channel and output in a private directory.  Raises UntrustedScripts or
+    ShimStopped (the check is UNKNOWN) when it did not run; CommandError
+    when bash cannot be started."""
+    import os
+    import tempfile
+
+    bounded(lambda: check_trust(a.scripts_dir), 5.0, f"stat {a.scripts_dir}")
+    with tempfile.TemporaryDirectory(prefix="slurm-hooks-nhc-") as run_dir:
+        try:
+            r = f.run(argv(a, run_dir), timeout=a.timeout_s)
+        except CommandTimeout:
+            return Outcome(None, timed_out=True)
+        outcome = parse(
+            r.rc,
+            _read(os.path.join(run_dir, "channel")),
+            _read(os.path.join(run_dir, "output"), tail=2000),
+        )
+    if outcome.output:
+        log.debug("nhc function %s said: %s", a.function, outcome.output)
+    if outcome.loaded is None and outcome.died is None:
+        said = (r.stderr or r.stdout or outcome.output).strip()[-200:]
+        raise ShimStopped(f"bash stopped before sourcing {a.scripts_dir} (exit {r.rc}): {said}")
+    return outcome
