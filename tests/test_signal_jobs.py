@@ -150,27 +150,40 @@ def test_an_unknown_exit_status_without_words_is_still_raised() -> None:
     assert not isinstance(err.value, JobGone)
 
 
-#: What ``scancel --ctld -v`` writes from 24.05 (one REQUEST_KILL_JOBS;
-#: scancel.c ``_ctld_signal_jobs``): a note per job signalled, an error line
-#: per job refused, and exit status 0 whatever the jobs' answers.
-CTLD_ANSWER = "\n".join(
+DATA = Path(__file__).parent / "data" / "slurm"
+
+
+@pytest.mark.parametrize(
+    ("release", "rc", "ended"),
     [
-        "scancel: Signal 10 to batch job 101",
-        "scancel: error: Kill job error on job id 102: Job/step already completing or completed",
-        "scancel: error: Kill job error on job id 103: Invalid job id specified",
-        "scancel: error: Kill job error on job id 104: Batch script is missing, "
-        "aborting job launch",
-    ]
+        # 24.05+: one REQUEST_KILL_JOBS (scancel.c ``_ctld_signal_jobs``),
+        # exit status 0 whatever the jobs' answers; job 1 had just completed.
+        ("24.11", 0, "Job/step already completing or completed"),
+        # 22.05: the table read, then one REQUEST_KILL_JOB per job; exit 1;
+        # a finished job is not in the table read (``_verify_job_ids``).
+        ("22.05", 1, "Invalid job id specified"),
+    ],
 )
-
-
-def test_one_request_path_refusals_are_read_although_scancel_exits_0() -> None:
-    fake = Scancel(stderr=CTLD_ANSWER, rc=0)
-    out = CliClient(runner=fake).signal_jobs(["101", "102", "103", "104"], "10", SignalTarget.BATCH)
-    assert out["101"] is None
-    assert isinstance(out["102"], JobGone) and isinstance(out["103"], JobGone)
-    assert type(out["104"]) is SlurmError and "Batch script is missing" in str(out["104"])
+def test_recorded_answers_give_each_job_its_outcome(release: str, rc: int, ended: str) -> None:
+    """``scancel --ctld -v --signal=CONT --batch 2 3 1 999999`` as each
+    release answered it on the lab (jobs 2, 3 running, 1 completed, 999999
+    never existed): notes for the jobs signalled, an error line for each
+    other, plugin chatter on 22.05."""
+    stderr = (DATA / f"{release}-scancel_ctld_v.stderr.txt").read_text()
+    assert f"job id 1: {ended}" in stderr
+    fake = Scancel(stderr=stderr, rc=rc)
+    out = CliClient(runner=fake).signal_jobs(["2", "3", "1", "999999"], "CONT", SignalTarget.BATCH)
+    assert out["2"] is None and out["3"] is None
+    assert isinstance(out["1"], JobGone) and isinstance(out["999999"], JobGone)
     assert len(fake.calls) == 1
+
+
+def test_a_refusal_that_is_not_an_end_stays_a_plain_error_with_exit_status_0() -> None:
+    line = "scancel: error: Kill job error on job id 4: Batch script is missing, aborting job"
+    fake = Scancel(stderr="scancel: Signal 10 to batch job 5\n" + line, rc=0)
+    out = CliClient(runner=fake).signal_jobs(["4", "5"], "USR1", SignalTarget.BATCH)
+    assert type(out["4"]) is SlurmError and "Batch script is missing" in str(out["4"])
+    assert out["5"] is None
 
 
 def test_one_job_refused_with_exit_status_0_is_raised() -> None:
