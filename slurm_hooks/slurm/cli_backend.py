@@ -540,8 +540,8 @@ class CliClient:
         23.11; never one per job).  scancel signals each job on its own and
         names each one it could not (``Kill job error on job id N: ...``;
         rc 1 up to 23.11, rc 0 from 24.05: the lines are read either way):
-        those get their typed error, the others None.  SlurmUnavailable is raised only when the
-        first ``scancel`` found no controller; a later one that finds none
+        those get their typed error, the others None.  SlurmUnavailable is
+        raised only when the first ``scancel`` found no controller; a later one that finds none
         leaves its ids and the rest with SlurmUnavailable as their outcome
         (what went out before stays known)."""
         ids = [check_job_id(j) for j in job_ids]
