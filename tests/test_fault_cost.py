@@ -281,6 +281,22 @@ def test_get_node_without_a_reason():
     assert node.partitions == ("debug",) and not node.flags
 
 
+def test_get_node_without_a_reason_but_the_user_who_cleared_it():
+    # Slurm 24.11 on a lab node whose reason was cleared: "none", user root,
+    # time Unknown (scontrol shows no reason for it).
+    out = _line("n1", "idle", "root(0)", "Unknown", "debug*", "(null)", "(null)", "2",
+                "0/2/0/2", "(null)", "(null)", "none")  # fmt: skip
+    node = CliClient(runner=Runner(out)).get_node("n1")
+    assert node.reason is None and node.reason_user is None and node.reason_time is None
+
+
+def test_a_reason_that_reads_none_is_kept_when_someone_set_it():
+    out = _line("n1", "idle+drain", "alice(1000)", "2026-12-03T07:59:01", "debug*", "(null)",
+                "(null)", "2", "0/2/0/2", "(null)", "(null)", "none")  # fmt: skip
+    node = CliClient(runner=Runner(out)).get_node("n1")
+    assert (node.reason, node.reason_user) == ("none", "alice")
+
+
 @pytest.mark.parametrize(
     "sinfo_out",
     [

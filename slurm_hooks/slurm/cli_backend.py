@@ -82,7 +82,8 @@ def parse_sinfo_node(text: str, name: str) -> NodeState | None:
     cannot say (no line: the node is in no partition, or not there; a free
     text with our separator in it; lines that disagree): the caller then
     reads it the long way.  sinfo prints ``none`` for no reason (with user
-    and time ``Unknown``), ``(null)`` for empty fields and marks the default
+    and time ``Unknown``; 24.11 may name the user who cleared the last one),
+    ``(null)`` for empty fields and marks the default
     partition with ``*``."""
     records: list[dict[str, str]] = []
     for line in text.splitlines():
@@ -108,8 +109,11 @@ def parse_sinfo_node(text: str, name: str) -> NodeState | None:
             partitions.append(part)
     user = None if first["UserLong"] in ("Unknown", "(null)", "") else first["UserLong"]
     reason: str | None = first["Reason"]
-    if reason in ("", "(null)") or (reason == "none" and user is None):
-        reason = None
+    reason_time = parse.parse_time(first["TimeStamp"])
+    # No reason: "none" with no time.  24.11 keeps the user who last cleared
+    # a reason beside it (root, time Unknown); a reason someone set has both.
+    if reason in ("", "(null)") or (reason == "none" and (user is None or reason_time is None)):
+        reason = user = None
     state, flags = parse.parse_state(first["StateComplete"])
     alloc = first["CPUsState"].split("/", 1)[0]
     return NodeState(
@@ -118,7 +122,7 @@ def parse_sinfo_node(text: str, name: str) -> NodeState | None:
         flags=flags,
         reason=reason,
         reason_user=user.split("(", 1)[0] or user if user else None,
-        reason_time=parse.parse_time(first["TimeStamp"]),
+        reason_time=reason_time if reason else None,
         partitions=tuple(partitions),
         features=tuple(
             f for f in first["Features"].split(",") if f and f not in ("(null)", "none")
