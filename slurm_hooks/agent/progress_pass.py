@@ -64,6 +64,7 @@ from slurm_hooks.detect.progress.judge import (
     HangVerdict,
     ProcState,
     Straggler,
+    TrustedSign,
     Verdict,
     judge_hang,
     judge_stragglers,
@@ -158,6 +159,12 @@ class ProgressPass:
         self._suspect_turn = 0
         self._reads: PassReads | None = None
         self._names: tuple[tuple[int, int, int], float, list[str]] | None = None
+        #: Per job: the trusted sign seen on its last looks (key, looks).
+        self._signs: dict[str, tuple[str, int]] = {}
+        #: This pass's NVML view, read once at most (None: not yet).
+        self._view: list[dict[str, Any]] | None = None
+        #: What this pass's looks found per job: (key, why, ranks).
+        self._found: dict[str, tuple[str, str, tuple[int, ...]]] = {}
         #: The last pass's cost, and every pass's summed (``/metrics``).
         self.last = PassStats()
         self.totals = PassTotals()
@@ -216,6 +223,8 @@ class ProgressPass:
         out: list[Any] = []
         reports: dict[str, JobReport] = {}
         self._reads = PassReads(self.engine.slurm, stats)
+        self._view = None
+        self._found = {}
         try:
             with metering(budget):
                 out = self._pass(now, stats, budget, reports)
@@ -249,6 +258,7 @@ class ProgressPass:
             mine = mine[k:] + mine[:k]
         out: list[Any] = []
         suspects: list[str] = []
+        self._signs = {j: v for j, v in self._signs.items() if j in jobs}
         for i, job in enumerate(mine):
             if budget.spent():
                 stats.skipped_dirs += len(mine) - i
@@ -260,7 +270,8 @@ class ProgressPass:
                 continue
             stats.judged += 1
             procs = self._procs(local, None)
-            verdict = judge_hang(job, views, procs, now, self.s.hang)
+            sign = self._look(job, local, now - max(v.last_time for v in views.values()))
+            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
                                      verdict.explanation, verdict.stalled_s)  # fmt: skip
@@ -277,6 +288,55 @@ class ProgressPass:
             out += self._suspect(job, now)
         self._suspect_turn += min(len(ordered), self.s.max_job_reads)
         return out
+
+    # -- trusted evidence beside a stall --------------------------------------------
+
+    def _nvml_view(self) -> list[dict[str, Any]]:
+        if self._view is None:
+            self._view = self.gpu_view() if self.gpu_view else []
+        return self._view
+
+    def _look(self, job: str, local: Mapping[int, RankView], stalled: float) -> TrustedSign | None:
+        """Look for trusted evidence beside a job quiet for a pass or more,
+        and count the consecutive looks that saw the same (the judge acts
+        on two: ``TRUSTED_LOOKS``).  A job that progresses costs nothing."""
+        if stalled < min(self.s.interval_s, self.s.trusted_confirm_s):
+            self._signs.pop(job, None)
+            return None
+        found = self._trusted_now(job, local)
+        if found is None:
+            self._signs.pop(job, None)
+            return None
+        key, _, _ = found
+        prev = self._signs.get(job)
+        looks = prev[1] + 1 if prev is not None and prev[0] == key else 1
+        self._signs[job] = (key, looks)
+        self._found[job] = found
+        return self._sign(job)
+
+    def _sign(self, job: str) -> TrustedSign | None:
+        """The sign this pass's look found for ``job`` (None: none)."""
+        seen, found = self._signs.get(job), self._found.get(job)
+        if seen is None or found is None:
+            return None
+        return TrustedSign(found[1], seen[1], found[2])
+
+    def _trusted_now(
+        self, job: str, local: Mapping[int, RankView]
+    ) -> tuple[str, str, tuple[int, ...]] | None:
+        """(key, why, ranks pointed at) of the trusted evidence on this node
+        now: a process of the job (as Slurm lists it) stuck in the driver
+        first, else NVML's GPU lost or silent; None when there is none."""
+        stuck = corroborate.stuck_pid(self.step_pids(job, self.node), self.proc)
+        if stuck is not None:
+            pid, why = stuck
+            chain = corroborate.ancestors(pid, self.proc)
+            ranks = tuple(r for r, v in sorted(local.items()) if v.pid in chain)
+            return f"kernel:{pid}", why, ranks
+        seen = corroborate.nvml_evidence(self._nvml_view())
+        if seen is not None:
+            return "nvml", seen, ()
+        return None
 
     def _procs(self, local: Mapping[int, RankView], uid: int | None) -> dict[int, ProcState]:
         return {
@@ -306,7 +366,7 @@ class ProgressPass:
         procs = self._procs(local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
-        verdict = judge_hang(job, views, procs, now, self.s.hang, hints)
+        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job))
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             # One culprit per job run: once a node of the job carries our HANG
@@ -371,6 +431,13 @@ class ProgressPass:
         if v.cause in _PROC_CAUSES:
             sources.append(Provenance.USER_PROCESS)
         trusted = self._hang_evidence(info)
+        if v.trusted is not None and not trusted:
+            # The sign that cut the wait short is gone: the stall is the
+            # user's again and waits for ``hang_s`` like any other.
+            self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
+            log.info("progress node=%s: job %s: trusted evidence gone before acting",
+                     self.node, info.job_id)  # fmt: skip
+            return []
         sources += [p for p, _ in trusted]
         values = self._job_values(info, v.rank)
         values.update({"cause": v.cause or "", "stalled_s": round(v.stalled_s, 1)})

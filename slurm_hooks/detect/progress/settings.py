@@ -28,6 +28,13 @@ class ProgressConfig:
     hang_s: float = 120.0
     #: No hang is judged before this long after the job's first completed step.
     first_step_allowance_s: float = 60.0
+    #: A job stalled this long while this node shows trusted evidence (a GPU
+    #: NVML reports lost or not answering, a process of the job stuck in the
+    #: nvidia driver), seen on two consecutive passes, is a hang at once: no
+    #: ``hang_s``, no first-step allowance.  The default is two passes at the
+    #: default ``interval_s``: found 10-15 s after the last step, which leaves
+    #: a 10 s checkpoint grace and the requeue inside a minute (docs/progress.md).
+    trusted_confirm_s: float = 10.0
     #: Drain the culprit's node of a hang and requeue the job (false: tell the
     #: owner and the admins only).
     drain_hang: bool = True
@@ -79,7 +86,7 @@ class ProgressConfig:
             raise ValueError(f"slow_policy must be one of {', '.join(SLOW_POLICIES)}")
         if not self.dir.startswith("/"):
             raise ValueError("dir must be an absolute path")
-        for name in ("hang_s", "interval_s", "slow_percent", "tail_bytes", "jobs_cache_s",
+        for name in ("hang_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
                      "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -94,7 +101,7 @@ class ProgressConfig:
 
     @property
     def hang(self) -> HangSettings:
-        return HangSettings(self.hang_s, self.first_step_allowance_s)
+        return HangSettings(self.hang_s, self.first_step_allowance_s, self.trusted_confirm_s)
 
     @property
     def slow(self) -> SlowSettings:
