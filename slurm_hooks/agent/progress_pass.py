@@ -139,9 +139,12 @@ class ProgressPass:
         engine: Any,
         *,
         gpu_view: Callable[[], list[dict[str, Any]]] | None = None,
+        gpu_procs: Callable[[], dict[int, int]] | None = None,
         clock: Callable[[], float] = time.time,
         proc: str = "/proc",
     ):
+        from slurm_hooks.agent.progress_signals import SignalWatch
+
         self.s = settings
         self.node = node
         self.engine = engine
@@ -168,6 +171,8 @@ class ProgressPass:
         #: The last pass's cost, and every pass's summed (``/metrics``).
         self.last = PassStats()
         self.totals = PassTotals()
+        #: Jobs without records, through their processes (zero-touch).
+        self.signals = SignalWatch(self, gpu_procs=gpu_procs)
 
     @property
     def slurm(self) -> Any:
@@ -242,6 +247,24 @@ class ProgressPass:
     def _pass(
         self, now: float, stats: PassStats, budget: Budget, reports: dict[str, JobReport]
     ) -> list[Any]:
+        recorded: set[str] = set()
+        # This node's job processes first: the records' trusted looks use them too.
+        if self.s.zero_touch:
+            self.signals.refresh()
+        out = self._records(now, stats, budget, reports, recorded)
+        if self.s.zero_touch:
+            out += self.signals.run(now, stats, reports, recorded)
+        return out
+
+    def _records(
+        self,
+        now: float,
+        stats: PassStats,
+        budget: Budget,
+        reports: dict[str, JobReport],
+        recorded: set[str],
+    ) -> list[Any]:
+        """Judge the jobs that write records (``recorded``: the jobs that do)."""
         names = self._listing()
         stats.dirs = len(names)
         if not names:
@@ -265,6 +288,8 @@ class ProgressPass:
                 self._turn += i
                 break
             views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes), job)
+            if views:
+                recorded.add(job)
             local = {r: v for r, v in views.items() if v.node == self.node}
             if not local or now - max(v.last_time for v in views.values()) > FORGET_S:
                 continue
@@ -327,7 +352,7 @@ class ProgressPass:
         """(key, why, ranks pointed at) of the trusted evidence on this node
         now: a process of the job (as Slurm lists it) stuck in the driver
         first, else NVML's GPU lost or silent; None when there is none."""
-        stuck = corroborate.stuck_pid(self.step_pids(job, self.node), self.proc)
+        stuck = corroborate.stuck_pid(self._job_pids(job), self.proc)
         if stuck is not None:
             pid, why = stuck
             chain = corroborate.ancestors(pid, self.proc)
@@ -337,6 +362,14 @@ class ProgressPass:
         if seen is not None:
             return "nvml", seen, ()
         return None
+
+    def _job_pids(self, job: str) -> list[int]:
+        """The job's processes here as Slurm lists them: from this pass's
+        listing of the node, else asked for this job alone."""
+        listing = self.signals.listing
+        if listing is not None and job in listing:
+            return [t.pid for t in listing[job]]
+        return self.step_pids(job, self.node)
 
     def _procs(self, local: Mapping[int, RankView], uid: int | None) -> dict[int, ProcState]:
         return {
@@ -422,13 +455,17 @@ class ProgressPass:
         self.seen.acted.add(k)
         return True
 
-    def _hang(self, info: JobInfo, v: HangVerdict) -> list[Any]:
+    def _hang(
+        self, info: JobInfo, v: HangVerdict, base: tuple[Provenance, ...] = (Provenance.USER_FILE,)
+    ) -> list[Any]:
+        """Act on a hang: ``base`` is whose evidence the verdict stands on
+        (records: USER_FILE; zero-touch samples: USER_PROCESS)."""
         assert v.rank is not None
         if not self._once(info, f"hang/{v.rank}"):
             return []
         drain = self.s.drain_hang
-        sources = [Provenance.USER_FILE]
-        if v.cause in _PROC_CAUSES:
+        sources = list(base)
+        if v.cause in _PROC_CAUSES and Provenance.USER_PROCESS not in sources:
             sources.append(Provenance.USER_PROCESS)
         trusted = self._hang_evidence(info)
         if v.trusted is not None and not trusted:
@@ -482,7 +519,7 @@ class ProgressPass:
         seen = corroborate.nvml_evidence(self.gpu_view() if self.gpu_view else [])
         if seen is not None:
             out.append((Provenance.NVML, seen))
-        stuck = corroborate.driver_stuck(self.step_pids(info.job_id, self.node), self.proc)
+        stuck = corroborate.driver_stuck(self._job_pids(info.job_id), self.proc)
         if stuck is not None:
             out.append((Provenance.KERNEL, stuck))
         return out

@@ -116,6 +116,16 @@ class HangVerdict:
     trusted: str | None = None
 
 
+def _quiet(job: str, stalled: float, ranks: Mapping[int, RankView]) -> str:
+    if all(v.signals for v in ranks.values()):
+        return f"job {job} showed no CPU or GPU activity here for {stalled:.0f}s"
+    return f"job {job} made no progress for {stalled:.0f}s"
+
+
+def _at(v: RankView) -> str:
+    return "(no progress records: its processes idle)" if v.signals else f"at step {v.step}"
+
+
 def judge_hang(
     job: str,
     ranks: Mapping[int, RankView],
@@ -156,8 +166,8 @@ def judge_hang(
             v = ranks[hit[0]]
             return HangVerdict(
                 Verdict.HANG, job,
-                f"job {job} made no progress for {stalled:.0f}s; rank {v.rank} on {v.node}: "
-                f"{cause} at step {v.step}", stalled, v.rank, v.node, cause, evidence,
+                f"{_quiet(job, stalled, ranks)}; rank {v.rank} on {v.node}: {cause} {_at(v)}",
+                stalled, v.rank, v.node, cause, evidence,
             )  # fmt: skip
     named = resolve(hints, ranks)
     if named is not None:
@@ -173,6 +183,12 @@ def judge_hang(
         )  # fmt: skip
     low = min(steps.values())
     behind = [r for r, s in steps.items() if s == low]
+    if all(v.signals for v in ranks.values()):
+        return HangVerdict(
+            Verdict.STALLED, job,
+            f"{_quiet(job, stalled, ranks)}; none of its {len(ranks)} rank(s) here gone, "
+            "stopped or in D state", stalled, evidence=evidence,
+        )  # fmt: skip
     if len(behind) == 1 and len(steps) > 1 and max(steps.values()) > low:
         v = ranks[behind[0]]
         return HangVerdict(
@@ -212,8 +228,8 @@ def _trusted_culprit(
     evidence["trusted"] = sign.why
     return HangVerdict(
         Verdict.HANG, job,
-        f"job {job} made no progress for {stalled:.0f}s; rank {v.rank} on {v.node}: {why} "
-        f"at step {v.step}, with trusted evidence on its node", stalled, v.rank, v.node,
+        f"{_quiet(job, stalled, ranks)}; rank {v.rank} on {v.node}: {why} {_at(v)}, "
+        "with trusted evidence on its node", stalled, v.rank, v.node,
         CAUSES.get(procs[rank], "trusted evidence on the node"), evidence, sign.why,
     )  # fmt: skip
 

@@ -49,6 +49,15 @@ class ProgressConfig:
     window_steps: int = 10
     #: What a straggler does: "report", "drain_at_end" or "drain_now".
     slow_policy: str = "report"
+    #: Watch jobs that write no progress records through what root sees of
+    #: their processes (Slurm's ``listpids``; CPU time, state, context
+    #: switches, NVML per-process utilisation): no change to the job.  A job
+    #: opts out with ``--comment slurm-hooks:no-watch`` or
+    #: ``SLURM_HOOKS_WATCH=0`` in its environment (docs/progress.md).
+    zero_touch: bool = True
+    #: Processes sampled per pass at most, over all jobs (the rest wait for
+    #: their job's turn in a later pass).
+    max_pids: int = 512
     #: Bytes read from the end of each rank's file per pass.
     tail_bytes: int = 65536
     #: NCCL RAS text status of a job (what ``ncclras`` prints), read on a stall
@@ -87,7 +96,7 @@ class ProgressConfig:
         if not self.dir.startswith("/"):
             raise ValueError("dir must be an absolute path")
         for name in ("hang_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
-                     "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads"):  # fmt: skip
+                     "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads", "max_pids"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("ras_path", "flight_recorder_path"):
