@@ -242,3 +242,44 @@ def test_the_pid_budget_leaves_the_rest_for_a_later_pass(tmp_path):
     _procs(proc, 0)
     p.run()
     assert p.last.sampled_pids == 0 and p.last.skipped_pids == 7
+
+
+FOUR = """\
+PID      JOBID    STEPID   LOCALID GLOBALID
+6100     79       batch    0       0
+6200     79       0        0       0
+6201     79       0        1       1
+6202     79       0        2       2
+6203     79       0        3       3
+"""
+
+
+def test_the_flight_recorder_the_task_prolog_asked_for_names_the_rank(tmp_path):
+    import shutil
+
+    fr = tmp_path / "records" / "79"
+    fr.mkdir(parents=True)
+    for rank in range(4):
+        src = f"{os.path.dirname(__file__)}/data/flight_recorder/nccl_trace_rank_{rank}.json"
+        shutil.copy(src, fr / f"nccl_trace_rank_{rank}.json")
+    proc = tmp_path / "proc"
+    job = JobInfo("79", _me(), "RUNNING", "n1", batch_host="n1")
+    engine = PolicyEngine(job)
+    now = [1000.0]
+    s = ProgressConfig(dir=str(tmp_path / "records"),
+                       flight_recorder_path=f"{tmp_path}/records/{{job}}/nccl_trace_rank_*")  # fmt: skip
+    p = ProgressPass(s, "n1", engine, clock=lambda: now[0], proc=str(proc))
+    p.signals.node_tasks = lambda node, limit: tasks.parse_node_listpids(FOUR, limit)
+    tick = os.sysconf("SC_CLK_TCK")
+    out = []
+    for t in range(0, 140, 5):
+        busy = min(t, 10) * tick  # all four work 10 s, then wait in the collective
+        for pid in (6200, 6201, 6202, 6203):
+            _stat(proc, pid, "S", ppid=6100, utime=busy)
+        _stat(proc, 6100)
+        now[0] = 1000.0 + t
+        out += [(t, d) for d in p.run()]
+    [(t, d)] = out
+    assert t == 130  # idle since the look at 10 s: hang_s later
+    assert d.kind is DecisionKind.REPORT_JOB and d.findings[0].values["rank"] == 2
+    assert "the flight recorder names rank 2" in engine.alerts[0].text

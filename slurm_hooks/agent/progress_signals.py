@@ -31,6 +31,7 @@ from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.model import JobInfo, Provenance
 from slurm_hooks.detect.progress import tasks as tasklist
 from slurm_hooks.detect.progress.activity import JobActivity, RankSample
+from slurm_hooks.detect.progress.gather import read_hints
 from slurm_hooks.detect.progress.judge import HangVerdict, Verdict, judge_hang
 
 if TYPE_CHECKING:
@@ -169,7 +170,17 @@ class SignalWatch:
         stats.signal_jobs += 1
         stalled = now - max(v.last_time for v in views.values())
         sign = p._look(job, views, stalled)
-        verdict = judge_hang(job, views, watched.activity.procs(), now, p.s.hang, trusted=sign)
+        hints = []
+        if stalled >= p.s.hang_s:
+            # The flight-recorder dumps the TaskProlog asked PyTorch for, and
+            # NCCL RAS output: the job owner's files only.
+            from slurm_hooks.agent.progress_pass import _uid
+
+            uid = _uid(watched.info.user)
+            if uid is not None:
+                hints = read_hints(p.s.ras_path, p.s.flight_recorder_path, job, uid=uid)
+        procs = watched.activity.procs()
+        verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign)
         verdict.evidence["switches"] = watched.activity.switches()
         reports[job] = JobReport(job, str(verdict.verdict), len(views), None,
                                  verdict.explanation, verdict.stalled_s)  # fmt: skip

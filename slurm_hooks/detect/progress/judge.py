@@ -177,7 +177,7 @@ def judge_hang(
         evidence["hint"] = {"source": hint.source, "why": hint.why, "detail": hint.detail}
         return HangVerdict(
             Verdict.HANG, job,
-            f"job {job} made no progress for {stalled:.0f}s; {source} names rank {v.rank} "
+            f"{_quiet(job, stalled, ranks)}; {source} names rank {v.rank} "
             f"on {v.node} ({hint.why})", stalled, v.rank, v.node,
             f"{hint.source}: {hint.why}", evidence,
         )  # fmt: skip

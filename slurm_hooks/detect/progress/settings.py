@@ -67,8 +67,9 @@ class ProgressConfig:
     ras_path: str = ""
     #: PyTorch flight-recorder dumps of a job, one per rank, the global rank
     #: the file name's trailing digits (``TORCH_FR_DUMP_TEMP_FILE`` prefix):
-    #: a glob with ``{job}``, e.g. ``/dev/shm/slurm-hooks-progress/{job}/fr_*``.
-    flight_recorder_path: str = ""
+    #: a glob with ``{job}``; the default is where the TaskProlog that
+    #: ``slurm-hooks install`` writes has PyTorch put them ("": not read).
+    flight_recorder_path: str = "/dev/shm/slurm-hooks-progress/{job}/nccl_trace_rank_*"
     #: What one pass may cost, however many directories and files users
     #: create: its job list comes from one Slurm read of this node's jobs
     #: (kept this many seconds unless a new job directory appears: a job
