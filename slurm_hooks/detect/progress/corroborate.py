@@ -22,11 +22,11 @@ processes read, one ``scontrol`` call with a timeout.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurm_hooks.core.errors import CommandError
+from slurm_hooks.detect.progress.tasks import read_small
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +83,8 @@ def step_pids(job: str, node: str) -> list[int]:
 
 
 def _read(path: str, limit: int = 16384) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit).decode("ascii", errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    raw = read_small(path, limit)
+    return raw.decode("ascii", errors="replace") if raw is not None else None
 
 
 def in_driver(pid: int, proc: str = "/proc") -> str | None:

@@ -104,7 +104,8 @@ class ProcSample:
     involuntary: int = 0
 
 
-def _read(path: str, limit: int = 4096) -> bytes | None:
+def read_small(path: str, limit: int = 4096) -> bytes | None:
+    """At most ``limit`` bytes of a ``/proc`` file (None: unreadable, gone)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -123,7 +124,7 @@ def sample(pid: int, proc: str = "/proc") -> ProcSample | None:
         uid = os.stat(f"{proc}/{pid}").st_uid
     except OSError:
         return None
-    raw = _read(f"{proc}/{pid}/stat")
+    raw = read_small(f"{proc}/{pid}/stat")
     if raw is None or b")" not in raw:
         return None
     fields = raw.rsplit(b")", 1)[1].split()
@@ -134,7 +135,7 @@ def sample(pid: int, proc: str = "/proc") -> ProcSample | None:
     except (IndexError, ValueError):
         return None
     vol = invol = 0
-    status = _read(f"{proc}/{pid}/status", 8192) or b""
+    status = read_small(f"{proc}/{pid}/status", 8192) or b""
     for line in status.splitlines():
         if line.startswith(b"voluntary_ctxt_switches:"):
             vol = _int(line)
@@ -154,7 +155,7 @@ def watch_refused(pids: Iterable[int], proc: str = "/proc") -> bool:
     """Whether the job's environment says ``SLURM_HOOKS_WATCH=0`` (read from
     its first processes: the owner's word about their own job only)."""
     for pid in list(pids)[:2]:
-        env = _read(f"{proc}/{pid}/environ", ENVIRON_BYTES) or b""
+        env = read_small(f"{proc}/{pid}/environ", ENVIRON_BYTES) or b""
         for item in env.split(b"\0"):
             if item.startswith(WATCH_ENV + b"="):
                 return item.split(b"=", 1)[1].strip().lower() in (b"0", b"no", b"false", b"off")
