@@ -191,7 +191,7 @@ def test_a_job_without_records_stopped_by_its_owner_is_reported_after_hang_s(tmp
         _procs(proc, k * tick)
         now[0] = 1000.0 + 5 * k
         assert p.run() == []
-    assert p.last.signal_jobs == 1 and p.last.sampled_pids == 7
+    assert p.last.signal_jobs == 1 and p.last.sampled_pids == 5  # not the extern step's
     _procs(proc, 3 * tick, state1="T")  # rank 3 stopped, rank 2 waits for it
     for t in range(20, 135, 5):
         now[0] = 1000.0 + t
@@ -238,10 +238,29 @@ def test_a_job_that_opted_out_is_never_sampled(tmp_path):
 
 def test_the_pid_budget_leaves_the_rest_for_a_later_pass(tmp_path):
     p, engine, now, proc = _pass(tmp_path, listing=LISTPIDS)
-    p.s = ProgressConfig(dir=str(tmp_path / "records"), max_pids=5)
+    p.s = ProgressConfig(dir=str(tmp_path / "records"), max_pids=3)
     _procs(proc, 0)
     p.run()
-    assert p.last.sampled_pids == 0 and p.last.skipped_pids == 7
+    # The tasks first (the batch script's, ranks 2 and 3), their children left out.
+    assert p.last.sampled_pids == 3 and p.last.skipped_pids == 2
+    assert sorted(p.signals.jobs["77"].activity.ranks) == [2, 3]
+
+
+def test_jobs_past_the_budget_wait_for_their_turn(tmp_path):
+    p, engine, now, proc = _pass(tmp_path, listing=LISTPIDS)
+    lines = LISTPIDS.splitlines()
+    # Job 76 (batch only) listed first; the listing is cut at 4 x max_pids lines.
+    both = "\n".join([lines[0]] + [x.replace(" 78 ", " 76 ") for x in lines[-2:]] + lines[1:-2])
+    p.signals.node_tasks = lambda node, limit: tasks.parse_node_listpids(both, limit)
+    engine.slurm.get_job = lambda j: JobInfo(j, _me(), "RUNNING", "n1", batch_host="n1")
+    p.s = ProgressConfig(dir=str(tmp_path / "records"), max_pids=2)
+    _procs(proc, 0)
+    _stat(proc, 5100)
+    _stat(proc, 5101, ppid=5100)
+    p.run()
+    assert set(p.signals.jobs) == {"76"} and p.last.skipped_pids == 6
+    p.run()
+    assert set(p.signals.jobs) == {"76", "77"}
 
 
 FOUR = """\

@@ -95,23 +95,27 @@ class SignalWatch:
         gpu = self.gpu_procs() if self.gpu_procs else None
         left, reads, out = p.s.max_pids, 0, []
         for i, job in enumerate(order):
-            pids = [t.pid for t in listing[job]]
-            if len(pids) > left:
+            if left <= 0:
                 stats.skipped_pids += sum(len(listing[j]) for j in order[i:])
                 self.turn += i
                 break
+            # Slurm's extern step is never a rank: not sampled.
+            listed = [t for t in listing[job] if t.step != "extern"]
             watched = self.jobs.get(job)
             if watched is None:
                 if reads >= NEW_JOB_READS:
                     continue
                 reads += 1
-                own = [t.pid for t in listing[job] if t.rank is not None and t.step != "extern"]
-                watched = self._start(job, own, now)
+                watched = self._start(job, [t.pid for t in listed if t.rank is not None], now)
                 if watched is None:
                     continue
-            left -= len(pids)
-            stats.sampled_pids += len(pids)
-            out += self._judge(job, watched, listing[job], gpu, now, stats, reports)
+            # The tasks first (each rank's own process), then their children,
+            # up to what the pass has left: the same ones every pass.
+            chosen = sorted(listed, key=lambda t: t.rank is None)[:left]
+            stats.skipped_pids += len(listed) - len(chosen)
+            left -= len(chosen)
+            stats.sampled_pids += len(chosen)
+            out += self._judge(job, watched, chosen, gpu, now, stats, reports)
         return out
 
     def _start(self, job: str, pids: list[int], now: float) -> Watched | None:
