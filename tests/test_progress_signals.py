@@ -17,7 +17,7 @@ from slurm_hooks.core.model import JobInfo, Provenance
 from slurm_hooks.decide import DecisionKind
 from slurm_hooks.detect.probes.gpu_procs import GpuProcesses
 from slurm_hooks.detect.progress import tasks
-from slurm_hooks.detect.progress.activity import ACTIVE_CPU_S, JobActivity, RankSample
+from slurm_hooks.detect.progress.activity import ACTIVE_SHARE, JobActivity, RankSample
 from slurm_hooks.detect.progress.judge import HangSettings, ProcState, Verdict, judge_hang
 from slurm_hooks.detect.progress.settings import ProgressConfig
 from tests.test_trust import NV_STACK, PolicyEngine, _me
@@ -91,13 +91,14 @@ def test_a_real_busy_process_gains_cpu_time():
         child.wait()
 
 
-def test_the_owners_environment_opts_out(tmp_path):
-    _stat(tmp_path, 1, environ=b"HOME=/h\0SLURM_HOOKS_WATCH=0\0")
+def test_the_owners_environment_opts_out_and_says_how_many_tasks(tmp_path):
+    _stat(tmp_path, 1, environ=b"HOME=/h\0SLURM_NTASKS=16\0SLURM_HOOKS_WATCH=0\0")
     _stat(tmp_path, 2, environ=b"SLURM_HOOKS_WATCH=1\0")
-    _stat(tmp_path, 3, environ=b"XSLURM_HOOKS_WATCH=0\0")
-    assert tasks.watch_refused([1], str(tmp_path))
-    assert not tasks.watch_refused([2], str(tmp_path))
-    assert not tasks.watch_refused([3], str(tmp_path))
+    _stat(tmp_path, 3, environ=b"XSLURM_HOOKS_WATCH=0\0SLURM_NTASKS=x\0")
+    assert tasks.job_env([1], str(tmp_path)) == tasks.JobEnv(True, 16)
+    assert tasks.job_env([2], str(tmp_path)) == tasks.JobEnv(False, None)
+    assert tasks.job_env([3], str(tmp_path)) == tasks.JobEnv(False, None)
+    assert tasks.job_env([99, 1], str(tmp_path)).watch_off  # the first readable one
 
 
 # -- the judge on samples --------------------------------------------------------------------
@@ -125,7 +126,7 @@ def test_ranks_idle_for_hang_s_after_working_is_a_stall_a_stopped_one_the_culpri
         cpu = {r: c + 4.0 for r, c in cpu.items()}
         _look(act, float(t), cpu)
     for t in range(30, 160, 5):  # both wait, idle (a tick of CPU now and then)
-        cpu = {r: c + ACTIVE_CPU_S / 5 for r, c in cpu.items()}
+        cpu = {r: c + ACTIVE_SHARE * 5 / 4 for r, c in cpu.items()}
         _look(act, float(t), cpu)
     views, procs = act.views("n1", 0), act.procs()
     assert judge_hang("7", views, procs, 120.0, S).verdict is Verdict.HEALTHY
@@ -187,16 +188,16 @@ def _procs(proc, utime, state1="S", stack1=""):
 def test_a_job_without_records_stopped_by_its_owner_is_reported_after_hang_s(tmp_path):
     p, engine, now, proc = _pass(tmp_path)
     tick = os.sysconf("SC_CLK_TCK")
-    for k in range(4):  # working
-        _procs(proc, k * tick)
+    for k in range(14):  # working, a core each, for first_step_allowance_s and more
+        _procs(proc, 5 * k * tick)
         now[0] = 1000.0 + 5 * k
         assert p.run() == []
     assert p.last.signal_jobs == 1 and p.last.sampled_pids == 5  # not the extern step's
-    _procs(proc, 3 * tick, state1="T")  # rank 3 stopped, rank 2 waits for it
-    for t in range(20, 135, 5):
+    _procs(proc, 65 * tick, state1="T")  # rank 3 stopped, rank 2 waits for it
+    for t in range(70, 185, 5):
         now[0] = 1000.0 + t
         assert p.run() == [], t
-    now[0] = 1000.0 + 140
+    now[0] = 1000.0 + 190  # idle since the look at 65 s: hang_s later
     [d] = p.run()
     assert d.kind is DecisionKind.REPORT_JOB
     assert d.findings[0].provenance == (Provenance.USER_PROCESS,)
@@ -210,11 +211,11 @@ def test_a_job_without_records_stopped_by_its_owner_is_reported_after_hang_s(tmp
 def test_a_rank_stuck_in_the_driver_drains_on_the_second_look(tmp_path):
     p, engine, now, proc = _pass(tmp_path)
     tick = os.sysconf("SC_CLK_TCK")
-    for k in range(3):
-        _procs(proc, k * tick)
+    for k in range(3):  # worked 10 s only: enough for trusted evidence
+        _procs(proc, 5 * k * tick)
         now[0] = 1000.0 + 5 * k
         p.run()
-    _procs(proc, 2 * tick, state1="D", stack1=NV_STACK)
+    _procs(proc, 10 * tick, state1="D", stack1=NV_STACK)
     now[0] = 1015.0  # idle since 1010: first look
     assert p.run() == []
     now[0] = 1020.0
@@ -291,14 +292,40 @@ def test_the_flight_recorder_the_task_prolog_asked_for_names_the_rank(tmp_path):
     p.signals.node_tasks = lambda node, limit: tasks.parse_node_listpids(FOUR, limit)
     tick = os.sysconf("SC_CLK_TCK")
     out = []
-    for t in range(0, 140, 5):
-        busy = min(t, 10) * tick  # all four work 10 s, then wait in the collective
+    for t in range(0, 200, 5):
+        busy = min(t, 70) * tick  # all four work 70 s, then wait in the collective
         for pid in (6200, 6201, 6202, 6203):
             _stat(proc, pid, "S", ppid=6100, utime=busy)
         _stat(proc, 6100)
         now[0] = 1000.0 + t
         out += [(t, d) for d in p.run()]
     [(t, d)] = out
-    assert t == 130  # idle since the look at 10 s: hang_s later
+    assert t == 190  # idle since the look at 70 s: hang_s later
     assert d.kind is DecisionKind.REPORT_JOB and d.findings[0].values["rank"] == 2
     assert "the flight recorder names rank 2" in engine.alerts[0].text
+
+
+def _idle_after(p, proc, now, work_s, *, listing=None, until=300):
+    tick = os.sysconf("SC_CLK_TCK")
+    out = []
+    for t in range(0, until, 5):
+        _procs(proc, min(t, work_s) * tick)
+        now[0] = 1000.0 + t
+        out += p.run()
+    return out
+
+
+def test_a_job_that_worked_a_moment_then_waits_is_its_owners_business(tmp_path):
+    # An interactive session: a command ran 20 s, then the shell waits for its user.
+    p, engine, now, proc = _pass(tmp_path, comment="slurm-hooks:requeue-on-hang")
+    assert _idle_after(p, proc, now, 20) == [] and not engine.alerts
+    assert "not acted on: worked 20s only" in p.reports["77"].explanation
+
+
+def test_a_single_task_that_stops_working_is_not_a_hang(tmp_path):
+    one = "\n".join(x if not x.startswith("4200") else "4200 77 0 0 0"
+                    for x in LISTPIDS.splitlines() if not x.startswith("4201"))  # fmt: skip
+    p, engine, now, proc = _pass(tmp_path, listing=one)
+    _stat(proc, 4200, environ=b"SLURM_NTASKS=1\0")
+    assert _idle_after(p, proc, now, 90) == [] and not engine.alerts
+    assert "not acted on: a single task" in p.reports["77"].explanation

@@ -21,7 +21,7 @@ process in the driver) goes the trusted way (``ProgressPass._look``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,22 @@ def comment_tokens(info: JobInfo) -> list[str]:
 class Watched:
     info: JobInfo
     activity: JobActivity
+    #: Tasks of the job (its environment's ``SLURM_NTASKS``; None: not said).
+    ntasks: int | None = None
+
+    def judged_on_its_own(self, views: Mapping[int, Any], worked_s: float) -> str | None:
+        """Why a stall with the owner's evidence alone is not acted on (None:
+        it is).  Only a job of several tasks (a collective can hang it) that
+        worked ``worked_s`` (``first_step_allowance_s``) before going quiet:
+        a single process that stops working, or a job that worked a moment
+        and waits (an interactive session between commands), is its owner's
+        business."""
+        tasks = max(self.ntasks or 0, len(views), max(views, default=0) + 1)
+        if tasks < 2:
+            return "a single task"
+        if self.activity.active_s < worked_s:
+            return f"worked {self.activity.active_s:.0f}s only"
+        return None
 
 
 @dataclass
@@ -122,7 +138,8 @@ class SignalWatch:
         """A job new here: its owner's opt-outs (``pids``: its tasks, whose
         environment is the job's), then Slurm's record of it."""
         p = self.owner
-        if tasklist.watch_refused(pids, p.proc):
+        env = tasklist.job_env(pids, p.proc)
+        if env.watch_off:
             log.info("progress node=%s: job %s: SLURM_HOOKS_WATCH=0, not sampled", p.node, job)
             self.refused.add(job)
             return None
@@ -137,7 +154,7 @@ class SignalWatch:
             log.info("progress node=%s: job %s: %s, not sampled", p.node, job, NO_WATCH)
             self.refused.add(job)
             return None
-        self.jobs[job] = Watched(info, JobActivity(now))
+        self.jobs[job] = Watched(info, JobActivity(now), env.ntasks)
         return self.jobs[job]
 
     def _judge(
@@ -190,6 +207,11 @@ class SignalWatch:
                                  verdict.explanation, verdict.stalled_s)  # fmt: skip
         if verdict.verdict not in (Verdict.HANG, Verdict.STALLED):
             return []
+        if verdict.trusted is None:
+            why = watched.judged_on_its_own(views, p.s.first_step_allowance_s)
+            if why is not None:
+                reports[job].explanation += f" (not acted on: {why})"
+                return []
         return self._act(watched, verdict, now)
 
     def _act(self, watched: Watched, v: HangVerdict, now: float) -> list[Any]:

@@ -10,10 +10,14 @@ active, so one judge (``judge_hang``) weighs records and samples alike:
 the job stalls when none of its ranks here was active for ``hang_s``, and
 the culprit is a rank whose task exited, was stopped, or sleeps in D state.
 
-Active, per look: at least ``ACTIVE_CPU_S`` of CPU time since the last
-look, or any GPU utilisation NVML reports for one of the rank's processes.
-A job counts as started once a rank was active: a job idle from its start
-(an interactive allocation, a ``sleep``) is never judged.  Context
+Active, per look: CPU time since the last look of at least ``ACTIVE_SHARE``
+of one core over the time between the looks, or any GPU utilisation NVML
+reports for one of the rank's processes.  A rank that waits by polling
+(a sleep of a few milliseconds between checks) stays below it.  A job
+counts as started once a rank was active: a job idle from its start (an
+interactive allocation, a ``sleep``) is never judged; ``active_s`` is how
+long it has worked (the pass acts on the owner's evidence only for a job
+that worked a while, docs/progress.md).  Context
 switches are kept as evidence, not as activity: a thread that wakes to
 wait again (a heartbeat, a timeout loop) switches without progressing.
 
@@ -30,9 +34,11 @@ from dataclasses import dataclass, field
 from slurm_hooks.detect.progress.judge import ProcState
 from slurm_hooks.detect.progress.records import RankView
 
-#: CPU seconds per look that count as progress (1 % of a core over the
-#: default 5 s interval; a rank blocked in a collective that sleeps uses none).
-ACTIVE_CPU_S = 0.05
+#: Share of one core, averaged since the last look, that counts as progress:
+#: a rank blocked in a collective uses none, a rank polling for its peers
+#: (a few ms of sleep between checks) well under 1 %, a rank that computes
+#: or drives a GPU tens of percent.
+ACTIVE_SHARE = 0.02
 #: /proc state letters, worst first: one stopped process stops its rank.
 _WORST = (("T", ProcState.STOPPED), ("t", ProcState.STOPPED), ("D", ProcState.DISK),
           ("R", ProcState.RUNNING), ("S", ProcState.SLEEPING), ("I", ProcState.SLEEPING))  # fmt: skip
@@ -70,6 +76,8 @@ class _Rank:
     last_active: float
     state: ProcState
     switches: int
+    #: When it was last looked at.
+    seen: float
 
 
 @dataclass
@@ -80,24 +88,34 @@ class JobActivity:
     first_active: float | None = None
     ranks: dict[int, _Rank] = field(default_factory=dict)
     looks: int = 0
+    #: Seconds between looks in which a rank of the job was active.
+    active_s: float = 0.0
+    #: When the job was last looked at.
+    seen: float | None = None
 
     def update(self, samples: Mapping[int, RankSample], now: float) -> None:
         """Fold one look in.  A rank absent from ``samples`` has exited (Slurm
         lists live tasks only)."""
         self.looks += 1
+        any_active = False
         for rank, s in samples.items():
             prev = self.ranks.get(rank)
             state = rank_state(s.states)
             if prev is None or prev.pid != s.pid:
                 # First sight (or a new process): no delta yet, the clock starts.
-                self.ranks[rank] = _Rank(s.pid, s.cpu_s, now, state, s.switches)
+                self.ranks[rank] = _Rank(s.pid, s.cpu_s, now, state, s.switches, now)
                 continue
-            active = s.cpu_s - prev.cpu_s >= ACTIVE_CPU_S or bool(s.gpu_util)
-            if active:
+            span = now - prev.seen
+            busy = span > 0 and s.cpu_s - prev.cpu_s >= ACTIVE_SHARE * span
+            if busy or bool(s.gpu_util):
+                any_active = True
                 prev.last_active = now
                 if self.first_active is None:
                     self.first_active = now
-            prev.cpu_s, prev.state, prev.switches = s.cpu_s, state, s.switches
+            prev.cpu_s, prev.state, prev.switches, prev.seen = s.cpu_s, state, s.switches, now
+        if any_active and self.seen is not None:
+            self.active_s += now - self.seen
+        self.seen = now
         for rank, r in self.ranks.items():
             if rank not in samples:
                 r.state = ProcState.GONE

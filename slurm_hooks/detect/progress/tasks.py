@@ -151,15 +151,32 @@ def _int(line: bytes) -> int:
         return 0
 
 
-def watch_refused(pids: Iterable[int], proc: str = "/proc") -> bool:
-    """Whether the job's environment says ``SLURM_HOOKS_WATCH=0`` (read from
-    its first processes: the owner's word about their own job only)."""
+@dataclass(frozen=True)
+class JobEnv:
+    """What a job's environment says to the watcher (the owner's word about
+    their own job only)."""
+
+    #: ``SLURM_HOOKS_WATCH=0``: do not sample this job.
+    watch_off: bool = False
+    #: ``SLURM_NTASKS``: how many tasks the job runs (None: not said).
+    ntasks: int | None = None
+
+
+def job_env(pids: Iterable[int], proc: str = "/proc") -> JobEnv:
+    """The environment of the job's first task (``/proc/PID/environ``)."""
     for pid in list(pids)[:2]:
-        env = read_small(f"{proc}/{pid}/environ", ENVIRON_BYTES) or b""
+        env = read_small(f"{proc}/{pid}/environ", ENVIRON_BYTES)
+        if not env:
+            continue
+        off, ntasks = False, None
         for item in env.split(b"\0"):
-            if item.startswith(WATCH_ENV + b"="):
-                return item.split(b"=", 1)[1].strip().lower() in (b"0", b"no", b"false", b"off")
-    return False
+            name, _, value = item.partition(b"=")
+            if name == WATCH_ENV:
+                off = value.strip().lower() in (b"0", b"no", b"false", b"off")
+            elif name == b"SLURM_NTASKS" and value.isdigit() and len(value) < 10:
+                ntasks = int(value)
+        return JobEnv(off, ntasks)
+    return JobEnv()
 
 
 def ranks_of(tasks: Iterable[TaskPid], samples: Mapping[int, ProcSample]) -> dict[int, list[int]]:
