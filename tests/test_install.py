@@ -91,6 +91,7 @@ def test_compare_with_recorded_scontrol_show_config():
         "HealthCheckProgram": inst.Verdict.DIFFERS,  # /bin/true
         "HealthCheckInterval": inst.Verdict.OK,  # "300 sec"
         "HealthCheckNodeState": inst.Verdict.OK,
+        "TaskProlog": inst.Verdict.MISSING,  # (null): a hint, not required
         "SchedulerParameters": inst.Verdict.OK,
         "AuthInfo": inst.Verdict.OK,  # cred_expire=10 <= 30
     }
@@ -179,7 +180,7 @@ def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
     ]
     r = CliRunner().invoke(install_cmd, args)
     assert r.exit_code == 0, r.output
-    assert r.output.count(": created") == 4
+    assert r.output.count(": created") == 5  # 3 shims, the TaskProlog, the config
     shim = tmp_path / "slurm" / "prolog.d" / "50-slurm-hooks"
     assert f"\n{py} -m slurm_hooks hook prolog" in shim.read_text()
     assert f'SLURM_HOOKS_CONFIG="${{SLURM_HOOKS_CONFIG:-{cfg}}}"' in shim.read_text()
@@ -192,7 +193,7 @@ def test_install_writes_shims_and_config_and_is_idempotent(tmp_path):
     cfg.write_text("[general]\nlog_level = 'DEBUG'\n")
     r = CliRunner().invoke(install_cmd, args)
     assert r.exit_code == 0
-    assert r.output.count(": unchanged") == 3 and f"{cfg}: kept" in r.output
+    assert r.output.count(": unchanged") == 4 and f"{cfg}: kept" in r.output
     assert "DEBUG" in cfg.read_text()
 
 
@@ -326,3 +327,73 @@ def test_prolog_epilog_timeout_follows_the_prolog_budget(tmp_path, monkeypatch):
     assert inst.hook_budget_s() >= PrologConfig().budget_s
     monkeypatch.setenv("SLURM_HOOKS_CONFIG", str(cfg))
     assert inst.hook_budget_s() == 200
+
+
+# -- the TaskProlog (issue 30: the flight recorder on for every job) ---------------------------
+
+
+def test_repo_task_prolog_is_the_rendered_default():
+    from slurm_hooks.cli.task_prolog import render_task_prolog, task_prolog_path
+
+    path = task_prolog_path(REPO)
+    assert path.read_text() == render_task_prolog()
+    assert os.access(path, os.X_OK)
+
+
+def _task_prolog(tmp_path, env):
+    from slurm_hooks.cli.task_prolog import render_task_prolog
+
+    script = tmp_path / "tp"
+    script.write_text(render_task_prolog(str(tmp_path / "progress")))
+    (tmp_path / "progress").mkdir(exist_ok=True)
+    out = subprocess.run(["/bin/sh", str(script)], env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return out.stdout.splitlines()
+
+
+def test_task_prolog_exports_the_flight_recorder_into_the_jobs_directory(tmp_path):
+    lines = _task_prolog(tmp_path, {"SLURM_JOB_ID": "812"})
+    where = f"{tmp_path}/progress/812/nccl_trace_rank_"
+    assert lines == [
+        "export TORCH_NCCL_TRACE_BUFFER_SIZE=2000",
+        "export TORCH_FR_BUFFER_SIZE=2000",
+        "export TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+        f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={where}",
+        f"export TORCH_FR_DUMP_TEMP_FILE={where}",
+    ]
+    assert (tmp_path / "progress" / "812").is_dir()
+    # The watcher's default glob finds what PyTorch writes there (rank appended).
+    from slurm_hooks.detect.progress.settings import ProgressConfig
+
+    default = ProgressConfig()
+    assert default.flight_recorder_path == default.dir + "/{job}/" + "nccl_trace_rank_*"
+
+
+def test_task_prolog_keeps_the_jobs_own_settings_and_its_opt_out(tmp_path):
+    mine = {"SLURM_JOB_ID": "813", "TORCH_FR_BUFFER_SIZE": "50",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/scratch/me/fr_"}  # fmt: skip
+    assert _task_prolog(tmp_path, mine) == ["export TORCH_NCCL_DUMP_ON_TIMEOUT=1"]
+    for off in ("0", "off"):
+        assert _task_prolog(tmp_path, {"SLURM_JOB_ID": "814", "SLURM_HOOKS_WATCH": off}) == []
+    assert _task_prolog(tmp_path, {"SLURM_JOB_ID": "8;15"}) == []
+    assert _task_prolog(tmp_path, {}) == []
+
+
+def test_task_prolog_never_uses_a_directory_it_does_not_own(tmp_path):
+    (tmp_path / "progress").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "progress" / "816").symlink_to(tmp_path / "elsewhere")
+    assert _task_prolog(tmp_path, {"SLURM_JOB_ID": "816"}) == []
+    if os.getuid() == 0:  # a directory of another user (made for a future job id)
+        other = tmp_path / "progress" / "817"
+        other.mkdir()
+        os.chown(other, 65534, 65534)
+        assert _task_prolog(tmp_path, {"SLURM_JOB_ID": "817"}) == []
+
+
+def test_task_prolog_refuses_a_directory_a_shell_would_split():
+    from slurm_hooks.cli.task_prolog import render_task_prolog
+
+    for bad in ("relative", "/a b", "/a$b", "/a'b"):
+        with pytest.raises(ValueError):
+            render_task_prolog(bad)

@@ -307,6 +307,63 @@ def test_hung_rank_with_its_gpu_lost_drains_its_node_and_requeues_the_job(rig, j
         run(["scancel", job], timeout=30, env=lab.env(), check=False)
 
 
+# -- a job that never imports slurm-hooks (zero-touch signals) ---------------------------------
+
+#: Two ranks work 6 s (a core each), then wait for their peers the way a
+#: blocking collective does (asleep), each having said where it runs.
+PLAIN_JOB = """#SBATCH -N2
+#SBATCH --ntasks-per-node=1
+srun {python} -c '
+import os, time
+end = time.time() + 6
+while time.time() < end:
+    pass
+with open("{out}/rank%s" % os.environ["SLURM_PROCID"], "w") as f:
+    f.write(os.environ["SLURMD_NODENAME"] + " " + str(os.getpid()))
+while True:
+    time.sleep(0.2)
+'
+"""
+
+
+def test_a_plain_job_without_records_stopped_by_its_owner_is_requeued_from_its_processes(
+    rig, job_dir
+):
+    """Zero-touch: no records, no import of slurm-hooks.  The watcher finds
+    the job's ranks from Slurm's listpids, sees them idle and rank 1
+    stopped: the owner's doing, so the job (opted in) is requeued alone and
+    no node is drained."""
+    lab, hooks, pdir = rig
+    out = job_dir / "plain"
+    out.mkdir(mode=0o777)
+    os.chmod(out, 0o777)
+    s = script(job_dir / "plain.sh", PLAIN_JOB.format(python=USER_PYTHON, out=out))
+    job = submit(lab, s, "--comment", "slurm-hooks:requeue-on-hang", "--requeue",
+                 f"--output={job_dir}/plain.out")  # fmt: skip
+    pid = 0
+    try:
+        lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
+        lab.wait_for(lambda: (out / "rank1").exists() and (out / "rank1").read_text(), 60,
+                     what="rank 1 done working")  # fmt: skip
+        culprit, pid_text = (out / "rank1").read_text().split()
+        pid = int(pid_text)
+        run(["runuser", "-u", TEST_USER, "--", "kill", "-STOP", str(pid)], timeout=10)
+        lab.wait_for(lambda: any(e.get("action") == "job_requeue" and e.get("job") == job
+                                 for e in hooks.audit(culprit)), 60, what="the job's requeue")  # fmt: skip
+        entry = told(hooks, culprit, job)
+        assert entry["decision"] == "requeue_job", entry
+        assert "rank 1 on" in entry["why"] and "process stopped" in entry["why"], entry
+        assert entry["provenance"] == ["user_process"], entry
+        assert_untouched(lab, hooks, [])
+    except AssertionError:
+        dump(lab, hooks, pdir, culprit if pid else lab.node_names[0])
+        raise
+    finally:
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        run(["scancel", job], timeout=30, env=lab.env(), check=False)
+
+
 # -- an XID line through logger ----------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_hooks.cli import installer as inst
+from slurm_hooks.cli.task_prolog import task_prolog_path
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -37,8 +38,9 @@ def test_dry_run_then_uninstall_keeps_config_and_state(tmp_path: Path) -> None:
     args = ("uninstall", "--prefix", str(prefix), "--config", str(config), "--no-check")
     dry = _cli(*args, "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.count("would be removed") == 3
+    assert dry.stdout.count("would be removed") == 4  # 3 shims and the TaskProlog
     assert all(inst.shim_path(prefix, p).exists() for p in inst.Phase)
+    assert f"TaskProlog={task_prolog_path(prefix)}" in dry.stdout
     # the lines to take out name the installed shims
     assert f"HealthCheckProgram={prefix}/healthcheck/slurm-hooks-healthcheck" in dry.stdout
     assert f"Prolog={prefix}/prolog.d/*" in dry.stdout
@@ -46,10 +48,11 @@ def test_dry_run_then_uninstall_keeps_config_and_state(tmp_path: Path) -> None:
     r = _cli(*args)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not any(inst.shim_path(prefix, p).exists() for p in inst.Phase)
+    assert not task_prolog_path(prefix).exists()
     assert (prefix / "prolog.d").is_dir()  # a site's other hooks live there
     assert config.exists() and (tmp_path / "state" / "audit.jsonl").exists()
     again = _cli(*args)
-    assert again.returncode == 0 and again.stdout.count("absent") == 3
+    assert again.returncode == 0 and again.stdout.count("absent") == 4
 
 
 def test_purge_removes_config_state(tmp_path: Path) -> None:
@@ -67,6 +70,18 @@ def test_never_removes_a_file_that_is_not_our_shim(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert site.exists() and "not a slurm-hooks shim" in r.stdout
     assert not inst.shim_path(prefix, inst.Phase.PROLOG).exists()
+
+
+def test_the_task_prolog_slurm_still_names_or_a_sites_own_is_kept(tmp_path: Path) -> None:
+    from slurm_hooks.cli.uninstall import remove_task_prolog
+
+    prefix, _ = _install(tmp_path)
+    path = task_prolog_path(prefix)
+    step = remove_task_prolog(prefix, {"TaskProlog": str(path)}, force=False, dry_run=False)
+    assert step.change == "kept" and "still names it" in step.why and path.exists()
+    path.write_text("#!/bin/sh\necho export SITE=1\n")
+    step = remove_task_prolog(prefix, {}, force=True, dry_run=False)
+    assert step.change == "kept" and path.exists()
 
 
 def test_slurm_unreachable_is_an_error_not_a_guess(tmp_path: Path) -> None:

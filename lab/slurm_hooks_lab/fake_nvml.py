@@ -172,6 +172,7 @@ _GPU_KEYS = {
     "reset_required",
     "resettable",
     "processes",
+    "process_utilization",
     "errors",
     "bus_ids",
 }
@@ -735,6 +736,27 @@ class FakeNvml:
 
         gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
         return [SimpleNamespace(pid=int(p), usedGpuMemory=0) for p in gpu.get("processes") or []]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:  # noqa: N802, N803 - pynvml's names
+        """The scenario GPU's ``process_utilization`` (``{pid = sm_util}`` or
+        ``{pid = {sm = .., mem = ..}}``) as pynvml's own sample structures,
+        stamped now; NOT_FOUND when there are none newer than ``timeStamp``
+        (what NVML answers for an idle GPU)."""
+        import time
+
+        gpu = self._gpu("nvmlDeviceGetProcessUtilization", handle)
+        stamp = max(int(time.time() * 1e6), int(timeStamp) + 1)
+        out = []
+        for pid, util in (gpu.get("process_utilization") or {}).items():
+            sm, mem = (
+                (util.get("sm", 0), util.get("mem", 0)) if isinstance(util, dict) else (util, 0)
+            )
+            out.append(
+                pynvml.c_nvmlProcessUtilizationSample_t(int(pid), stamp, int(sm), int(mem), 0, 0)
+            )
+        if not out:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        return out
 
     def reset_gpu(self, index: int) -> None:
         """What ``nvidia-smi -r -i INDEX`` does, for the lab: a GPU marked

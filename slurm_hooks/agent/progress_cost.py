@@ -21,8 +21,14 @@ class PassStats:
     dirs: int = 0
     #: ... of which not read: no job of theirs runs here, or the budget ran out.
     skipped_dirs: int = 0
-    #: Jobs judged from their records.
+    #: Jobs judged from their records, or from their processes' activity.
     judged: int = 0
+    #: ... of which from their processes' activity (no records: zero-touch).
+    signal_jobs: int = 0
+    #: Processes sampled (``/proc``) for zero-touch signals.
+    sampled_pids: int = 0
+    #: ... left unsampled this pass (``max_pids``; their jobs' turn comes).
+    skipped_pids: int = 0
     #: Suspects left for a later pass (``max_job_reads``).
     deferred_suspects: int = 0
     #: Slurm reads the pass made (node jobs, suspect jobs, nodes).
@@ -44,6 +50,8 @@ class PassTotals:
     skipped_files: int = 0
     deferred_suspects: int = 0
     slurm_reads: int = 0
+    sampled_pids: int = 0
+    skipped_pids: int = 0
     files: int = 0
     bytes: int = 0
     rejected: int = 0
@@ -60,6 +68,8 @@ class PassTotals:
         self.skipped_files += s.skipped_files
         self.deferred_suspects += s.deferred_suspects
         self.slurm_reads += s.slurm_reads
+        self.sampled_pids += s.sampled_pids
+        self.skipped_pids += s.skipped_pids
         self.files += s.files
         self.bytes += s.bytes
         self.rejected += len(s.rejected)
@@ -82,6 +92,10 @@ class PassTotals:
             counter("deferred_suspects", "Suspect jobs left for a later pass (max_job_reads).",
                     self.deferred_suspects),
             counter("slurm_reads", "Slurm reads made by progress passes.", self.slurm_reads),
+            counter("sampled_pids", "Job processes sampled for zero-touch signals.",
+                    self.sampled_pids),
+            counter("skipped_pids", "Job processes left unsampled by a pass (max_pids).",
+                    self.skipped_pids),
             counter("files_read", "Record and evidence files read.", self.files),
             counter("bytes_read", "Bytes of record and evidence files read.", self.bytes),
             counter("rejected_files", "User-written files a parser refused (size, depth, "

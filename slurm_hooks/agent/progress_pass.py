@@ -64,6 +64,7 @@ from slurm_hooks.detect.progress.judge import (
     HangVerdict,
     ProcState,
     Straggler,
+    TrustedSign,
     Verdict,
     judge_hang,
     judge_stragglers,
@@ -129,9 +130,12 @@ class ProgressPass:
         engine: Any,
         *,
         gpu_view: Callable[[], list[dict[str, Any]]] | None = None,
+        gpu_procs: Callable[[], dict[int, int]] | None = None,
         clock: Callable[[], float] = time.time,
         proc: str = "/proc",
     ):
+        from slurm_hooks.agent.progress_signals import SignalWatch
+
         self.s = settings
         self.node = node
         self.engine = engine
@@ -149,9 +153,17 @@ class ProgressPass:
         self._suspect_turn = 0
         self._reads: PassReads | None = None
         self._names: tuple[tuple[int, int, int], float, list[str]] | None = None
+        #: Per job: the trusted sign seen on its last looks (key, looks).
+        self._signs: dict[str, tuple[str, int]] = {}
+        #: This pass's NVML view, read once at most (None: not yet).
+        self._view: list[dict[str, Any]] | None = None
+        #: What this pass's looks found per job: (key, why, ranks).
+        self._found: dict[str, tuple[str, str, tuple[int, ...]]] = {}
         #: The last pass's cost, and every pass's summed (``/metrics``).
         self.last = PassStats()
         self.totals = PassTotals()
+        #: Jobs without records, through their processes (zero-touch).
+        self.signals = SignalWatch(self, gpu_procs=gpu_procs)
 
     @property
     def slurm(self) -> Any:
@@ -207,6 +219,8 @@ class ProgressPass:
         out: list[Any] = []
         reports: dict[str, JobReport] = {}
         self._reads = PassReads(self.engine.slurm, stats)
+        self._view = None
+        self._found = {}
         try:
             with metering(budget):
                 out = self._pass(now, stats, budget, reports)
@@ -224,6 +238,24 @@ class ProgressPass:
     def _pass(
         self, now: float, stats: PassStats, budget: Budget, reports: dict[str, JobReport]
     ) -> list[Any]:
+        recorded: set[str] = set()
+        # This node's job processes first: the records' trusted looks use them too.
+        if self.s.zero_touch:
+            self.signals.refresh()
+        out = self._records(now, stats, budget, reports, recorded)
+        if self.s.zero_touch:
+            out += self.signals.run(now, stats, reports, recorded)
+        return out
+
+    def _records(
+        self,
+        now: float,
+        stats: PassStats,
+        budget: Budget,
+        reports: dict[str, JobReport],
+        recorded: set[str],
+    ) -> list[Any]:
+        """Judge the jobs that write records (``recorded``: the jobs that do)."""
         names = self._listing()
         stats.dirs = len(names)
         if not names:
@@ -240,18 +272,22 @@ class ProgressPass:
             mine = mine[k:] + mine[:k]
         out: list[Any] = []
         suspects: list[str] = []
+        self._signs = {j: v for j, v in self._signs.items() if j in jobs}
         for i, job in enumerate(mine):
             if budget.spent():
                 stats.skipped_dirs += len(mine) - i
                 self._turn += i
                 break
             views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes), job)
+            if views:
+                recorded.add(job)
             local = {r: v for r, v in views.items() if v.node == self.node}
             if not local or now - max(v.last_time for v in views.values()) > FORGET_S:
                 continue
             stats.judged += 1
             procs = self._procs(local, None)
-            verdict = judge_hang(job, views, procs, now, self.s.hang)
+            sign = self._look(job, local, now - max(v.last_time for v in views.values()))
+            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
                                      verdict.explanation, verdict.stalled_s)  # fmt: skip
@@ -268,6 +304,63 @@ class ProgressPass:
             out += self._suspect(job, now)
         self._suspect_turn += min(len(ordered), self.s.max_job_reads)
         return out
+
+    # -- trusted evidence beside a stall --------------------------------------------
+
+    def _nvml_view(self) -> list[dict[str, Any]]:
+        if self._view is None:
+            self._view = self.gpu_view() if self.gpu_view else []
+        return self._view
+
+    def _look(self, job: str, local: Mapping[int, RankView], stalled: float) -> TrustedSign | None:
+        """Look for trusted evidence beside a job quiet for a pass or more,
+        and count the consecutive looks that saw the same (the judge acts
+        on two: ``TRUSTED_LOOKS``).  A job that progresses costs nothing."""
+        if stalled < min(self.s.interval_s, self.s.trusted_confirm_s):
+            self._signs.pop(job, None)
+            return None
+        found = self._trusted_now(job, local)
+        if found is None:
+            self._signs.pop(job, None)
+            return None
+        key, _, _ = found
+        prev = self._signs.get(job)
+        looks = prev[1] + 1 if prev is not None and prev[0] == key else 1
+        self._signs[job] = (key, looks)
+        self._found[job] = found
+        return self._sign(job)
+
+    def _sign(self, job: str) -> TrustedSign | None:
+        """The sign this pass's look found for ``job`` (None: none)."""
+        seen, found = self._signs.get(job), self._found.get(job)
+        if seen is None or found is None:
+            return None
+        return TrustedSign(found[1], seen[1], found[2])
+
+    def _trusted_now(
+        self, job: str, local: Mapping[int, RankView]
+    ) -> tuple[str, str, tuple[int, ...]] | None:
+        """(key, why, ranks pointed at) of the trusted evidence on this node
+        now: a process of the job (as Slurm lists it) stuck in the driver
+        first, else NVML's GPU lost or silent; None when there is none."""
+        stuck = corroborate.stuck_pid(self._job_pids(job), self.proc)
+        if stuck is not None:
+            pid, why = stuck
+            chain = corroborate.ancestors(pid, self.proc)
+            ranks = tuple(r for r, v in sorted(local.items()) if v.pid in chain)
+            return f"kernel:{pid}", why, ranks
+        seen = corroborate.nvml_evidence(self._nvml_view())
+        if seen is not None:
+            return "nvml", seen, ()
+        return None
+
+    def _job_pids(self, job: str) -> list[int]:
+        """The job's processes here as Slurm lists them: from this pass's
+        listing of the node, else asked for this job alone."""
+        listing = self.signals.listing
+        if listing is not None and job in listing:
+            return [t.pid for t in listing[job]]
+        return self.step_pids(job, self.node)
 
     def _procs(self, local: Mapping[int, RankView], uid: int | None) -> dict[int, ProcState]:
         return {
@@ -297,7 +390,7 @@ class ProgressPass:
         procs = self._procs(local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
-        verdict = judge_hang(job, views, procs, now, self.s.hang, hints)
+        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job))
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             # One culprit per job run: once a node of the job carries our HANG
@@ -353,15 +446,26 @@ class ProgressPass:
         self.seen.acted.add(k)
         return True
 
-    def _hang(self, info: JobInfo, v: HangVerdict) -> list[Any]:
+    def _hang(
+        self, info: JobInfo, v: HangVerdict, base: tuple[Provenance, ...] = (Provenance.USER_FILE,)
+    ) -> list[Any]:
+        """Act on a hang: ``base`` is whose evidence the verdict stands on
+        (records: USER_FILE; zero-touch samples: USER_PROCESS)."""
         assert v.rank is not None
         if not self._once(info, f"hang/{v.rank}"):
             return []
         drain = self.s.drain_hang
-        sources = [Provenance.USER_FILE]
-        if v.cause in _PROC_CAUSES:
+        sources = list(base)
+        if v.cause in _PROC_CAUSES and Provenance.USER_PROCESS not in sources:
             sources.append(Provenance.USER_PROCESS)
         trusted = self._hang_evidence(info)
+        if v.trusted is not None and not trusted:
+            # The sign that cut the wait short is gone: the stall is the
+            # user's again and waits for ``hang_s`` like any other.
+            self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
+            log.info("progress node=%s: job %s: trusted evidence gone before acting",
+                     self.node, info.job_id)  # fmt: skip
+            return []
         sources += [p for p, _ in trusted]
         values = self._job_values(info, v.rank)
         values.update({"cause": v.cause or "", "stalled_s": round(v.stalled_s, 1)})
@@ -406,7 +510,7 @@ class ProgressPass:
         seen = corroborate.nvml_evidence(self.gpu_view() if self.gpu_view else [])
         if seen is not None:
             out.append((Provenance.NVML, seen))
-        stuck = corroborate.driver_stuck(self.step_pids(info.job_id, self.node), self.proc)
+        stuck = corroborate.driver_stuck(self._job_pids(info.job_id), self.proc)
         if stuck is not None:
             out.append((Provenance.KERNEL, stuck))
         return out

@@ -235,9 +235,11 @@ class Watcher:
         nvml = self.rs.services.get("nvml") if hasattr(self.rs, "services") else None
         view = (lambda: gpu_view(nvml)) if nvml is not None else None
         from slurm_hooks.agent.progress_thread import SerialEngine
+        from slurm_hooks.detect.probes.gpu_procs import GpuProcesses
 
         engine = SerialEngine(self.engine, self.state_dir, self.settings.lock_timeout_s)
-        return ProgressPass(settings, self.node, engine, gpu_view=view)
+        procs = GpuProcesses(nvml) if nvml is not None else None
+        return ProgressPass(settings, self.node, engine, gpu_view=view, gpu_procs=procs)
 
     def progress_pass(self) -> list[Any]:
         """Judge the progress of this node's jobs that write records."""

@@ -135,6 +135,9 @@ def command(
         prefix_abs, python=python, slurm_conf=conf.path, config=shim_config, dry_run=dry_run,
         chain=chain,
     )  # fmt: skip
+    changes.append(
+        inst.install_task_prolog(prefix_abs, inst.progress_dir(config_abs), dry_run=dry_run)
+    )
     changes.append(inst.install_config(config_abs, inst.default_config_text(), dry_run=dry_run))
     for ch in changes:
         click.echo(f"{ch.path}: {verb}{ch.change}")

@@ -290,6 +290,30 @@ def install_shims(
     ]
 
 
+def install_task_prolog(
+    prefix: str | os.PathLike[str], progress_dir: str, *, dry_run: bool = False
+) -> FileChange:
+    """The TaskProlog (``cli/task_prolog.py``) for a watcher reading ``progress_dir``."""
+    from slurm_hooks.cli.task_prolog import render_task_prolog, task_prolog_path
+
+    return write_file(
+        task_prolog_path(prefix), render_task_prolog(progress_dir), 0o755, dry_run=dry_run
+    )
+
+
+def progress_dir(cfg: str | os.PathLike[str] | None) -> str:
+    """``[progress] dir`` of the config the hooks load (its default when the
+    config cannot be read: install refuses an invalid one before this)."""
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.detect.progress.settings import ProgressConfig
+
+    try:
+        return config_mod.load(cfg, validate=False).section("progress", ProgressConfig).dir
+    except SlurmHooksError:
+        return ProgressConfig.dir
+
+
 def install_config(path: str | os.PathLike[str], text: str, *, dry_run: bool = False) -> FileChange:
     """Write the commented default config, but never over an existing file.
     Mode 0640: it will hold the webhook URL (a credential) once filled in."""

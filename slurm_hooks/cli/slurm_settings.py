@@ -189,6 +189,13 @@ def _base_settings(
         Setting("HealthCheckInterval", str(healthcheck_interval), why="seconds between checks"),
         Setting("HealthCheckNodeState", "ANY", why="check busy nodes too, not only idle ones"),
         Setting(
+            "TaskProlog",
+            f"{p}/task-prolog/slurm-hooks-task-prolog",
+            required=False,
+            why="PyTorch jobs dump their flight recorder on a collective timeout where the "
+            "watcher reads it (a site TaskProlog of its own can run this one)",
+        ),
+        Setting(
             "SchedulerParameters",
             "nohold_on_prolog_fail",
             Match.CONTAINS,

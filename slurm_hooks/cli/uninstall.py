@@ -1,7 +1,8 @@
 """``slurm-hooks uninstall``: take away what ``install`` put in place.
 
-The shims' paths come from the installer itself (``installer.shim_path``),
-so what install writes and what uninstall removes cannot drift apart.  Like
+The shims' and the TaskProlog's paths come from the installer itself
+(``installer.shim_path``, ``task_prolog.task_prolog_path``), so what install
+writes and what uninstall removes cannot drift apart.  Like
 install it never edits slurm.conf: it prints the lines to take out.  Order
 matters, so it checks it: a shim the running Slurm still calls
 (``HealthCheckProgram`` naming it, ``Prolog``/``Epilog`` whose glob would
@@ -94,6 +95,35 @@ def remove_shims(
     return steps
 
 
+#: Text the TaskProlog ``task_prolog.render_task_prolog`` writes carries.
+TASK_PROLOG_MARK = "# slurm-hooks TaskProlog "
+
+
+def remove_task_prolog(
+    prefix: Path, running: dict[str, str] | None, *, force: bool, dry_run: bool
+) -> Step:
+    """The TaskProlog install wrote, unless the running Slurm still names it
+    (slurmstepd running a missing TaskProlog fails every task)."""
+    from slurm_hooks.cli.task_prolog import task_prolog_path
+
+    path = task_prolog_path(prefix)
+    if not path.exists() and not path.is_symlink():
+        return Step(path, "absent")
+    try:
+        ours = TASK_PROLOG_MARK in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        ours = False
+    if path.is_symlink() or not ours:
+        return Step(path, "kept", "not the slurm-hooks TaskProlog")
+    named = (running or {}).get("TaskProlog", "").strip() == str(path)
+    if named and not force:
+        return Step(path, "kept", f"TaskProlog={path} still names it: remove the line and "
+                    "reconfigure first")  # fmt: skip
+    if not dry_run:
+        path.unlink()
+    return Step(path, "removed")
+
+
 def purge_paths(config_path: Path) -> list[Path]:
     """The config file, the state dir and the audit log (with its rotated
     copies) named by the config."""
@@ -176,6 +206,7 @@ def command(
             )
             click.get_current_context().exit(EXIT_ERROR)
     steps = remove_shims(prefix_p, running, force=force, dry_run=dry_run)
+    steps.append(remove_task_prolog(prefix_p, running, force=force, dry_run=dry_run))
     if purge:
         steps += purge_paths_steps(Path(config_path).absolute(), dry_run=dry_run)
     kept = False
@@ -195,7 +226,8 @@ def purge_paths_steps(config_path: Path, *, dry_run: bool) -> list[Step]:
 def _conf_lines(prefix: Path) -> list[tuple[str, str]]:
     """The keys install asks for that exist only for slurm-hooks (the
     others, PrologFlags=Alloc or a timeout, may be the site's own)."""
-    keys = {"Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState"}
+    keys = {"Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval",
+            "HealthCheckNodeState", "TaskProlog"}  # fmt: skip
     seen: dict[str, str] = {}
     for s in inst.recommended_settings(prefix):
         if s.key in keys:

@@ -22,11 +22,11 @@ processes read, one ``scontrol`` call with a timeout.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurm_hooks.core.errors import CommandError
+from slurm_hooks.detect.progress.tasks import read_small
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +83,8 @@ def step_pids(job: str, node: str) -> list[int]:
 
 
 def _read(path: str, limit: int = 16384) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit).decode("ascii", errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    raw = read_small(path, limit)
+    return raw.decode("ascii", errors="replace") if raw is not None else None
 
 
 def in_driver(pid: int, proc: str = "/proc") -> str | None:
@@ -111,13 +103,39 @@ def in_driver(pid: int, proc: str = "/proc") -> str | None:
     return None
 
 
-def driver_stuck(pids: Iterable[int], proc: str = "/proc") -> str | None:
-    """The first of ``pids`` stuck inside the nvidia driver, as a reason."""
+def stuck_pid(pids: Iterable[int], proc: str = "/proc") -> tuple[int, str] | None:
+    """The first of ``pids`` stuck inside the nvidia driver, and the reason."""
     for pid in list(pids)[:MAX_PIDS]:
         frame = in_driver(pid, proc)
         if frame is not None:
-            return f"process {pid} of the job in D state inside the nvidia driver ({frame})"
+            return pid, f"process {pid} of the job in D state inside the nvidia driver ({frame})"
     return None
+
+
+def driver_stuck(pids: Iterable[int], proc: str = "/proc") -> str | None:
+    """The first of ``pids`` stuck inside the nvidia driver, as a reason."""
+    found = stuck_pid(pids, proc)
+    return found[1] if found is not None else None
+
+
+#: Parents walked at most from a process to the rank's own.
+MAX_DEPTH = 16
+
+
+def ancestors(pid: int, proc: str = "/proc") -> list[int]:
+    """``pid`` and its parents (``/proc/PID/stat`` field 4), nearest first,
+    up to ``MAX_DEPTH``: a data-loader worker stuck in the driver belongs to
+    the rank that forked it."""
+    out = [pid]
+    while len(out) < MAX_DEPTH:
+        stat = _read(f"{proc}/{out[-1]}/stat")
+        if stat is None or ")" not in stat:
+            break
+        fields = stat.rsplit(")", 1)[1].split()
+        if len(fields) < 2 or not fields[1].isdigit() or int(fields[1]) <= 1:
+            break
+        out.append(int(fields[1]))
+    return out
 
 
 #: NVML clock event reasons that are the hardware's doing, not the load's.

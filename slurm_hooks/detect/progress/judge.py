@@ -16,6 +16,17 @@ rank blocks in the next collective, so "no rank recorded a step for
 No hang before the job's first step completed and ``first_step_allowance_s``
 passed since (a first step can take long: compilation, data loading).
 
+Trusted evidence on this node (``TrustedSign``: NVML answering a GPU lost
+or not at all, a process of the job in D state inside the nvidia driver;
+read by root where no user writes, ``corroborate``) shortens the wait: a
+job stalled ``trusted_confirm_s`` while the same sign was seen on
+``TRUSTED_LOOKS`` consecutive looks is a hang at once, the first-step
+allowance and ``hang_s`` notwithstanding.  Both protect a job whose own
+evidence only says it is quiet (a checkpoint, a slow first step); a GPU
+that stopped answering is not quiet, and waiting for it costs the job its
+minutes.  The culprit is then this node's rank the sign points at (the
+process in the driver), else this node's rank by the order above.
+
 A straggler is a rank whose busy time (what it computed before entering the
 step's collective) exceeds the median of its peers' by ``slow_percent`` in
 each of ``slow_windows`` consecutive windows of ``window_steps`` steps.
@@ -67,6 +78,27 @@ CAUSES = {
 class HangSettings:
     hang_s: float = 120.0
     first_step_allowance_s: float = 60.0
+    #: A stall this long beside confirmed trusted evidence on this node is a hang.
+    trusted_confirm_s: float = 10.0
+
+
+#: Consecutive looks (watcher passes) that must see the same trusted sign:
+#: one look can catch a process passing through the driver.
+TRUSTED_LOOKS = 2
+
+
+@dataclass(frozen=True)
+class TrustedSign:
+    """Trusted evidence on this node beside a stalled job (never the user's:
+    NVML, the kernel's view of a process Slurm lists as the job's)."""
+
+    #: One line: what was seen (``corroborate``'s reason).
+    why: str
+    #: Consecutive looks that saw it (the first sight is 1).
+    looks: int
+    #: The ranks it points at (a rank's process in the driver); empty: the
+    #: node as a whole (a GPU lost), any of the job's ranks here.
+    ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +111,19 @@ class HangVerdict:
     node: str | None = None
     cause: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: The trusted sign that made it a hang before ``hang_s`` (None: the
+    #: stall alone did).
+    trusted: str | None = None
+
+
+def _quiet(job: str, stalled: float, ranks: Mapping[int, RankView]) -> str:
+    if all(v.signals for v in ranks.values()):
+        return f"job {job} showed no CPU or GPU activity here for {stalled:.0f}s"
+    return f"job {job} made no progress for {stalled:.0f}s"
+
+
+def _at(v: RankView) -> str:
+    return "(no progress records: its processes idle)" if v.signals else f"at step {v.step}"
 
 
 def judge_hang(
@@ -88,7 +133,11 @@ def judge_hang(
     now: float,
     settings: HangSettings,
     hints: Sequence[Suspect] = (),
+    trusted: TrustedSign | None = None,
 ) -> HangVerdict:
+    """The job's verdict.  ``procs`` holds this node's ranks' states (other
+    nodes' ranks absent or ``REMOTE``); ``trusted`` what root sees on this
+    node beside the stall (None: nothing)."""
     if not ranks:
         return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
     firsts = [v.first_step_time for v in ranks.values() if v.first_step_time is not None]
@@ -100,6 +149,14 @@ def judge_hang(
     evidence: dict[str, Any] = {"steps": steps, "procs": {r: str(procs.get(r, ProcState.UNKNOWN))
                                                           for r in sorted(ranks)}}  # fmt: skip
     allowed_at = min(firsts) + settings.first_step_allowance_s
+    if (
+        trusted is not None
+        and trusted.looks >= TRUSTED_LOOKS
+        and stalled >= settings.trusted_confirm_s
+    ):
+        early = _trusted_culprit(job, ranks, procs, stalled, trusted, evidence)
+        if early is not None:
+            return early
     if stalled < settings.hang_s or now < allowed_at:
         return HangVerdict(Verdict.HEALTHY, job, f"last step {stalled:.0f}s ago", stalled,
                            evidence=evidence)  # fmt: skip
@@ -109,8 +166,8 @@ def judge_hang(
             v = ranks[hit[0]]
             return HangVerdict(
                 Verdict.HANG, job,
-                f"job {job} made no progress for {stalled:.0f}s; rank {v.rank} on {v.node}: "
-                f"{cause} at step {v.step}", stalled, v.rank, v.node, cause, evidence,
+                f"{_quiet(job, stalled, ranks)}; rank {v.rank} on {v.node}: {cause} {_at(v)}",
+                stalled, v.rank, v.node, cause, evidence,
             )  # fmt: skip
     named = resolve(hints, ranks)
     if named is not None:
@@ -120,12 +177,18 @@ def judge_hang(
         evidence["hint"] = {"source": hint.source, "why": hint.why, "detail": hint.detail}
         return HangVerdict(
             Verdict.HANG, job,
-            f"job {job} made no progress for {stalled:.0f}s; {source} names rank {v.rank} "
+            f"{_quiet(job, stalled, ranks)}; {source} names rank {v.rank} "
             f"on {v.node} ({hint.why})", stalled, v.rank, v.node,
             f"{hint.source}: {hint.why}", evidence,
         )  # fmt: skip
     low = min(steps.values())
     behind = [r for r, s in steps.items() if s == low]
+    if all(v.signals for v in ranks.values()):
+        return HangVerdict(
+            Verdict.STALLED, job,
+            f"{_quiet(job, stalled, ranks)}; none of its {len(ranks)} rank(s) here gone, "
+            "stopped or in D state", stalled, evidence=evidence,
+        )  # fmt: skip
     if len(behind) == 1 and len(steps) > 1 and max(steps.values()) > low:
         v = ranks[behind[0]]
         return HangVerdict(
@@ -138,6 +201,36 @@ def judge_hang(
         Verdict.STALLED, job,
         f"job {job} made no progress for {stalled:.0f}s; no culprit among the "
         f"{len(ranks)} rank(s) visible here (all at step {low})", stalled, evidence=evidence,
+    )  # fmt: skip
+
+
+def _trusted_culprit(
+    job: str,
+    ranks: Mapping[int, RankView],
+    procs: Mapping[int, ProcState],
+    stalled: float,
+    sign: TrustedSign,
+    evidence: dict[str, Any],
+) -> HangVerdict | None:
+    """This node's rank the trusted sign blames (None: no rank of the job here)."""
+    here = sorted(r for r, s in procs.items() if r in ranks and s is not ProcState.REMOTE)
+    pointed = [r for r in sign.ranks if r in here]
+    if pointed:
+        rank, why = pointed[0], "its process is stuck"
+    elif not here:
+        return None
+    else:
+        order = [r for state in CAUSES for r in here if procs[r] is state]
+        low = min(ranks[r].step for r in here)
+        rank = (order or [r for r in here if ranks[r].step == low])[0]
+        why = CAUSES.get(procs[rank], "stalled")
+    v = ranks[rank]
+    evidence["trusted"] = sign.why
+    return HangVerdict(
+        Verdict.HANG, job,
+        f"{_quiet(job, stalled, ranks)}; rank {v.rank} on {v.node}: {why} {_at(v)}, "
+        "with trusted evidence on its node", stalled, v.rank, v.node,
+        CAUSES.get(procs[rank], "trusted evidence on the node"), evidence, sign.why,
     )  # fmt: skip
 
 

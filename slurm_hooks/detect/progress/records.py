@@ -81,6 +81,9 @@ class RankView:
     first_step_time: float | None
     #: (step, busy seconds) of the recent steps, oldest first.
     busy: tuple[tuple[int, float], ...] = ()
+    #: Built from the rank's processes' activity (``activity``), not from
+    #: records: "step" and "last_time" are its last active look.
+    signals: bool = False
 
 
 def rank_views(records: Iterable[Record], job: str) -> dict[int, RankView]:

@@ -31,6 +31,13 @@ class ProgressConfig:
     hang_s: float = 900.0
     #: No hang is judged before this long after the job's first completed step.
     first_step_allowance_s: float = 60.0
+    #: A job stalled this long while this node shows trusted evidence (a GPU
+    #: NVML reports lost or not answering, a process of the job stuck in the
+    #: nvidia driver), seen on two consecutive passes, is a hang at once: no
+    #: ``hang_s``, no first-step allowance.  The default is two passes at the
+    #: default ``interval_s``: found 10-15 s after the last step, which leaves
+    #: a 10 s checkpoint grace and the requeue inside a minute (docs/progress.md).
+    trusted_confirm_s: float = 10.0
     #: Drain the culprit's node of a hang and requeue the job (false: tell the
     #: owner and the admins only).
     drain_hang: bool = True
@@ -45,6 +52,15 @@ class ProgressConfig:
     window_steps: int = 10
     #: What a straggler does: "report", "drain_at_end" or "drain_now".
     slow_policy: str = "report"
+    #: Watch jobs that write no progress records through what root sees of
+    #: their processes (Slurm's ``listpids``; CPU time, state, context
+    #: switches, NVML per-process utilisation): no change to the job.  A job
+    #: opts out with ``--comment slurm-hooks:no-watch`` or
+    #: ``SLURM_HOOKS_WATCH=0`` in its environment (docs/progress.md).
+    zero_touch: bool = True
+    #: Processes sampled per pass at most, over all jobs (the rest wait for
+    #: their job's turn in a later pass).
+    max_pids: int = 512
     #: Bytes read from the end of each rank's file per pass.
     tail_bytes: int = 65536
     #: NCCL RAS text status of a job (what ``ncclras`` prints), read on a stall
@@ -54,8 +70,9 @@ class ProgressConfig:
     ras_path: str = ""
     #: PyTorch flight-recorder dumps of a job, one per rank, the global rank
     #: the file name's trailing digits (``TORCH_FR_DUMP_TEMP_FILE`` prefix):
-    #: a glob with ``{job}``, e.g. ``/dev/shm/slurm-hooks-progress/{job}/fr_*``.
-    flight_recorder_path: str = ""
+    #: a glob with ``{job}``; the default is where the TaskProlog that
+    #: ``slurm-hooks install`` writes has PyTorch put them ("": not read).
+    flight_recorder_path: str = "/dev/shm/slurm-hooks-progress/{job}/nccl_trace_rank_*"
     #: What one pass may cost, however many directories and files users
     #: create: its job list comes from one Slurm read of this node's jobs
     #: (kept this many seconds unless a new job directory appears: a job
@@ -82,8 +99,8 @@ class ProgressConfig:
             raise ValueError(f"slow_policy must be one of {', '.join(SLOW_POLICIES)}")
         if not self.dir.startswith("/"):
             raise ValueError("dir must be an absolute path")
-        for name in ("hang_s", "interval_s", "slow_percent", "tail_bytes", "jobs_cache_s",
-                     "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads"):  # fmt: skip
+        for name in ("hang_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
+                     "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads", "max_pids"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         for name in ("ras_path", "flight_recorder_path"):
@@ -97,7 +114,7 @@ class ProgressConfig:
 
     @property
     def hang(self) -> HangSettings:
-        return HangSettings(self.hang_s, self.first_step_allowance_s)
+        return HangSettings(self.hang_s, self.first_step_allowance_s, self.trusted_confirm_s)
 
     @property
     def slow(self) -> SlowSettings:
