@@ -107,7 +107,7 @@ def _setup(tmp_path, *, gpu_view=None, pids=(), proc="/proc", comment=None):
     job = JobInfo("4242", _me(), "RUNNING", "n[0-1]", batch_host="n0", comment=comment)
     engine = PolicyEngine(job)
     now = [t0 + 6.0]  # the last record: rank 0 finished step 6
-    p = ProgressPass(ProgressConfig(dir=str(tmp_path)), "n1", engine, clock=lambda: now[0],
+    p = ProgressPass(ProgressConfig(dir=str(tmp_path), hang_s=120.0), "n1", engine, clock=lambda: now[0],
                      gpu_view=gpu_view, proc=proc)  # fmt: skip
     p.step_pids = lambda job, node: list(pids)  # type: ignore[method-assign]
     return p, engine, now, t0

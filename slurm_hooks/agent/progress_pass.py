@@ -40,10 +40,10 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hooks.agent.progress_cost import PassReads, PassStats, PassTotals
+from slurm_hooks.agent.progress_report import JobReport, Seen
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.identifiers import uid_of
@@ -92,25 +92,6 @@ def opted_in(info: JobInfo) -> bool:
     return OPT_IN in text.split()
 
 
-@dataclass
-class JobReport:
-    """The last pass's view of one job (``/metrics``, logs)."""
-
-    job: str
-    verdict: str
-    ranks: int
-    #: max/median of the ranks' recent mean busy time (1.0: no skew).
-    skew: float | None = None
-    explanation: str = ""
-    #: Seconds since any rank of the job recorded a step.
-    stalled_s: float = 0.0
-
-
-@dataclass
-class _Seen:
-    acted: set[tuple[str, int, str]] = field(default_factory=set)
-
-
 def skew(views: Mapping[int, RankView], last: int = 20) -> float | None:
     means = [statistics.fmean(b for _, b in v.busy[-last:]) for v in views.values() if v.busy]
     if len(means) < 2:
@@ -142,7 +123,7 @@ class ProgressPass:
         self.gpu_view = gpu_view
         self.clock = clock
         self.proc = proc
-        self.seen = _Seen()
+        self.seen = Seen()
         self.reports: dict[str, JobReport] = {}
         #: This node's running jobs from the last Slurm read, and when.
         self._jobs: dict[str, JobInfo] | None = None

@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slurm_hooks.agent.progress_cost import PassStats
+from slurm_hooks.agent.progress_report import JobReport, Seen
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
+from slurm_hooks.core.identifiers import uid_of
 from slurm_hooks.core.model import JobInfo, Provenance
 from slurm_hooks.detect.progress import tasks as tasklist
 from slurm_hooks.detect.progress.activity import JobActivity, RankSample
@@ -35,9 +37,38 @@ from slurm_hooks.detect.progress.gather import read_hints
 from slurm_hooks.detect.progress.judge import HangVerdict, Verdict, judge_hang
 
 if TYPE_CHECKING:
-    from slurm_hooks.agent.progress_pass import JobReport, ProgressPass
+    from slurm_hooks.detect.progress.judge import TrustedSign
+    from slurm_hooks.detect.progress.records import RankView
+    from slurm_hooks.detect.progress.settings import ProgressConfig
 
 log = logging.getLogger(__name__)
+
+
+class PassOwner(Protocol):
+    """What the zero-touch watch uses of the progress pass that owns it
+    (agent/progress_pass.py): a Protocol, so that the pass can import this
+    module and this module need not import the pass."""
+
+    node: str
+    proc: str
+    s: ProgressConfig
+    seen: Seen
+
+    @property
+    def slurm(self) -> Any: ...
+
+    def _look(
+        self, job: str, local: Mapping[int, RankView], stalled: float
+    ) -> TrustedSign | None: ...
+
+    def _hang(
+        self, info: JobInfo, v: HangVerdict, base: tuple[Provenance, ...] = ...
+    ) -> list[Any]: ...
+
+    def _stalled(self, info: JobInfo, v: HangVerdict, now: float) -> None: ...
+
+    def _named_elsewhere(self, info: JobInfo) -> bool: ...
+
 
 #: A job whose ``--comment`` carries this token is not sampled (its records,
 #: if it writes any, still are read: writing them is opting in).
@@ -77,7 +108,7 @@ class Watched:
 class SignalWatch:
     """Zero-touch state across passes: the jobs watched, the ones that opted out."""
 
-    owner: ProgressPass
+    owner: PassOwner
     #: This node's job processes (tests replace it).
     node_tasks: Callable[[str, int], dict[str, list[tasklist.TaskPid]] | None] = field(
         default=tasklist.node_tasks
@@ -167,8 +198,6 @@ class SignalWatch:
         stats: PassStats,
         reports: dict[str, JobReport],
     ) -> list[Any]:
-        from slurm_hooks.agent.progress_pass import JobReport
-
         p = self.owner
         samples = {t.pid: s for t in listed if (s := tasklist.sample(t.pid, p.proc)) is not None}
         ranks = tasklist.ranks_of(listed, samples)
@@ -195,9 +224,7 @@ class SignalWatch:
         if stalled >= p.s.hang_s:
             # The flight-recorder dumps the TaskProlog asked PyTorch for, and
             # NCCL RAS output: the job owner's files only.
-            from slurm_hooks.agent.progress_pass import _uid
-
-            uid = _uid(watched.info.user)
+            uid = uid_of(watched.info.user)
             if uid is not None:
                 hints = read_hints(p.s.ras_path, p.s.flight_recorder_path, job, uid=uid)
         procs = watched.activity.procs()
