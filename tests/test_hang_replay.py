@@ -66,7 +66,10 @@ def test_each_hang_case_is_found_at_the_defaults(case):
     cfg = ProgressConfig()
     (fig,) = replay_hangs(3, SEED, Setup(cfg), cases=[case])
     assert fig.detected == fig.trials == fig.right
-    bound = cfg.hang_s + 2 * cfg.interval_s
+    # Trusted evidence (the wedge) acts after trusted_confirm_s, a stopped rank
+    # after stopped_s, the others after hang_s.
+    wait = {HangCase.WEDGED: cfg.trusted_confirm_s, HangCase.STOPPED: cfg.stopped_s}
+    bound = wait.get(case, cfg.hang_s) + 2 * cfg.interval_s
     if case is HangCase.SILENT:
         bound += cfg.no_culprit_report_s
     assert fig.max_s is not None and fig.max_s <= bound

@@ -159,6 +159,27 @@ def test_stopped_rank_is_the_culprit(tmp_path):
     assert judge_hang(JOB, views, procs, 1000.0 + 20 + 9, HS).verdict is Verdict.HEALTHY
 
 
+def test_at_the_defaults_a_stopped_rank_is_a_hang_after_stopped_s_other_stalls_after_hang_s(
+    tmp_path,
+):
+    defaults = ProgressConfig().hang
+    assert defaults.stopped_s < defaults.hang_s
+    for r in range(2):
+        _write(tmp_path, r, range(1, 21 if r else 20))
+    views = _views(tmp_path)
+    last = max(v.last_time for v in views.values())
+    stopped = {0: ProcState.STOPPED, 1: ProcState.SLEEPING}
+    gone = {0: ProcState.GONE, 1: ProcState.SLEEPING}
+    early, late = last + defaults.stopped_s - 1, last + defaults.stopped_s + 1
+    assert judge_hang(JOB, views, stopped, early, defaults).verdict is Verdict.HEALTHY
+    v = judge_hang(JOB, views, stopped, late, defaults)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 0, "process stopped (state T)")
+    # A rank that exited waits for hang_s (jobs run on after their last step).
+    assert judge_hang(JOB, views, gone, late, defaults).verdict is Verdict.HEALTHY
+    v = judge_hang(JOB, views, gone, last + defaults.hang_s + 1, defaults)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 0, "process gone")
+
+
 def test_gone_beats_stopped_and_lowest_step_without_proc_evidence(tmp_path):
     for r in range(3):
         _write(tmp_path, r, range(1, 11 if r != 1 else 8))

@@ -41,6 +41,7 @@ from slurm_hooks.decide import PolicyConfig, decide
 from slurm_hooks.detect.progress.judge import (
     CAUSES,
     ProcState,
+    TrustedSign,
     Verdict,
     judge_hang,
     judge_stragglers,
@@ -158,6 +159,9 @@ class _Watcher:
     stalls: dict[str, float] = field(default_factory=dict)
     passes: int = 0
     _window: int = -1
+    #: Consecutive quiet passes that saw the trusted evidence (the pass's
+    #: ``_look``: the judge acts on ``TRUSTED_LOOKS``).
+    _looks: int = 0
 
     def run_pass(self, now: float, phase: Phase) -> list[Alarm]:
         s = self.settings
@@ -183,7 +187,11 @@ class _Watcher:
             procs = self.procs
             if phase in (Phase.CHECKPOINT, Phase.FINAL) and not procs:
                 procs = {r: ProcState.DISK for r in views if self.rng.random() < CHECKPOINT_D_SHARE}
-            v = judge_hang(str(self.job), views, procs, now, s.hang)
+            self._looks = self._looks + 1 if self.trusted else 0
+            sign = TrustedSign(self.trusted[0][1], self._looks) if self.trusted else None
+            v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign)
+        else:
+            self._looks = 0
         hung = v is not None and v.verdict in (Verdict.HANG, Verdict.STALLED)
         if not hung and not slow:
             return []

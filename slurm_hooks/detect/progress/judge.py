@@ -80,6 +80,9 @@ class HangSettings:
     first_step_allowance_s: float = 60.0
     #: A stall this long beside confirmed trusted evidence on this node is a hang.
     trusted_confirm_s: float = 10.0
+    #: A stall this long with a rank of this node stopped (state T) is a hang
+    #: (when shorter than ``hang_s``): healthy training never stops a rank.
+    stopped_s: float = 120.0
 
 
 #: Consecutive looks (watcher passes) that must see the same trusted sign:
@@ -157,6 +160,15 @@ def judge_hang(
         early = _trusted_culprit(job, ranks, procs, stalled, trusted, evidence)
         if early is not None:
             return early
+    stopped = sorted(r for r, s in procs.items() if s is ProcState.STOPPED and r in ranks)
+    if stopped and now >= allowed_at and settings.stopped_s <= stalled < settings.hang_s:
+        v = ranks[stopped[0]]
+        return HangVerdict(
+            Verdict.HANG, job,
+            f"{_quiet(job, stalled, ranks)}; rank {v.rank} on {v.node}: "
+            f"{CAUSES[ProcState.STOPPED]} {_at(v)}",
+            stalled, v.rank, v.node, CAUSES[ProcState.STOPPED], evidence,
+        )  # fmt: skip
     if stalled < settings.hang_s or now < allowed_at:
         return HangVerdict(Verdict.HEALTHY, job, f"last step {stalled:.0f}s ago", stalled,
                            evidence=evidence)  # fmt: skip
