@@ -132,12 +132,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-steps", type=int, default=200)
     ap.add_argument("--step-seconds", type=float, default=0.2,
                     help="minimum compute time per step, before the all-reduce")  # fmt: skip
+    ap.add_argument("--busy-share", type=float, default=0.2,
+                    help="share of each step's compute spent on the CPU (the rest sleeps): a "
+                    "rank that computes is busy, as a training rank is")  # fmt: skip
     ap.add_argument("--ckpt-every", type=int, default=10, help="periodic checkpoint (steps)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=0.1)
     args = ap.parse_args(argv)
     if args.max_steps < 0 or args.ckpt_every < 1 or args.step_seconds < 0:
         ap.error("--max-steps and --step-seconds must be >= 0, --ckpt-every >= 1")
+    if not 0.0 <= args.busy_share <= 1.0:
+        ap.error("--busy-share must be between 0 and 1")
     return args
 
 
@@ -187,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             break
         started = time.monotonic()
         mine = contribution(args.seed, step + 1, rank, w)
+        busy_until = started + args.busy_share * args.step_seconds
+        x = mine
+        while time.monotonic() < busy_until and flags.stop is None:
+            x = np.tanh(x)  # this rank's compute on the CPU (the result is not used)
         while time.monotonic() - started < args.step_seconds and flags.stop is None:
             time.sleep(min(0.05, args.step_seconds))  # the rest of this rank's compute
         comm.Allreduce(mine, total, op=MPI.SUM)  # blocks until every rank has arrived
