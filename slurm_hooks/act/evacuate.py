@@ -169,8 +169,8 @@ _NO_OUTCOME = SlurmError("no outcome returned for this job")
 def signal_jobs(ctx: Context, doc: dict[str, Any], job_ids: list[str]) -> None:
     """Send the checkpoint signals to ``job_ids`` (none of them signalled
     before): one door call per (signal, target) for all of them, so the
-    CLI's ``scancel`` reads the job table at most once per target (up to
-    Slurm 23.11; not at all from 24.05), not once per job and target.
+    CLI's ``scancel`` reads the job table once per target, not once per
+    job and target.
 
     The intents of all of them are journalled, in one write, before
     anything goes out: a run that dies after it never sends them again

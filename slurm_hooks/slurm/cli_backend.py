@@ -213,28 +213,13 @@ def check_signal(signal: str) -> str:
 
 
 #: Job ids per ``scancel`` of :meth:`CliClient.signal_jobs` (bounds argv;
-#: up to 23.11 each invocation reads the job table once).
+#: each invocation reads the job table once).
 SIGNAL_BATCH = 256
 _KILL_ERROR = re.compile(r"error on job id ([0-9]+(?:_[0-9]+)?)(?:\.[0-9]+)?: (.*)")
 
 
 def _scancel_signal(signal: str, target: SignalTarget) -> list[str]:
-    """scancel's words for ``signal`` to ``target``, before the job ids.
-
-    ``--ctld``: from 24.05 scancel sends the ids, signal and flags to
-    slurmctld in one request (``REQUEST_KILL_JOBS``, scancel.c
-    ``_ctld_signal_jobs``) instead of reading the whole job table first and
-    then asking job by job; slurmctld signals each job with the same
-    ``job_signal`` and flags either way.  22.05 to 23.11 know the option
-    (it only concerns job steps there) and read the table as before: one
-    command line for every release, no version probe per hook run.
-
-    ``-v``: the one-request path exits 0 whatever a job's answer and names
-    a job that ended (ESLURM_ALREADY_DONE, ESLURM_INVALID_JOB_ID) only when
-    verbose; so does 22.05's path (else silent, exit status 229).  With it
-    every job scancel could not signal has its ``Kill job error on job id
-    N: ...`` line on every release."""
-    argv = ["scancel", "--ctld", "-v", f"--signal={check_signal(signal)}"]
+    argv = ["scancel", f"--signal={check_signal(signal)}"]
     if target == SignalTarget.BATCH:
         argv.append("--batch")
     elif target == SignalTarget.FULL:
@@ -252,10 +237,8 @@ def _signal_refused(argv: Sequence[str], job_id: str, line: str, rc: int) -> Slu
 
 
 def _silent(res: CommandResult) -> bool:
-    """scancel failed without an error line (at most its ``-v`` notes): a
-    job was completing or unknown."""
-    said = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
-    return not said and scancel_errno(res.rc) is not None
+    """scancel failed without a word: a job was completing or unknown."""
+    return not res.stderr.strip() and scancel_errno(res.rc) is not None
 
 
 def _failed_job_ids(stderr: str) -> dict[str, str]:
@@ -528,24 +511,18 @@ class CliClient:
         raise JobGone(jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
-        """One job: :meth:`signal_jobs` of it alone (a refusal is named on
-        scancel's stderr, also when it exits 0), its typed error raised."""
-        jid = check_job_id(job_id)
-        err = self.signal_jobs([jid], signal, target).get(jid)
-        if err is not None:
-            raise err
+        self._call([*_scancel_signal(signal, target), check_job_id(job_id)])
 
     def signal_jobs(
         self, job_ids: Sequence[str], signal: str, target: SignalTarget
     ) -> dict[str, SlurmError | None]:
         """Signal every job in ``job_ids`` with one ``scancel`` per
         :data:`SIGNAL_BATCH` ids (see :class:`~slurm_hooks.slurm.base.JobsSignal`:
-        one request to slurmctld from 24.05, one whole job-table read up to
-        23.11; never one per job).  scancel signals each job on its own and
-        names each one it could not (``Kill job error on job id N: ...``;
-        rc 1 up to 23.11, rc 0 from 24.05: the lines are read either way):
-        those get their typed error, the others None.  SlurmUnavailable is
-        raised only when the first ``scancel`` found no controller; a later one that finds none
+        one whole job-table read for all of them, not one per job).  scancel
+        signals each job on its own and names each one it could not
+        (``Kill job error on job id N: ...``, rc 1): those get their typed
+        error, the others None.  SlurmUnavailable is raised only when the
+        first ``scancel`` found no controller; a later one that finds none
         leaves its ids and the rest with SlurmUnavailable as their outcome
         (what went out before stays known)."""
         ids = [check_job_id(j) for j in job_ids]
@@ -561,7 +538,7 @@ class CliClient:
                     raise
                 out.update(dict.fromkeys(ids[start:], exc))
                 break
-            failed = _failed_job_ids(res.stderr)
+            failed = _failed_job_ids(res.stderr) if res.rc else {}
             if res.rc and not failed and _silent(res):
                 # A job of the chunk was completing or unknown (scancel names
                 # none): which one, Slurm's job table tells; the others got

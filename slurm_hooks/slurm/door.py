@@ -270,13 +270,13 @@ class SlurmDoor:
         or its typed error (JobGone for a job that ended).
 
         A client that signals many jobs in one request (``JobsSignal``: the
-        CLI's one ``scancel --ctld``, which reads the job table once for all
-        of them up to Slurm 23.11 and not at all from 24.05) gets one call;
-        any other (REST, pyslurm, a test double) one ``signal_job`` per job.
-        SlurmUnavailable is raised only when the controller answered for
-        none of them; once it stops answering part-way, the jobs not reached
-        carry SlurmUnavailable as their outcome (no retry per remaining job:
-        each would wait out the client's whole retry budget)."""
+        CLI's one ``scancel``, which reads the job table once for all of
+        them) gets one call; any other (REST, pyslurm, a test double) one
+        ``signal_job`` per job.  SlurmUnavailable is raised only when the
+        controller answered for none of them; once it stops answering
+        part-way, the jobs not reached carry SlurmUnavailable as their
+        outcome (no retry per remaining job: each would wait out the
+        client's whole retry budget)."""
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
