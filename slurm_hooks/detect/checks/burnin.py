@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from slurm_hooks.core.bounds import require_positive
 from slurm_hooks.core.model import Finding, Phase
 from slurm_hooks.detect.checks import _engine_check
 from slurm_hooks.detect.checks.base import CheckContext
@@ -112,8 +113,7 @@ class BurninSettings:
 
     def validate(self) -> None:
         _engine_check.validate_engine(self.engine, ENGINES, key="checks.burnin.engine")
-        if self.duration_s <= 0 or self.acceptance_duration_s <= 0:
-            raise ValueError("durations must be > 0")
+        require_positive(self, "duration_s", "acceptance_duration_s")
         for d in self.dtypes:
             if d not in ("bf16", "fp16", "fp32"):
                 raise ValueError(f"dtypes: unknown precision {d!r} (bf16, fp16, fp32)")
