@@ -86,6 +86,15 @@ def _spec(name: str, cls: str, phases: set[Phase], summary: str, **kw: object) -
     return CheckSpec(name, target, frozenset(phases), summary, **kw)  # type: ignore[arg-type]
 
 
+def _engine_spec(
+    name: str, cls: str, phases: set[Phase], summary: str, *, timeout_s: float
+) -> CheckSpec:
+    """An engine-driven check (burn-in, NCCL, DCGM): it needs GPUs but has no
+    ``skip_when``; it decides for itself (``_engine_check.no_gpus``, a
+    Skipped finding), so the runner imports it and reports its skip."""
+    return _spec(name, cls, phases, summary, timeout_s=timeout_s, gpu=True, skip_when=())
+
+
 #: In run order: cheap node-level facts first, so a lost GPU is reported
 #: before the checks that can no longer look at it.
 CHECKS: dict[str, CheckSpec] = {
@@ -176,32 +185,18 @@ CHECKS: dict[str, CheckSpec] = {
             needs_section="site_checks",
         ),
         _spec("xid", "XidCheck", {H, P, E, W}, "XID events in the kernel log"),
-        _spec(
-            "burnin",
-            "BurninCheck",
-            {P, A},
-            "short GPU burn-in vs TFLOP/s floor",
-            timeout_s=120.0,
-            gpu=True,
-            skip_when=(),  # decides for itself (Skipped)
+        _engine_spec(
+            "burnin", "BurninCheck", {P, A}, "short GPU burn-in vs TFLOP/s floor", timeout_s=120.0
         ),
-        _spec(
-            "nccl",
-            "NcclCheck",
-            {P, A},
-            "NCCL all-reduce bus bandwidth vs floor",
-            timeout_s=120.0,
-            gpu=True,
-            skip_when=(),  # decides for itself (Skipped)
+        _engine_spec(
+            "nccl", "NcclCheck", {P, A}, "NCCL all-reduce bus bandwidth vs floor", timeout_s=120.0
         ),
-        _spec(
+        _engine_spec(
             "dcgm",
             "DcgmCheck",
             {A},
             "DCGM diagnostics (dcgmi diag), where installed",
             timeout_s=900.0,
-            gpu=True,
-            skip_when=(),  # decides for itself (Skipped)
         ),
     )
 }
