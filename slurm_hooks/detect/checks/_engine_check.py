@@ -37,6 +37,19 @@ def load_settings(cls: type[T], ctx: CheckContext, check: str) -> T:
     return from_mapping(cls, data, path=ctx.config_path, prefix=f"checks.{check}")
 
 
+def validate_engine(engine: str, builtins: tuple[str, ...], *, key: str) -> None:
+    """Validate an ``engine`` setting: one of ``builtins``, else a plug-in
+    looked up now (so a typo fails at validation, naming ``key``).  The
+    registry is imported only for a plug-in's name: a node with built-in
+    engines never scans the entry points."""
+    if not engine:
+        raise ValueError(f"engine must be one of {', '.join(builtins)} or a plug-in's name")
+    if engine not in builtins:
+        from slurm_hooks.detect.engines.registry import check_name
+
+        check_name(engine, builtins, key=key)
+
+
 def choose_engine(engine: str, binary: str, binary_engine: str) -> str | None:
     """The engine to run: ``engine`` as configured; for "auto" the reference
     tool (``binary``, found on the hooks' PATH or given as a path) as
@@ -49,6 +62,30 @@ def choose_engine(engine: str, binary: str, binary_engine: str) -> str | None:
     if importlib.util.find_spec("torch") is not None:
         return "torch"
     return None
+
+
+def no_gpus(ctx: CheckContext) -> Skipped | None:
+    """Skipped for a node whose profile expects no GPUs (an engine check has
+    nothing to drive there), else None."""
+    if ctx.profile.get("gpu_count") == 0:
+        return Skipped("not applicable: profile expects no GPUs")
+    return None
+
+
+def pick_engine(
+    ctx: CheckContext, engine: str, binary: str, binary_engine: str, what: str
+) -> str | Skipped:
+    """The engine a check runs (:func:`choose_engine`), or Skipped where the
+    profile expects no GPUs.  Raises RuntimeError when "auto" finds neither
+    ``binary`` nor torch: a node configured to run ``what`` cannot, which is
+    the check's error, not a pass."""
+    skipped = no_gpus(ctx)
+    if skipped is not None:
+        return skipped
+    chosen = choose_engine(engine, binary, binary_engine)
+    if chosen is None:
+        raise RuntimeError(f"no {what} engine: neither {binary!r} nor torch is installed")
+    return chosen
 
 
 def session_scenario(ctx: CheckContext | None) -> str | None:
@@ -83,6 +120,18 @@ def plugin_request(ctx: CheckContext | None, scenario: str | None, gpu_count: in
         nvml_scenario=session_scenario(ctx),
         gpu_count=gpu_count,
     )
+
+
+def plugin_engine(
+    ctx: CheckContext, check: str, engine: str, scenario: str | None, gpu_count: int
+) -> tuple[Any, Any]:
+    """The plug-in engine named ``engine`` (errors name
+    ``checks.<check>.engine``) and the request to hand it
+    (:func:`plugin_request`)."""
+    from slurm_hooks.detect.engines.registry import backend
+
+    request = plugin_request(ctx, scenario, gpu_count)
+    return backend(engine, key=f"checks.{check}.engine", path=ctx.config_path), request
 
 
 def on_devices(run_cmd: Runner, devices: tuple[int, ...] | None) -> Runner:

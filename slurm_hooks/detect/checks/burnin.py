@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from slurm_hooks.core.bounds import require_positive
 from slurm_hooks.core.model import Finding, Phase
 from slurm_hooks.detect.checks import _engine_check
 from slurm_hooks.detect.checks.base import CheckContext
@@ -111,14 +112,8 @@ class BurninSettings:
     scenario: str | None = None
 
     def validate(self) -> None:
-        if not self.engine:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)} or a plug-in's name")
-        if self.engine not in ENGINES:
-            from slurm_hooks.detect.engines.registry import check_name
-
-            check_name(self.engine, ENGINES, key="checks.burnin.engine")
-        if self.duration_s <= 0 or self.acceptance_duration_s <= 0:
-            raise ValueError("durations must be > 0")
+        _engine_check.validate_engine(self.engine, ENGINES, key="checks.burnin.engine")
+        require_positive(self, "duration_s", "acceptance_duration_s")
         for d in self.dtypes:
             if d not in ("bf16", "fp16", "fp32"):
                 raise ValueError(f"dtypes: unknown precision {d!r} (bf16, fp16, fp32)")
@@ -155,11 +150,9 @@ class BurninCheck:
 
     def gather(self, ctx: CheckContext) -> BurninRun | Skipped:
         s = load_settings(ctx, self.name)
-        if ctx.profile.get("gpu_count") == 0:
-            return Skipped("not applicable: profile expects no GPUs")
-        engine = choose_engine(s, ctx)
-        if engine is None:
-            raise RuntimeError(f"no burn-in engine: neither {s.gpu_burn!r} nor torch is installed")
+        engine = _engine_check.pick_engine(ctx, s.engine, s.gpu_burn, "gpu_burn", "burn-in")
+        if isinstance(engine, Skipped):
+            return engine
         duration = s.acceptance_duration_s if ctx.phase is Phase.ACCEPTANCE else s.duration_s
         plugin = engine not in ENGINES
         if engine == "gpu_burn" or plugin:
@@ -174,12 +167,9 @@ class BurninCheck:
         run_cmd = ctx.services.get("run", commands.run)
         log.info("burn-in engine=%s duration=%ss", engine, duration)
         if plugin:
-            from slurm_hooks.detect.engines.registry import backend
-
-            req = _engine_check.plugin_request(
-                ctx, s.scenario, int(ctx.profile.get("gpu_count") or 8)
+            eng, req = _engine_check.plugin_engine(
+                ctx, self.name, engine, s.scenario, int(ctx.profile.get("gpu_count") or 8)
             )
-            eng = backend(engine, key="checks.burnin.engine", path=ctx.config_path)
             return eng.burnin(req, int(duration))
         if engine == "gpu_burn":
             from slurm_hooks.detect.engines.burnin.gpu_burn import build_argv, run_gpu_burn

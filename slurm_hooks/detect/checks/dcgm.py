@@ -54,8 +54,9 @@ class DcgmCheck:
 
     def gather(self, ctx: CheckContext) -> DcgmReport | Skipped:
         s = _engine_check.load_settings(DcgmSettings, ctx, self.name)
-        if ctx.profile.get("gpu_count") == 0:
-            return Skipped("not applicable: profile expects no GPUs")
+        skipped = _engine_check.no_gpus(ctx)
+        if skipped is not None:
+            return skipped
         run_cmd = ctx.services.get("run", commands.run)
         if "run" not in ctx.services and not shutil.which(
             s.dcgmi, path=commands.command_env()["PATH"]

@@ -88,12 +88,7 @@ class NcclSettings:
     scenario: str | None = None
 
     def validate(self) -> None:
-        if not self.engine:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)} or a plug-in's name")
-        if self.engine not in ENGINES:
-            from slurm_hooks.detect.engines.registry import check_name
-
-            check_name(self.engine, ENGINES, key="checks.nccl.engine")
+        _engine_check.validate_engine(self.engine, ENGINES, key="checks.nccl.engine")
 
 
 def load_settings(ctx: CheckContext, check: str) -> NcclSettings:
@@ -126,13 +121,11 @@ class NcclCheck:
 
     def gather(self, ctx: CheckContext) -> NcclRun | Skipped:
         s = load_settings(ctx, self.name)
-        if ctx.profile.get("gpu_count") == 0:
-            return Skipped("not applicable: profile expects no GPUs")
-        engine = choose_engine(s, ctx)
-        if engine is None:
-            raise RuntimeError(
-                f"no all-reduce engine: neither {s.all_reduce_perf!r} nor torch is installed"
-            )
+        engine = _engine_check.pick_engine(
+            ctx, s.engine, s.all_reduce_perf, "nccl-tests", "all-reduce"
+        )
+        if isinstance(engine, Skipped):
+            return engine
         acceptance = ctx.phase is Phase.ACCEPTANCE
         expected = s.acceptance_expected_s if acceptance else s.expected_s
         short = budget_shortfall(ctx, expected)
@@ -143,10 +136,8 @@ class NcclCheck:
         ngpus = _gpu_count(ctx, s)
         if engine not in ENGINES:
             from slurm_hooks.detect.engines.nccl.engines import parse_size
-            from slurm_hooks.detect.engines.registry import backend
 
-            req = _engine_check.plugin_request(ctx, s.scenario, ngpus or 8)
-            eng = backend(engine, key="checks.nccl.engine", path=ctx.config_path)
+            eng, req = _engine_check.plugin_engine(ctx, self.name, engine, s.scenario, ngpus or 8)
             return eng.all_reduce(req, parse_size(s.min_bytes), parse_size(max_bytes))
         if ngpus is None:
             raise RuntimeError("cannot tell how many GPUs to test (no profile gpu_count, no NVML)")

@@ -74,13 +74,27 @@ class CheckSpec:
         return not_applicable(self.skip_when, profile)
 
 
-def _spec(name: str, target: str, phases: set[Phase], summary: str, **kw: object) -> CheckSpec:
+_M = "slurm_hooks.detect.checks"
+
+
+def _spec(name: str, cls: str, phases: set[Phase], summary: str, **kw: object) -> CheckSpec:
+    """A check's spec; ``cls`` is its class in ``slurm_hooks.detect.checks.<name>``
+    (the module is named for the check) unless it says ``module:Class``."""
     if kw.get("gpu") and "skip_when" not in kw:
         kw["skip_when"] = (NO_GPUS,)
+    target = cls if ":" in cls else f"{_M}.{name}:{cls}"
     return CheckSpec(name, target, frozenset(phases), summary, **kw)  # type: ignore[arg-type]
 
 
-_M = "slurm_hooks.detect.checks"
+def _engine_spec(
+    name: str, cls: str, phases: set[Phase], summary: str, *, timeout_s: float
+) -> CheckSpec:
+    """An engine-driven check (burn-in, NCCL, DCGM): it needs GPUs but has no
+    ``skip_when``; it decides for itself (``_engine_check.no_gpus``, a
+    Skipped finding), so the runner imports it and reports its skip."""
+    return _spec(name, cls, phases, summary, timeout_s=timeout_s, gpu=True, skip_when=())
+
+
 #: In run order: cheap node-level facts first, so a lost GPU is reported
 #: before the checks that can no longer look at it.
 CHECKS: dict[str, CheckSpec] = {
@@ -88,42 +102,36 @@ CHECKS: dict[str, CheckSpec] = {
     for s in (
         _spec(
             "gpu_count",
-            f"{_M}.gpu_count:GpuCountCheck",
+            "GpuCountCheck",
             {H, P, E, A, W},
             "GPU count and model vs profile; NVML starts",
             gpu=True,
         ),
         _spec(
             "gpu_lost",
-            f"{_M}.gpu_lost:GpuLostCheck",
+            "GpuLostCheck",
             {H, P, E, A, W},
             "GPUs NVML reports lost (XID 79) or needing reset",
             gpu=True,
         ),
-        _spec(
-            "ecc",
-            f"{_M}.ecc:EccCheck",
-            {H, P, E, A, W},
-            "volatile uncorrectable ECC errors",
-            gpu=True,
-        ),
+        _spec("ecc", "EccCheck", {H, P, E, A, W}, "volatile uncorrectable ECC errors", gpu=True),
         _spec(
             "retired_pages",
-            f"{_M}.retired_pages:RetiredPagesCheck",
+            "RetiredPagesCheck",
             {H, P, E, A, W},
             "retired pages pending a reset (pre-Ampere)",
             gpu=True,
         ),
         _spec(
             "row_remap",
-            f"{_M}.row_remap:RowRemapCheck",
+            "RowRemapCheck",
             {H, P, E, A, W},
             "row remapping pending or failed (Ampere+)",
             gpu=True,
         ),
         _spec(
             "fabric",
-            f"{_M}.fabric:FabricCheck",
+            "FabricCheck",
             {H, P, A},
             "NVSwitch fabric manager state (Hopper+)",
             gpu=True,
@@ -131,33 +139,25 @@ CHECKS: dict[str, CheckSpec] = {
         ),
         _spec(
             "nvlink",
-            f"{_M}.nvlink:NvlinkCheck",
+            "NvlinkCheck",
             {H, E, A},
             "NVLink links down or error counters rising",
             gpu=True,
             skip_when=(("nvlinks_per_gpu", 0, "profile expects no NVLink"), NO_GPUS),
         ),
-        _spec(
-            "pcie", f"{_M}.pcie:PcieCheck", {H, A}, "PCIe link width/generation below max", gpu=True
-        ),
+        _spec("pcie", "PcieCheck", {H, A}, "PCIe link width/generation below max", gpu=True),
         _spec(
             "throttle",
-            f"{_M}.throttle:ThrottleCheck",
+            "ThrottleCheck",
             {H, A, W},
             "hardware clock slowdown reasons active",
             gpu=True,
         ),
-        _spec(
-            "gpu_temp",
-            f"{_M}.gpu_temp:GpuTempCheck",
-            {H, A, W},
-            "GPU temperature vs thresholds",
-            gpu=True,
-        ),
-        _spec("driver", f"{_M}.driver:DriverCheck", {H, A}, "driver version vs profile", gpu=True),
+        _spec("gpu_temp", "GpuTempCheck", {H, A, W}, "GPU temperature vs thresholds", gpu=True),
+        _spec("driver", "DriverCheck", {H, A}, "driver version vs profile", gpu=True),
         _spec(
             "persistence",
-            f"{_M}.persistence:PersistenceCheck",
+            "PersistenceCheck",
             {H, A},
             "persistence mode on",
             gpu=True,
@@ -166,16 +166,16 @@ CHECKS: dict[str, CheckSpec] = {
                 NO_GPUS,
             ),
         ),
-        _spec("ib", f"{_M}.ib:IbCheck", {H, A}, "InfiniBand/RoCE ports active at expected rate"),
-        _spec("memory", f"{_M}.memory:MemoryCheck", {H, A}, "installed RAM vs profile"),
+        _spec("ib", "IbCheck", {H, A}, "InfiniBand/RoCE ports active at expected rate"),
+        _spec("memory", "MemoryCheck", {H, A}, "installed RAM vs profile"),
         _spec(
             "mounts",
-            f"{_M}.mounts:MountsCheck",
+            "MountsCheck",
             {H, P, E, A},
             "required mounts present and writable",
             timeout_s=15.0,
         ),
-        _spec("scratch", f"{_M}.scratch:ScratchCheck", {H, P, E, A}, "free space on scratch"),
+        _spec("scratch", "ScratchCheck", {H, P, E, A}, "free space on scratch"),
         _spec(
             "site",
             "slurm_hooks.detect.site.check:SiteChecks",
@@ -184,33 +184,19 @@ CHECKS: dict[str, CheckSpec] = {
             timeout_s=25.0,
             needs_section="site_checks",
         ),
-        _spec("xid", f"{_M}.xid:XidCheck", {H, P, E, W}, "XID events in the kernel log"),
-        _spec(
-            "burnin",
-            f"{_M}.burnin:BurninCheck",
-            {P, A},
-            "short GPU burn-in vs TFLOP/s floor",
-            timeout_s=120.0,
-            gpu=True,
-            skip_when=(),  # decides for itself (Skipped)
+        _spec("xid", "XidCheck", {H, P, E, W}, "XID events in the kernel log"),
+        _engine_spec(
+            "burnin", "BurninCheck", {P, A}, "short GPU burn-in vs TFLOP/s floor", timeout_s=120.0
         ),
-        _spec(
-            "nccl",
-            f"{_M}.nccl:NcclCheck",
-            {P, A},
-            "NCCL all-reduce bus bandwidth vs floor",
-            timeout_s=120.0,
-            gpu=True,
-            skip_when=(),  # decides for itself (Skipped)
+        _engine_spec(
+            "nccl", "NcclCheck", {P, A}, "NCCL all-reduce bus bandwidth vs floor", timeout_s=120.0
         ),
-        _spec(
+        _engine_spec(
             "dcgm",
-            f"{_M}.dcgm:DcgmCheck",
+            "DcgmCheck",
             {A},
             "DCGM diagnostics (dcgmi diag), where installed",
             timeout_s=900.0,
-            gpu=True,
-            skip_when=(),  # decides for itself (Skipped)
         ),
     )
 }

@@ -96,24 +96,34 @@ class Import:
 
 #: Variables that change nothing a site check judges: NHC's own logging,
 #: modes and the commands it uses for its own work.
-NO_EFFECT = {
-    "DEBUG": "NHC's debug output", "VERBOSE": "NHC's verbose output", "SILENT": "NHC's logging",
-    "LOGFILE": "NHC's log file", "NHC_CHECK_ALL": "slurm-hooks always runs every check",
-    "NHC_CHECK_FORKED": "every site check is bounded by its own timeout",
-    "DETACHED_MODE": "slurm-hooks runs in the foreground within its budget",
-    "DETACHED_MODE_FAIL_NODATA": "as DETACHED_MODE", "DF_CMD": "space is read with statvfs",
-    "DF_FLAGS": "space is read with statvfs", "DFI_CMD": "inodes are read with statvfs",
-    "DFI_FLAGS": "inodes are read with statvfs", "STAT_CMD": "files are read with stat()",
-    "STAT_FMT_ARGS": "files are read with stat()", "PATH": "commands run with the hook's PATH",
-    "HOSTNAME": "hosts are matched on the Slurm node name",
-    "HOSTNAME_S": "hosts are matched on the Slurm node name",
-    "OFFLINE_NODE": "drains go through slurm-hooks' own door",
-    "ONLINE_NODE": "resumes go through slurm-hooks' acceptance", "IGNORE_EMPTY_NOTE": "as ONLINE_NODE",
-    "SLURM_SCONTROL": "slurm-hooks' Slurm backend", "SLURM_SINFO": "slurm-hooks' Slurm backend",
-    "SLURM_SC_OFFLINE_ARGS": "slurm-hooks' Slurm backend", "SLURM_SC_ONLINE_ARGS": "slurm-hooks' Slurm backend",
-    "SLURM_SERVER_HOME": "not used", "JOBFILE_PATH": "job users are found from slurmstepd's children",
-    "PASSWD_DATA_SRC": "users are read through the system's name service",
-}  # fmt: skip
+_NO_EFFECT_BY_WHY: dict[str, tuple[str, ...]] = {
+    "NHC's debug output": ("DEBUG",),
+    "NHC's verbose output": ("VERBOSE",),
+    "NHC's logging": ("SILENT",),
+    "NHC's log file": ("LOGFILE",),
+    "slurm-hooks always runs every check": ("NHC_CHECK_ALL",),
+    "every site check is bounded by its own timeout": ("NHC_CHECK_FORKED",),
+    "slurm-hooks runs in the foreground within its budget": ("DETACHED_MODE",),
+    "as DETACHED_MODE": ("DETACHED_MODE_FAIL_NODATA",),
+    "space is read with statvfs": ("DF_CMD", "DF_FLAGS"),
+    "inodes are read with statvfs": ("DFI_CMD", "DFI_FLAGS"),
+    "files are read with stat()": ("STAT_CMD", "STAT_FMT_ARGS"),
+    "commands run with the hook's PATH": ("PATH",),
+    "hosts are matched on the Slurm node name": ("HOSTNAME", "HOSTNAME_S"),
+    "drains go through slurm-hooks' own door": ("OFFLINE_NODE",),
+    "resumes go through slurm-hooks' acceptance": ("ONLINE_NODE",),
+    "as ONLINE_NODE": ("IGNORE_EMPTY_NOTE",),
+    "slurm-hooks' Slurm backend": (
+        "SLURM_SCONTROL",
+        "SLURM_SINFO",
+        "SLURM_SC_OFFLINE_ARGS",
+        "SLURM_SC_ONLINE_ARGS",
+    ),
+    "not used": ("SLURM_SERVER_HOME",),
+    "job users are found from slurmstepd's children": ("JOBFILE_PATH",),
+    "users are read through the system's name service": ("PASSWD_DATA_SRC",),
+}
+NO_EFFECT = {name: why for why, names in _NO_EFFECT_BY_WHY.items() for name in names}
 #: NHC's defaults of variables a config may expand (README, "Supported
 #: Variables"); node-specific ones ($HOSTNAME, $HW_*) are not here.
 NHC_DEFAULTS = {"PBS_SERVER_HOME": "/var/spool/torque", "SLURM_SERVER_HOME": "/var/spool/slurmd",

@@ -28,7 +28,7 @@ clock, a file or a device.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -143,6 +143,13 @@ class _Verdict:
     rule: str | None = None
     note: str | None = None
     extra: dict[str, Value] | None = None
+
+
+def _worst(verdicts: Iterable[_Verdict], base: _Verdict) -> _Verdict:
+    """The most severe of ``verdicts`` (action first, then status; the first
+    of equals), else ``base``: a GPU's NVLink events decoded one by one are
+    judged by the worst of them."""
+    return max(verdicts, key=lambda v: (v.action.rank, v.status.rank), default=base)
 
 
 def _status_for(action: Action) -> Status:
@@ -284,26 +291,11 @@ def _xid_verdict(
         return _Verdict(Action.RESTART_APP, Status.WARN, rule="xid45", note="alone")
 
     if bucket.rule == "nvlink74":
-        worst: _Verdict | None = None
-        for a in g.aggs:
-            v = decode_xid74(a.message, sympathetic_ok=bool(others) or any_sxid)
-            if worst is None or (v.action.rank, v.status.rank) > (
-                worst.action.rank,
-                worst.status.rank,
-            ):
-                worst = v
-        return worst or base
+        sympathetic = bool(others) or any_sxid
+        return _worst((decode_xid74(a.message, sympathetic_ok=sympathetic) for a in g.aggs), base)
 
     if bucket.rule == "nvlink5":
-        worst = None
-        for a in g.aggs:
-            v = decode_nvlink5(g.xid, a.message)
-            if worst is None or (v.action.rank, v.status.rank) > (
-                worst.action.rank,
-                worst.status.rank,
-            ):
-                worst = v
-        return worst or base
+        return _worst((decode_nvlink5(g.xid, a.message) for a in g.aggs), base)
 
     return base
 
