@@ -29,8 +29,8 @@ from slurm_hooks.detect.progress.settings import ProgressConfig
 from slurm_hooks.simulate.hang_replay import Setup, replay_hangs, replay_healthy
 
 NCCL_TIMEOUT_S = 600.0
-SHOWN = ("hang_s", "first_step_allowance_s", "interval_s", "no_culprit_report_s",
-         "slow_percent", "slow_windows", "window_steps")  # fmt: skip
+SHOWN = ("hang_s", "stopped_s", "exited_s", "trusted_confirm_s", "first_step_allowance_s",
+         "interval_s", "no_culprit_report_s", "slow_percent", "slow_windows", "window_steps")  # fmt: skip
 
 
 def _with(cfg: ProgressConfig, name: str, raw: str) -> ProgressConfig:
@@ -65,12 +65,18 @@ def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
     figures = replay_hangs(trials, seed, Setup(cfg))
     print(f"  hang cases ({trials} trials each, {time.perf_counter() - t0:.1f} s); seconds from "
           f"the stall to the alarm, vs NCCL's {NCCL_TIMEOUT_S:g} s collective timeout:")  # fmt: skip
+    # The goal per case (issue #30): stopped and wedged no later than their
+    # own waits, exited and silent within hang_s, a pass and the no-culprit delay.
+    late = cfg.hang_s + cfg.interval_s + cfg.no_culprit_report_s
+    goal = {"stopped": cfg.stopped_s + cfg.interval_s, "wedged": cfg.trusted_confirm_s
+            + cfg.interval_s, "exited": late, "silent": late}  # fmt: skip
     for f in figures:
         if f.median_s is None or f.max_s is None:
             print(f"    {f.case:<8} detected 0/{f.trials}")
             continue
         print(f"    {f.case:<8} detected {f.detected}/{f.trials}, right verdict "
-              f"{f.right}/{f.trials}: median {f.median_s:.0f} s, max {f.max_s:.0f} s; "
+              f"{f.right}/{f.trials}: median {f.median_s:.0f} s, max {f.max_s:.0f} s "
+              f"(goal <= {goal[str(f.case)]:.0f} s); "
               f"ratio {f.median_s / NCCL_TIMEOUT_S:.2f}")  # fmt: skip
 
 
