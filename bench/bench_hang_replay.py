@@ -16,6 +16,7 @@ figures only; ``--sweep hang_s=120,600,900`` repeats both for each value.
 
     .venv/bin/python bench/bench_hang_replay.py [--job-hours 10000] [--seed 1]
         [--trials 50] [--set hang_s=900] [--sweep hang_s=120,300,600,900]
+        [--several-nodes]
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ def _with(cfg: ProgressConfig, name: str, raw: str) -> ProgressConfig:
     return dataclasses.replace(cfg, **{name: type(current)(raw)})
 
 
-def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
+def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int, one_node: bool) -> None:
     print("settings: " + ", ".join(f"{k} {getattr(cfg, k):g}" for k in SHOWN))
+    print("jobs: " + ("one node each" if one_node else "one node's share of a job on several"))
     t0 = time.perf_counter()
-    r = replay_healthy(job_hours, seed, Setup(cfg))
+    r = replay_healthy(job_hours, seed, Setup(cfg, one_node=one_node))
     wall = time.perf_counter() - t0
     print(f"  healthy: {r.job_hours:,.0f} job-hours, {r.jobs} jobs, {r.runs} runs, "
           f"{r.passes:,} passes ({wall:.1f} s)")  # fmt: skip
@@ -88,6 +90,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a [progress] key for every run (repeatable)")  # fmt: skip
     ap.add_argument("--sweep", metavar="KEY=V1,V2,...", help="one run per value")
+    ap.add_argument("--several-nodes", action="store_true",
+                    help="the replayed ranks are one node's share of a job on several nodes")  # fmt: skip
     args = ap.parse_args()
     cfg = ProgressConfig()
     for item in args.set:
@@ -95,11 +99,11 @@ def main() -> None:
         cfg = _with(cfg, key, raw)
     print(f"seed {args.seed}; the product's [progress] defaults unless set")
     if not args.sweep:
-        one(cfg, args.job_hours, args.seed, args.trials)
+        one(cfg, args.job_hours, args.seed, args.trials, not args.several_nodes)
         return
     key, _, raws = args.sweep.partition("=")
     for raw in raws.split(","):
-        one(_with(cfg, key, raw), args.job_hours, args.seed, args.trials)
+        one(_with(cfg, key, raw), args.job_hours, args.seed, args.trials, not args.several_nodes)
 
 
 if __name__ == "__main__":

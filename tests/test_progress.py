@@ -203,13 +203,21 @@ def test_every_rank_gone_after_the_same_last_step_is_the_steps_end_not_a_hang(tm
     while the job runs on: no hang however long the batch script goes on."""
     views, last = _finished(tmp_path)
     gone = dict.fromkeys(views, ProcState.GONE)
+    left = dict.fromkeys(views, last + 5.0)
     for later in (11.0, 600.0, 3600.0):
-        v = judge_hang(JOB, views, gone, last + later, HS, departed=dict.fromkeys(views, last))
+        v = judge_hang(JOB, views, gone, last + later, HS, departed=left, alone=True)
         assert v.verdict is Verdict.HEALTHY and "step ended" in v.explanation
+    # A job on several nodes: the others may wait for this node's ranks, a
+    # hang once they are gone hang_s (undated: hang_s since the last step).
+    v = judge_hang(JOB, views, gone, last + 14.0, HS, departed=left)
+    assert v.verdict is Verdict.HEALTHY and "other nodes" in v.explanation
+    v = judge_hang(JOB, views, gone, last + 15.0, HS, departed=left)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 0, "process gone")
+    assert judge_hang(JOB, views, gone, last + 10.0, HS).verdict is Verdict.HANG
     # Gone ranks that did not finish together (one went on further): not an end.
     _write(tmp_path, 3, range(21, 25), node="n0")
     views = _views(tmp_path)
-    v = judge_hang(JOB, views, gone, last + 600, HS)
+    v = judge_hang(JOB, views, gone, last + 600, HS, alone=True)
     assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 0, "process gone")
 
 

@@ -274,7 +274,9 @@ class ProgressPass:
             procs = self._procs(local, None)
             left = self.departures.look(job, local, procs, now)
             sign = self._look(job, local, now - max(v.last_time for v in views.values()))
-            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign, departed=left)
+            alone = hostlist.expand(jobs[job].nodes or "")[:2] == [self.node]
+            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign, departed=left,
+                                 alone=alone)  # fmt: skip
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
                                      verdict.explanation, verdict.stalled_s)  # fmt: skip
@@ -378,7 +380,9 @@ class ProgressPass:
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
         left = self.departures.look(job, local, procs, now)
-        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job), left)
+        alone = hostlist.expand(info.nodes or "")[:2] == [self.node]
+        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job), left,
+                             alone)  # fmt: skip
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             # One culprit per job run: once a node of the job carries our HANG

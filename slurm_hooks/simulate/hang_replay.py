@@ -157,6 +157,8 @@ class _Watcher:
     acted: set[str] = field(default_factory=set)
     #: When each rank was first seen gone (the pass keeps one per node).
     departures: Departures = field(default_factory=Departures)
+    #: The job runs on this node only (``Setup.one_node``).
+    alone: bool = True
     #: The longest stall judged a hang or a stall, per culprit cause (what a
     #: threshold per cause would have to stay above), this job's runs.
     stalls: dict[str, float] = field(default_factory=dict)
@@ -197,7 +199,8 @@ class _Watcher:
             self._looks = self._looks + 1 if self.trusted else 0
             sign = TrustedSign(self.trusted[0][1], self._looks) if self.trusted else None
             left = self.departures.look(str(self.job), views, procs, now)
-            v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign, departed=left)
+            v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign, departed=left,
+                           alone=self.alone)  # fmt: skip
         else:
             self._looks = 0
         hung = v is not None and v.verdict in (Verdict.HANG, Verdict.STALLED)
@@ -263,6 +266,10 @@ class Setup:
     progress: ProgressConfig = field(default_factory=ProgressConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workload: WorkloadParams = field(default_factory=WorkloadParams)
+    #: Each job runs on the watcher's node alone (its ranks there are all of
+    #: them); False: the ranks replayed are one node's share of a job on
+    #: several nodes, whose other nodes this watcher cannot see.
+    one_node: bool = True
 
     def validate(self) -> None:
         self.progress.validate()
@@ -274,7 +281,9 @@ class Setup:
         shape = draw_job(rng, self.workload)
         s = self.progress
         fold = RecordFold(shape.ranks, (s.slow_windows + _SPARE_WINDOWS) * s.window_steps)
-        return shape, _Watcher(job, 0, s, self.policy, fold, rng.random() < 0.5, rng)
+        w = _Watcher(job, 0, s, self.policy, fold, rng.random() < 0.5, rng)
+        w.alone = self.one_node
+        return shape, w
 
 
 def _passes(

@@ -20,11 +20,12 @@ A rank's process gone is read with when it went (``departed``: when the
 watcher first saw it gone, ``departures``), because healthy jobs end that
 way too:
 
-* every rank of the job visible here gone, all at the same last step: the
-  step ended (training over,
+* every rank of a job that runs on this node alone gone, all at the same
+  last step: the step ended (training over,
   ``torchrun`` tore its workers down after ``destroy_process_group``; the
   batch script may go on converting or uploading).  Not a hang, however long
-  since the last record: nobody here waits.
+  since the last record: nobody waits.  On a job of several nodes the others
+  may wait for them: a hang ``hang_s`` after the last of them left.
 * rank 0 alone alive, its peers here gone after they recorded its last
   step: rank 0 saves or uploads the final model after the others finished
   (``if rank == 0: save(...)``).  A hang only when it is still alone
@@ -163,11 +164,13 @@ def judge_hang(
     hints: Sequence[Suspect] = (),
     trusted: TrustedSign | None = None,
     departed: Mapping[int, float] | None = None,
+    alone: bool = False,
 ) -> HangVerdict:
     """The job's verdict.  ``procs`` holds this node's ranks' states (other
     nodes' ranks absent or ``REMOTE``); ``trusted`` what root sees on this
     node beside the stall (None: nothing); ``departed`` when each gone rank
-    was first seen gone (a rank missing: not known)."""
+    was first seen gone (a rank missing: not known); ``alone``: the job runs
+    on this node only (its ranks here are all of them)."""
     if not ranks:
         return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
     firsts = [v.first_step_time for v in ranks.values() if v.first_step_time is not None]
@@ -190,7 +193,7 @@ def judge_hang(
     known = sorted(r for r, s in procs.items() if r in ranks and s not in _UNSEEN)
     gone = [r for r in known if procs[r] is ProcState.GONE]
     alive = [r for r in known if procs[r] is not ProcState.GONE]
-    if gone and not alive and len(set(steps.values())) == 1:
+    if alone and gone and not alive and len(set(steps.values())) == 1:
         return HangVerdict(Verdict.HEALTHY, job,
                            f"its {len(gone)} rank(s) here exited {stalled:.0f}s after the last "
                            "step: the step ended", stalled, evidence=evidence)  # fmt: skip
@@ -271,9 +274,11 @@ def _departed(
     """Ranks gone beside live ones: a hang naming the first gone rank, the
     lone rank 0's grace (HEALTHY), or None (not yet: judge on)."""
     when = [departed[r] for r in gone if r in departed]
-    # Rank 0 finishing alone: its peers finished the same steps, then left.
-    # A peer that left behind rank 0 was lost mid-run.
-    finishing = alive == [0] and all(ranks[r].step >= ranks[0].step for r in gone)
+    # Rank 0 finishing alone, or (a job on several nodes) this node's ranks
+    # all gone: they reached the last step seen here, then left.  A rank
+    # that left behind a peer was lost mid-run.
+    top = max(ranks[r].step for r in gone + alive)
+    finishing = alive in ([0], []) and all(ranks[r].step >= top for r in gone)
     if finishing:
         # Alone since the last peer left; unknown departures: the last step.
         since = now - max(when) if len(when) == len(gone) else stalled
@@ -294,11 +299,11 @@ def _departed(
             stalled, v.rank, v.node, cause, evidence,
         )  # fmt: skip
     if finishing:
-        return HangVerdict(
-            Verdict.HEALTHY, job,
-            f"rank 0 goes on alone {since:.0f}s after its {len(gone)} peer(s) here exited "
-            "(a final save or upload)", stalled, evidence=evidence,
-        )  # fmt: skip
+        why = (f"rank 0 goes on alone {since:.0f}s after its {len(gone)} peer(s) here exited "
+               "(a final save or upload)") if alive else (
+               f"its {len(gone)} rank(s) here exited {since:.0f}s ago after the last step "
+               "(the job's other nodes may go on)")  # fmt: skip
+        return HangVerdict(Verdict.HEALTHY, job, why, stalled, evidence=evidence)
     return None
 
 
