@@ -195,8 +195,8 @@ def judge_hang(
     alive = [r for r in known if procs[r] is not ProcState.GONE]
     if alone and gone and not alive and len(set(steps.values())) == 1:
         return HangVerdict(Verdict.HEALTHY, job,
-                           f"its {len(gone)} rank(s) here exited {stalled:.0f}s after the last "
-                           "step: the step ended", stalled, evidence=evidence)  # fmt: skip
+                           f"its {len(gone)} rank(s) exited after the same last step "
+                           f"({stalled:.0f}s ago): the step ended", stalled, evidence=evidence)  # fmt: skip
     stopped = sorted(r for r, s in procs.items() if s is ProcState.STOPPED and r in ranks)
     if stopped and now >= allowed_at and settings.stopped_s <= stalled < settings.hang_s:
         v = ranks[stopped[0]]
