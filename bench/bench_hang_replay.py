@@ -16,6 +16,7 @@ figures only; ``--sweep hang_s=120,600,900`` repeats both for each value.
 
     .venv/bin/python bench/bench_hang_replay.py [--job-hours 10000] [--seed 1]
         [--trials 50] [--set hang_s=900] [--sweep hang_s=120,300,600,900]
+        [--several-nodes]
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from slurm_hooks.detect.progress.settings import ProgressConfig
 from slurm_hooks.simulate.hang_replay import Setup, replay_hangs, replay_healthy
 
 NCCL_TIMEOUT_S = 600.0
-SHOWN = ("hang_s", "first_step_allowance_s", "interval_s", "no_culprit_report_s",
-         "slow_percent", "slow_windows", "window_steps")  # fmt: skip
+SHOWN = ("hang_s", "stopped_s", "exited_s", "trusted_confirm_s", "first_step_allowance_s",
+         "interval_s", "no_culprit_report_s", "slow_percent", "slow_windows", "window_steps")  # fmt: skip
 
 
 def _with(cfg: ProgressConfig, name: str, raw: str) -> ProgressConfig:
@@ -41,10 +42,11 @@ def _with(cfg: ProgressConfig, name: str, raw: str) -> ProgressConfig:
     return dataclasses.replace(cfg, **{name: type(current)(raw)})
 
 
-def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
+def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int, one_node: bool) -> None:
     print("settings: " + ", ".join(f"{k} {getattr(cfg, k):g}" for k in SHOWN))
+    print("jobs: " + ("one node each" if one_node else "one node's share of a job on several"))
     t0 = time.perf_counter()
-    r = replay_healthy(job_hours, seed, Setup(cfg))
+    r = replay_healthy(job_hours, seed, Setup(cfg, one_node=one_node))
     wall = time.perf_counter() - t0
     print(f"  healthy: {r.job_hours:,.0f} job-hours, {r.jobs} jobs, {r.runs} runs, "
           f"{r.passes:,} passes ({wall:.1f} s)")  # fmt: skip
@@ -65,12 +67,18 @@ def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int) -> None:
     figures = replay_hangs(trials, seed, Setup(cfg))
     print(f"  hang cases ({trials} trials each, {time.perf_counter() - t0:.1f} s); seconds from "
           f"the stall to the alarm, vs NCCL's {NCCL_TIMEOUT_S:g} s collective timeout:")  # fmt: skip
+    # The goal per case (issue #30): stopped and wedged no later than their
+    # own waits, exited and silent within hang_s, a pass and the no-culprit delay.
+    late = cfg.hang_s + cfg.interval_s + cfg.no_culprit_report_s
+    goal = {"stopped": cfg.stopped_s + cfg.interval_s, "wedged": cfg.trusted_confirm_s
+            + cfg.interval_s, "exited": late, "silent": late}  # fmt: skip
     for f in figures:
         if f.median_s is None or f.max_s is None:
             print(f"    {f.case:<8} detected 0/{f.trials}")
             continue
         print(f"    {f.case:<8} detected {f.detected}/{f.trials}, right verdict "
-              f"{f.right}/{f.trials}: median {f.median_s:.0f} s, max {f.max_s:.0f} s; "
+              f"{f.right}/{f.trials}: median {f.median_s:.0f} s, max {f.max_s:.0f} s "
+              f"(goal <= {goal[str(f.case)]:.0f} s); "
               f"ratio {f.median_s / NCCL_TIMEOUT_S:.2f}")  # fmt: skip
 
 
@@ -82,6 +90,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a [progress] key for every run (repeatable)")  # fmt: skip
     ap.add_argument("--sweep", metavar="KEY=V1,V2,...", help="one run per value")
+    ap.add_argument("--several-nodes", action="store_true",
+                    help="the replayed ranks are one node's share of a job on several nodes")  # fmt: skip
     args = ap.parse_args()
     cfg = ProgressConfig()
     for item in args.set:
@@ -89,11 +99,11 @@ def main() -> None:
         cfg = _with(cfg, key, raw)
     print(f"seed {args.seed}; the product's [progress] defaults unless set")
     if not args.sweep:
-        one(cfg, args.job_hours, args.seed, args.trials)
+        one(cfg, args.job_hours, args.seed, args.trials, not args.several_nodes)
         return
     key, _, raws = args.sweep.partition("=")
     for raw in raws.split(","):
-        one(_with(cfg, key, raw), args.job_hours, args.seed, args.trials)
+        one(_with(cfg, key, raw), args.job_hours, args.seed, args.trials, not args.several_nodes)
 
 
 if __name__ == "__main__":

@@ -31,26 +31,39 @@ from slurm_hooks.simulate.workload import (
 #: Simulated job-hours of the reduced set (the benchmark replays 10,000).
 JOB_HOURS = 500.0
 SEED = 20261205
-#: What the hang judge cannot yet tell from a hang: a job whose training
-#: step ended (or whose rank 0 alone goes on) while it still runs, with no
-#: record (docs/progress.md, "Limits"); the benchmark counts them.
-TRAINING_ONLY = WorkloadParams(epilogue_share=0.0, rank0_tail_share=0.0)
+#: Short jobs that all end their training while the job runs on: the batch
+#: script converting or uploading after the step, or rank 0 saving alone
+#: after its peers exited (what the default workload does at 30 % and 20 %).
+AFTER_TRAINING = WorkloadParams(run_h=(1.0, 3.0), epilogue_share=0.5, rank0_tail_share=0.5)
 
 
 def test_no_false_alarm_at_the_defaults():
     cfg = ProgressConfig()
-    r = replay_healthy(JOB_HOURS, SEED, Setup(cfg, workload=TRAINING_ONLY))
+    r = replay_healthy(JOB_HOURS, SEED, Setup(cfg))
     assert r.job_hours >= JOB_HOURS and r.runs > r.jobs  # restarts were replayed
     # The workload did pause for minutes, far beyond a step...
     assert r.longest_gap_s[Phase.CHECKPOINT] > 300
     assert r.longest_gap_s[Phase.EVAL] > 120
     assert r.longest_gap_s[Phase.FIRST_STEP] > cfg.first_step_allowance_s
+    # ... its jobs went on past their training with no record for longer than hang_s ...
+    assert r.longest_gap_s[Phase.EPILOGUE] > cfg.hang_s
     # ... and nothing was said about a healthy job.
     assert r.alarms == [], [a.explanation for a in r.alarms[:3]]
 
 
+def test_no_false_alarm_when_the_training_ends_before_the_job():
+    """Every rank gone after the last step is the step's end; rank 0 alone
+    after its peers finished is its final save: neither is a hang, though
+    both outlast ``hang_s`` since the last record."""
+    cfg = ProgressConfig()
+    r = replay_healthy(150.0, SEED, Setup(cfg, workload=AFTER_TRAINING))
+    assert r.longest_gap_s[Phase.EPILOGUE] > cfg.hang_s
+    assert r.longest_gap_s[Phase.RANK0_TAIL] > cfg.hang_s
+    assert r.alarms == [], [a.explanation for a in r.alarms[:3]]
+
+
 def test_a_threshold_below_the_pauses_cries_wolf_on_checkpoints():
-    r = replay_healthy(100.0, SEED, Setup(ProgressConfig(hang_s=120.0), workload=TRAINING_ONLY))
+    r = replay_healthy(100.0, SEED, Setup(ProgressConfig(hang_s=120.0)))
     assert r.per_10k_job_hours > 0
     assert r.by("phase")[Phase.CHECKPOINT] > 0
     # The policy saw user-side evidence only: the job is told about, or
@@ -67,12 +80,24 @@ def test_each_hang_case_is_found_at_the_defaults(case):
     (fig,) = replay_hangs(3, SEED, Setup(cfg), cases=[case])
     assert fig.detected == fig.trials == fig.right
     # Trusted evidence (the wedge) acts after trusted_confirm_s, a stopped rank
-    # after stopped_s, the others after hang_s.
+    # after stopped_s, the others after hang_s (an exited rank sooner, below).
     wait = {HangCase.WEDGED: cfg.trusted_confirm_s, HangCase.STOPPED: cfg.stopped_s}
     bound = wait.get(case, cfg.hang_s) + 2 * cfg.interval_s
     if case is HangCase.SILENT:
         bound += cfg.no_culprit_report_s
     assert fig.max_s is not None and fig.max_s <= bound
+
+
+def test_an_exited_rank_is_told_exited_s_after_it_left_unless_rank_0_is_left_alone():
+    """A rank gone while its peers live and wait is told ``exited_s`` after
+    it left; where it leaves rank 0 alone (a job of two ranks), rank 0 may be
+    saving the final model, and the judge waits ``hang_s``."""
+    cfg = ProgressConfig()
+    (fig,) = replay_hangs(12, SEED, Setup(cfg), cases=[HangCase.EXITED])
+    assert fig.detected == fig.trials == fig.right
+    soon = [x for x in fig.latencies if x <= cfg.exited_s + 2 * cfg.interval_s]
+    assert len(soon) > fig.trials // 2
+    assert fig.max_s is not None and fig.max_s <= cfg.hang_s + 2 * cfg.interval_s
 
 
 def test_a_hang_names_the_culprit_and_what_the_policy_does():

@@ -191,6 +191,90 @@ def test_gone_beats_stopped_and_lowest_step_without_proc_evidence(tmp_path):
     assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 1, "lowest step")
 
 
+def _finished(tmp_path, ranks=4, last=20):
+    """Every rank recorded the job's last step (training over)."""
+    for r in range(ranks):
+        _write(tmp_path, r, range(1, last + 1), node="n0")
+    return _views(tmp_path), 1000.0 + last
+
+
+def test_every_rank_gone_after_the_same_last_step_is_the_steps_end_not_a_hang(tmp_path):
+    """The job's training ended (its ranks exit together after the last step)
+    while the job runs on: no hang however long the batch script goes on."""
+    views, last = _finished(tmp_path)
+    gone = dict.fromkeys(views, ProcState.GONE)
+    left = dict.fromkeys(views, last + 5.0)
+    for later in (11.0, 600.0, 3600.0):
+        v = judge_hang(JOB, views, gone, last + later, HS, departed=left, alone=True)
+        assert v.verdict is Verdict.HEALTHY and "step ended" in v.explanation
+    # A job on several nodes: the others may wait for this node's ranks, a
+    # hang once they are gone hang_s (undated: hang_s since the last step).
+    v = judge_hang(JOB, views, gone, last + 14.0, HS, departed=left)
+    assert v.verdict is Verdict.HEALTHY and "other nodes" in v.explanation
+    v = judge_hang(JOB, views, gone, last + 15.0, HS, departed=left)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 0, "process gone")
+    assert judge_hang(JOB, views, gone, last + 10.0, HS).verdict is Verdict.HANG
+    # Gone ranks that did not finish together (one went on further): not an end.
+    _write(tmp_path, 3, range(21, 25), node="n0")
+    views = _views(tmp_path)
+    v = judge_hang(JOB, views, gone, last + 600, HS, alone=True)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 0, "process gone")
+
+
+def test_rank_0_alone_after_its_peers_finished_waits_hang_s_after_they_left(tmp_path):
+    views, last = _finished(tmp_path)
+    procs = {0: ProcState.RUNNING} | dict.fromkeys((1, 2, 3), ProcState.GONE)
+    left = dict.fromkeys((1, 2, 3), last + 300.0)  # after a final checkpoint
+    # Saving or uploading alone: 9 s after they left, 309 s after the last step.
+    v = judge_hang(JOB, views, procs, last + 309.0, HS, departed=left)
+    assert v.verdict is Verdict.HEALTHY and "alone" in v.explanation
+    v = judge_hang(JOB, views, procs, last + 310.0, HS, departed=left)
+    assert (v.verdict, v.rank, v.cause) == (Verdict.HANG, 1, "process gone")
+    # Undated departures (a watcher that started after they left): the stall
+    # since the last step counts, as before departures were dated.
+    v = judge_hang(JOB, views, procs, last + 10.0, HS)
+    assert (v.verdict, v.rank) == (Verdict.HANG, 1)
+
+
+def test_a_rank_gone_beside_live_peers_is_a_hang_exited_s_after_it_left(tmp_path):
+    views, last = _finished(tmp_path)
+    hs = HangSettings(hang_s=900.0, first_step_allowance_s=5.0, exited_s=120.0)
+    procs = dict.fromkeys(views, ProcState.SLEEPING) | {2: ProcState.GONE}
+    left = {2: last + 3.0}
+    assert judge_hang(JOB, views, procs, last + 122.0, hs, departed=left).verdict is (
+        Verdict.HEALTHY
+    )
+    v = judge_hang(JOB, views, procs, last + 123.0, hs, departed=left)
+    assert (v.verdict, v.rank, v.node, v.cause) == (Verdict.HANG, 2, "n0", "process gone")
+    # Rank 0 gone, the others alive: the same (only rank 0 finishing alone waits).
+    procs = dict.fromkeys(views, ProcState.SLEEPING) | {0: ProcState.GONE}
+    v = judge_hang(JOB, views, procs, last + 123.0, hs, departed={0: last + 3.0})
+    assert (v.verdict, v.rank) == (Verdict.HANG, 0)
+    # Steps recorded after it left: the clock runs from the last of them.
+    v = judge_hang(JOB, views, procs, last + 123.0, hs, departed={0: last - 200.0})
+    assert v.verdict is Verdict.HANG and v.evidence["departed_s"] == 123.0
+    # Undated: hang_s since the last step, as before.
+    assert judge_hang(JOB, views, procs, last + 899.0, hs).verdict is Verdict.HEALTHY
+    assert judge_hang(JOB, views, procs, last + 900.0, hs).verdict is Verdict.HANG
+
+
+def test_departures_are_dated_by_the_first_look_that_saw_them():
+    from slurm_hooks.detect.progress.departures import Departures
+    from slurm_hooks.detect.progress.records import RankView
+
+    views = {r: RankView(r, "n0", 100 + r, 0, 0.0, 5, 50.0, 10.0) for r in range(3)}
+    d = Departures()
+    # Gone at the first look of the job: undated (the watcher just started).
+    assert d.look(JOB, views, {0: ProcState.RUNNING, 1: ProcState.GONE}, 60.0) == {}
+    assert d.look(JOB, views, {1: ProcState.GONE, 2: ProcState.GONE}, 65.0) == {2: 65.0}
+    assert d.look(JOB, views, {1: ProcState.GONE, 2: ProcState.GONE}, 70.0) == {2: 65.0}
+    # A rank restarted in place is a new process.
+    views[2] = RankView(2, "n0", 999, 0, 0.0, 5, 50.0, 10.0)
+    assert d.look(JOB, views, {2: ProcState.GONE}, 75.0) == {2: 75.0}
+    d.keep(set())
+    assert d.look(JOB, views, {2: ProcState.GONE}, 80.0) == {}
+
+
 def test_all_ranks_equal_and_healthy_processes_is_stalled_without_culprit(tmp_path):
     for r in range(2):
         _write(tmp_path, r, range(1, 6))

@@ -60,7 +60,9 @@ class Engine:
 
 
 def job(jid: str) -> JobInfo:
-    return JobInfo(jid, ME, "RUNNING", "n1", batch_host="n1")
+    # Two nodes: this node's one rank gone (``stall``) is then a stall the
+    # other node may wait on (on a job of this node alone, its step's end).
+    return JobInfo(jid, ME, "RUNNING", "n[1-2]", batch_host="n1")
 
 
 def stall(base, jid: str, node: str = "n1") -> None:  # type: ignore[no-untyped-def]

@@ -51,6 +51,7 @@ from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Provenan
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
 from slurm_hooks.detect.progress import corroborate
+from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.gather import (
     Budget,
     is_job_dir,
@@ -140,6 +141,9 @@ class ProgressPass:
         self._view: list[dict[str, Any]] | None = None
         #: What this pass's looks found per job: (key, why, ranks).
         self._found: dict[str, tuple[str, str, tuple[int, ...]]] = {}
+        #: When each rank's process was first seen gone (the judge tells a
+        #: rank lost mid-run from ranks that finished by it).
+        self.departures = Departures()
         #: The last pass's cost, and every pass's summed (``/metrics``).
         self.last = PassStats()
         self.totals = PassTotals()
@@ -254,6 +258,7 @@ class ProgressPass:
         out: list[Any] = []
         suspects: list[str] = []
         self._signs = {j: v for j, v in self._signs.items() if j in jobs}
+        self.departures.keep(set(jobs))
         for i, job in enumerate(mine):
             if budget.spent():
                 stats.skipped_dirs += len(mine) - i
@@ -267,8 +272,11 @@ class ProgressPass:
                 continue
             stats.judged += 1
             procs = self._procs(local, None)
+            left = self.departures.look(job, local, procs, now)
             sign = self._look(job, local, now - max(v.last_time for v in views.values()))
-            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign)
+            alone = hostlist.expand(jobs[job].nodes or "")[:2] == [self.node]
+            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign, departed=left,
+                                 alone=alone)  # fmt: skip
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
                                      verdict.explanation, verdict.stalled_s)  # fmt: skip
@@ -371,7 +379,10 @@ class ProgressPass:
         procs = self._procs(local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
-        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job))
+        left = self.departures.look(job, local, procs, now)
+        alone = hostlist.expand(info.nodes or "")[:2] == [self.node]
+        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job), left,
+                             alone)  # fmt: skip
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             # One culprit per job run: once a node of the job carries our HANG

@@ -36,6 +36,7 @@ from slurm_hooks.detect.probes.nvml import ERROR_GPU_IS_LOST, ERROR_RESET_REQUIR
 from slurm_hooks.detect.probes.sysfs import IbPort
 from slurm_hooks.detect.progress.judge import HangSettings, ProcState, Verdict, judge_hang
 from slurm_hooks.detect.progress.records import RankView
+from slurm_hooks.detect.progress.settings import ProgressConfig
 from slurm_hooks.detect.xid.catalogue import Catalogue, load_catalogue
 from slurm_hooks.detect.xid.pci import GpuRef
 from slurm_hooks.detect.xid.rules import Incident, evaluate, incidents_from
@@ -108,7 +109,7 @@ def findings(
     now: float,
     catalogue: Catalogue | None = None,
     xid_history: Sequence[Incident] = (),
-    hang_s: float = 120.0,
+    hang_s: float = ProgressConfig.hang_s,
     job: str = "1",
 ) -> tuple[list[Finding], list[Incident]]:
     """The problems the judges find, and the XID incidents to remember for

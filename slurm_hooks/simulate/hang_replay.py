@@ -38,6 +38,7 @@ from datetime import timedelta
 from slurm_hooks.core.model import Action, Component, Finding, Provenance, Status
 from slurm_hooks.core.reason import job_component
 from slurm_hooks.decide import PolicyConfig, decide
+from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.judge import (
     CAUSES,
     ProcState,
@@ -154,6 +155,10 @@ class _Watcher:
     procs: dict[int, ProcState] = field(default_factory=dict)
     trusted: list[tuple[Provenance, str]] = field(default_factory=list)
     acted: set[str] = field(default_factory=set)
+    #: When each rank was first seen gone (the pass keeps one per node).
+    departures: Departures = field(default_factory=Departures)
+    #: The job runs on this node only (``Setup.one_node``).
+    alone: bool = True
     #: The longest stall judged a hang or a stall, per culprit cause (what a
     #: threshold per cause would have to stay above), this job's runs.
     stalls: dict[str, float] = field(default_factory=dict)
@@ -175,6 +180,10 @@ class _Watcher:
         # The straggler verdict reads complete windows only: it can change
         # only when the ranks complete one.
         window = fold.step // s.window_steps
+        if self.procs and not quiet:
+            # The pass reads every rank's state on every pass: a departure is
+            # dated by the first pass that sees it, quiet or not.
+            self.departures.look(str(self.job), fold.views(), self.procs, now)
         if not quiet and window == self._window:
             return []
         views = fold.views()
@@ -189,7 +198,9 @@ class _Watcher:
                 procs = {r: ProcState.DISK for r in views if self.rng.random() < CHECKPOINT_D_SHARE}
             self._looks = self._looks + 1 if self.trusted else 0
             sign = TrustedSign(self.trusted[0][1], self._looks) if self.trusted else None
-            v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign)
+            left = self.departures.look(str(self.job), views, procs, now)
+            v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign, departed=left,
+                           alone=self.alone)  # fmt: skip
         else:
             self._looks = 0
         hung = v is not None and v.verdict in (Verdict.HANG, Verdict.STALLED)
@@ -255,6 +266,10 @@ class Setup:
     progress: ProgressConfig = field(default_factory=ProgressConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workload: WorkloadParams = field(default_factory=WorkloadParams)
+    #: Each job runs on the watcher's node alone (its ranks there are all of
+    #: them); False: the ranks replayed are one node's share of a job on
+    #: several nodes, whose other nodes this watcher cannot see.
+    one_node: bool = True
 
     def validate(self) -> None:
         self.progress.validate()
@@ -266,7 +281,9 @@ class Setup:
         shape = draw_job(rng, self.workload)
         s = self.progress
         fold = RecordFold(shape.ranks, (s.slow_windows + _SPARE_WINDOWS) * s.window_steps)
-        return shape, _Watcher(job, 0, s, self.policy, fold, rng.random() < 0.5, rng)
+        w = _Watcher(job, 0, s, self.policy, fold, rng.random() < 0.5, rng)
+        w.alone = self.one_node
+        return shape, w
 
 
 def _passes(
@@ -345,6 +362,7 @@ def replay_healthy(job_hours: float, seed: int, setup: Setup | None = None) -> H
             runs += 1
             # Each verdict acts once per job run (job, restart count).
             w.run, w.restart, w.procs, w.acted = restart, restart, {}, set()
+            w.departures = Departures()
             length = run_length_s(rng, wp)
             requeued = rng.random() < wp.requeue_share and total + length < job_hours * 3600.0
             events = run_events(shape, rng, wp, start, length, requeued)

@@ -44,6 +44,7 @@ from slurm_hooks.decide import PolicyConfig, decide, decide_resume
 from slurm_hooks.decide.breaker import rank_claim
 from slurm_hooks.decide.decision import DecisionKind
 from slurm_hooks.decide.repair import Attempt, RepairConfig, RepairStep, plan_repair, reboot_allowed
+from slurm_hooks.detect.progress.settings import ProgressConfig
 from slurm_hooks.detect.xid.catalogue import Catalogue
 from slurm_hooks.simulate import evidence as evmod
 from slurm_hooks.simulate.cluster import PARTITION, SimJob, SimSlurm
@@ -70,7 +71,10 @@ class Replay:
         self.policy = policy or PolicyConfig()
         self.repair = repair or RepairConfig(enabled=True, resume_spares=True)
         self.catalogue = catalogue
-        self.hang_s = params.hang_s if params.hang_s is not None else 120.0
+        # Unset: the product's own defaults (the watcher's [progress] section).
+        progress = ProgressConfig()
+        self.hang_s = params.hang_s if params.hang_s is not None else progress.hang_s
+        self.progress_interval_s = progress.interval_s
         self.grace_s = params.grace_s if params.grace_s is not None else self.policy.grace_seconds
         self.horizon = params.days * 86400.0
         self.now = 0.0
@@ -248,7 +252,7 @@ class Replay:
 
     def _latency(self, kind: str, f: Fault) -> float:
         if kind == "hang":
-            return self.hang_s + 5.0  # the watcher's progress pass runs every 5 s
+            return self.hang_s + self.progress_interval_s  # the watcher's progress pass
         if kind == "link":  # the ib check runs in the healthcheck phase
             return self._rng(f).uniform(0, self.p.nhc_interval_s)
         return self.p.watch_latency_s

@@ -16,6 +16,26 @@ rank blocks in the next collective, so "no rank recorded a step for
 No hang before the job's first step completed and ``first_step_allowance_s``
 passed since (a first step can take long: compilation, data loading).
 
+A rank's process gone is read with when it went (``departed``: when the
+watcher first saw it gone, ``departures``), because healthy jobs end that
+way too:
+
+* every rank of a job that runs on this node alone gone, all at the same
+  last step: the step ended (training over,
+  ``torchrun`` tore its workers down after ``destroy_process_group``; the
+  batch script may go on converting or uploading).  Not a hang, however long
+  since the last record: nobody waits.  On a job of several nodes the others
+  may wait for them: a hang ``hang_s`` after the last of them left.
+* rank 0 alone alive, its peers here gone after they recorded its last
+  step: rank 0 saves or uploads the final model after the others finished
+  (``if rank == 0: save(...)``).  A hang only when it is still alone
+  ``hang_s`` after the last of them left.
+* any other rank gone beside live ones, nobody progressing: its peers wait
+  for it in their next collective.  A hang
+  ``exited_s`` after it left (ranks that finish leave within seconds of each
+  other, not minutes).  Without a departure time (a watcher restarted) the
+  stall must reach ``hang_s``, as before.
+
 Trusted evidence on this node (``TrustedSign``: NVML answering a GPU lost
 or not at all, a process of the job in D state inside the nvidia driver;
 read by root where no user writes, ``corroborate``) shortens the wait: a
@@ -66,6 +86,9 @@ class Verdict(enum.StrEnum):
     STALLED = "stalled"
 
 
+#: States that say nothing of a rank's process (another node's, unread).
+_UNSEEN = frozenset({ProcState.REMOTE, ProcState.UNKNOWN})
+
 #: Culprit causes, strongest evidence first.
 CAUSES = {
     ProcState.GONE: "process gone",
@@ -83,6 +106,9 @@ class HangSettings:
     #: A stall this long with a rank of this node stopped (state T) is a hang
     #: (when shorter than ``hang_s``): healthy training never stops a rank.
     stopped_s: float = 120.0
+    #: A stall with a rank of this node gone this long while peers other than
+    #: a lone rank 0 are alive is a hang (when shorter than ``hang_s``).
+    exited_s: float = 120.0
 
 
 #: Consecutive looks (watcher passes) that must see the same trusted sign:
@@ -137,10 +163,14 @@ def judge_hang(
     settings: HangSettings,
     hints: Sequence[Suspect] = (),
     trusted: TrustedSign | None = None,
+    departed: Mapping[int, float] | None = None,
+    alone: bool = False,
 ) -> HangVerdict:
     """The job's verdict.  ``procs`` holds this node's ranks' states (other
     nodes' ranks absent or ``REMOTE``); ``trusted`` what root sees on this
-    node beside the stall (None: nothing)."""
+    node beside the stall (None: nothing); ``departed`` when each gone rank
+    was first seen gone (a rank missing: not known); ``alone``: the job runs
+    on this node only (its ranks here are all of them)."""
     if not ranks:
         return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
     firsts = [v.first_step_time for v in ranks.values() if v.first_step_time is not None]
@@ -160,6 +190,13 @@ def judge_hang(
         early = _trusted_culprit(job, ranks, procs, stalled, trusted, evidence)
         if early is not None:
             return early
+    known = sorted(r for r, s in procs.items() if r in ranks and s not in _UNSEEN)
+    gone = [r for r in known if procs[r] is ProcState.GONE]
+    alive = [r for r in known if procs[r] is not ProcState.GONE]
+    if alone and gone and not alive and len(set(steps.values())) == 1:
+        return HangVerdict(Verdict.HEALTHY, job,
+                           f"its {len(gone)} rank(s) exited after the same last step "
+                           f"({stalled:.0f}s ago): the step ended", stalled, evidence=evidence)  # fmt: skip
     stopped = sorted(r for r, s in procs.items() if s is ProcState.STOPPED and r in ranks)
     if stopped and now >= allowed_at and settings.stopped_s <= stalled < settings.hang_s:
         v = ranks[stopped[0]]
@@ -169,10 +206,17 @@ def judge_hang(
             f"{CAUSES[ProcState.STOPPED]} {_at(v)}",
             stalled, v.rank, v.node, CAUSES[ProcState.STOPPED], evidence,
         )  # fmt: skip
+    if gone and now >= allowed_at:
+        left = _departed(job, ranks, gone, alive, now, stalled, settings, departed or {},
+                         evidence)  # fmt: skip
+        if left is not None:
+            return left
     if stalled < settings.hang_s or now < allowed_at:
         return HangVerdict(Verdict.HEALTHY, job, f"last step {stalled:.0f}s ago", stalled,
                            evidence=evidence)  # fmt: skip
     for state, cause in CAUSES.items():
+        if state is ProcState.GONE:
+            continue  # judged with its departure above
         hit = sorted(r for r, s in procs.items() if s is state and r in ranks)
         if hit:
             v = ranks[hit[0]]
@@ -214,6 +258,53 @@ def judge_hang(
         f"job {job} made no progress for {stalled:.0f}s; no culprit among the "
         f"{len(ranks)} rank(s) visible here (all at step {low})", stalled, evidence=evidence,
     )  # fmt: skip
+
+
+def _departed(
+    job: str,
+    ranks: Mapping[int, RankView],
+    gone: list[int],
+    alive: list[int],
+    now: float,
+    stalled: float,
+    settings: HangSettings,
+    departed: Mapping[int, float],
+    evidence: dict[str, Any],
+) -> HangVerdict | None:
+    """Ranks gone beside live ones: a hang naming the first gone rank, the
+    lone rank 0's grace (HEALTHY), or None (not yet: judge on)."""
+    when = [departed[r] for r in gone if r in departed]
+    # Rank 0 finishing alone, or (a job on several nodes) this node's ranks
+    # all gone: they reached the last step seen here, then left.  A rank
+    # that left behind a peer was lost mid-run.
+    top = max(ranks[r].step for r in gone + alive)
+    finishing = alive in ([0], []) and all(ranks[r].step >= top for r in gone)
+    if finishing:
+        # Alone since the last peer left; unknown departures: the last step.
+        since = now - max(when) if len(when) == len(gone) else stalled
+        wait = settings.hang_s
+    else:
+        since = now - min(when) if when else stalled
+        wait = settings.exited_s if when else settings.hang_s
+    # A step recorded after the departure: the survivors went on without it.
+    since = min(since, stalled)
+    if since >= wait:
+        v = ranks[gone[0]]
+        cause = CAUSES[ProcState.GONE]
+        evidence["departed_s"] = round(since, 1)
+        return HangVerdict(
+            Verdict.HANG, job,
+            f"{_quiet(job, stalled, ranks)}; rank {v.rank} on {v.node}: {cause} {_at(v)} "
+            f"{since:.0f}s ago" + (f", rank(s) {', '.join(map(str, alive))} alive" if alive else ""),
+            stalled, v.rank, v.node, cause, evidence,
+        )  # fmt: skip
+    if finishing:
+        why = (f"rank 0 goes on alone {since:.0f}s after its {len(gone)} peer(s) here exited "
+               "(a final save or upload)") if alive else (
+               f"its {len(gone)} rank(s) here exited {since:.0f}s ago after the last step "
+               "(the job's other nodes may go on)")  # fmt: skip
+        return HangVerdict(Verdict.HEALTHY, job, why, stalled, evidence=evidence)
+    return None
 
 
 def _trusted_culprit(

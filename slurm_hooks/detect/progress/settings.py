@@ -27,13 +27,21 @@ class ProgressConfig:
     #: write no record for minutes while they checkpoint (2-10 min) or
     #: evaluate: the false-alarm replay (docs/progress.md) found their longest
     #: gap 668 s in 10,000 job-hours and 3,031 false alarms per 10,000
-    #: job-hours at 120 s, none from training at 900 s.
+    #: job-hours at 120 s (2,746 of them checkpoints), none at 900 s.
     hang_s: float = 900.0
     #: ... but a stall with a rank of this node stopped (state T) is a hang
     #: after this long: no healthy job in the replay ever had a stopped rank,
     #: and a rank its owner stopped is told within two minutes.  Acts like any
     #: user-side stall: the owner and the admins told, an opted-in job requeued.
     stopped_s: float = 120.0
+    #: A stall with a rank of this node gone this long (since the watcher
+    #: first saw it gone) while other ranks of the job are alive, rank 0 alone
+    #: excepted, is a hang: ranks that finish leave within seconds of each
+    #: other (the replay's healthy jobs never had one gone beside live peers
+    #: but rank 0 finishing alone, which waits ``hang_s``; docs/progress.md).
+    #: Acts like ``stopped_s``: the owner and the admins told, an opted-in job
+    #: requeued, no drain.
+    exited_s: float = 120.0
     #: No hang is judged before this long after the job's first completed step.
     first_step_allowance_s: float = 60.0
     #: A job stalled this long while this node shows trusted evidence (a GPU
@@ -104,7 +112,7 @@ class ProgressConfig:
             raise ValueError(f"slow_policy must be one of {', '.join(SLOW_POLICIES)}")
         if not self.dir.startswith("/"):
             raise ValueError("dir must be an absolute path")
-        for name in ("hang_s", "stopped_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
+        for name in ("hang_s", "stopped_s", "exited_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
                      "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads", "max_pids"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -120,7 +128,11 @@ class ProgressConfig:
     @property
     def hang(self) -> HangSettings:
         return HangSettings(
-            self.hang_s, self.first_step_allowance_s, self.trusted_confirm_s, self.stopped_s
+            self.hang_s,
+            self.first_step_allowance_s,
+            self.trusted_confirm_s,
+            self.stopped_s,
+            self.exited_s,
         )
 
     @property
