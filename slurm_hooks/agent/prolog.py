@@ -71,7 +71,6 @@ from slurm_hooks.agent.prolog_cache import (  # noqa: F401 (re-exported: importa
     read_boot_id,
     xid_mark,
 )
-from slurm_hooks.core.bounds import require_at_least, require_positive
 from slurm_hooks.core.config import Config, GeneralConfig
 from slurm_hooks.core.errors import StateError
 from slurm_hooks.core.model import Finding, Status
@@ -112,10 +111,14 @@ class PrologConfig:
     detect_lock_wait_s: float = 2.0
 
     def validate(self) -> None:
-        require_at_least(self, 0, "validity_s", "engine_reserve_s", "detect_lock_wait_s")
-        require_positive(self, "budget_s")
-        if self.engine_reserve_s >= self.budget_s:
-            raise ValueError("engine_reserve_s must be below budget_s")
+        if self.validity_s < 0:
+            raise ValueError("validity_s must be >= 0 (0: never cache)")
+        if self.budget_s <= 0:
+            raise ValueError("budget_s must be > 0")
+        if not 0 <= self.engine_reserve_s < self.budget_s:
+            raise ValueError("engine_reserve_s must be >= 0 and below budget_s")
+        if self.detect_lock_wait_s < 0:
+            raise ValueError("detect_lock_wait_s must be >= 0")
 
 
 # -- which GPUs the job has ------------------------------------------------------
