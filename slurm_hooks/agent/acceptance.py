@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_hooks.core.bounds import require_at_least, require_positive
 from slurm_hooks.core.config import Config
 from slurm_hooks.core.model import Finding, Status
 
@@ -53,10 +54,8 @@ class AcceptanceConfig:
     python: str = sys.executable
 
     def validate(self) -> None:
-        if self.budget_s <= 0:
-            raise ValueError("budget_s must be > 0")
-        if self.reservation_minutes < 1:
-            raise ValueError("reservation_minutes must be >= 1")
+        require_positive(self, "budget_s")
+        require_at_least(self, 1, "reservation_minutes")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from slurm_hooks.core.bounds import require_positive
 from slurm_hooks.core.model import Action, Component, Finding, Status
 
 log = logging.getLogger(__name__)
@@ -86,16 +87,13 @@ class PreflightConfig:
     scenario: str = ""
 
     def validate(self) -> None:
-        if self.busbw_floor_gbps <= 0:
-            raise ValueError("busbw_floor_gbps must be > 0")
+        require_positive(self, "busbw_floor_gbps", "timeout_s")
         if not self.engine:
             raise ValueError("engine must be auto, nccl-tests or a plug-in's name")
         if self.engine not in ("auto", "nccl-tests"):
             from slurm_hooks.detect.engines.registry import check_name
 
             check_name(self.engine, ("auto", "nccl-tests"), key="preflight.engine")
-        if self.timeout_s <= 0:
-            raise ValueError("timeout_s must be > 0")
         if not _MPI_NAME.fullmatch(self.mpi):
             raise ValueError("mpi must be auto, none or an MPI plug-in's name (letters, digits, _)")
 

@@ -9,53 +9,56 @@ a node read once per pass however many suspects ask about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
 @dataclass
-class PassStats:
-    """One pass."""
+class PassCounts:
+    """The counters a pass keeps and the totals sum: one list, so that a new
+    counter is added to both at once."""
 
-    #: Job directories seen in the record directory (at most ``max_dirs``).
-    dirs: int = 0
-    #: ... of which not read: no job of theirs runs here, or the budget ran out.
+    #: Job directories not read: no job of theirs runs here, or the budget ran out.
     skipped_dirs: int = 0
-    #: Jobs judged from their records, or from their processes' activity.
-    judged: int = 0
-    #: ... of which from their processes' activity (no records: zero-touch).
-    signal_jobs: int = 0
-    #: Processes sampled (``/proc``) for zero-touch signals.
-    sampled_pids: int = 0
-    #: ... left unsampled this pass (``max_pids``; their jobs' turn comes).
-    skipped_pids: int = 0
+    #: Record or evidence files not read (the file, byte or CPU budget ran out).
+    skipped_files: int = 0
     #: Suspects left for a later pass (``max_job_reads``).
     deferred_suspects: int = 0
     #: Slurm reads the pass made (node jobs, suspect jobs, nodes).
     slurm_reads: int = 0
+    #: Processes sampled (``/proc``) for zero-touch signals.
+    sampled_pids: int = 0
+    #: Processes left unsampled (``max_pids``; their jobs' turn comes).
+    skipped_pids: int = 0
     files: int = 0
     bytes: int = 0
-    skipped_files: int = 0
     cpu_s: float = 0.0
+
+    def add_counts(self, other: PassCounts) -> None:
+        for f in fields(PassCounts):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class PassStats(PassCounts):
+    """One pass."""
+
+    #: Job directories seen in the record directory (at most ``max_dirs``).
+    dirs: int = 0
+    #: Jobs judged from their records, or from their processes' activity.
+    judged: int = 0
+    #: ... of which from their processes' activity (no records: zero-touch).
+    signal_jobs: int = 0
     #: (path, why) of the files a parser refused.
     rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
-class PassTotals:
+class PassTotals(PassCounts):
     """Every pass since the watcher started."""
 
     passes: int = 0
-    skipped_dirs: int = 0
-    skipped_files: int = 0
-    deferred_suspects: int = 0
-    slurm_reads: int = 0
-    sampled_pids: int = 0
-    skipped_pids: int = 0
-    files: int = 0
-    bytes: int = 0
     rejected: int = 0
-    cpu_s: float = 0.0
     #: Passes that raised (the progress thread survives them).
     crashes: int = 0
     #: Passes that took longer than ``interval_s``.
@@ -64,16 +67,8 @@ class PassTotals:
 
     def add(self, s: PassStats) -> None:
         self.passes += 1
-        self.skipped_dirs += s.skipped_dirs
-        self.skipped_files += s.skipped_files
-        self.deferred_suspects += s.deferred_suspects
-        self.slurm_reads += s.slurm_reads
-        self.sampled_pids += s.sampled_pids
-        self.skipped_pids += s.skipped_pids
-        self.files += s.files
-        self.bytes += s.bytes
+        self.add_counts(s)
         self.rejected += len(s.rejected)
-        self.cpu_s += s.cpu_s
         if s.rejected:
             self.last_rejected = tuple(s.rejected[-16:])
 

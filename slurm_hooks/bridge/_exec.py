@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from slurm_hooks.bridge.views import NODE_VIEW
 from slurm_hooks.core.errors import ConflictError, KubernetesError
@@ -28,6 +28,30 @@ class StepResult:
     #: done, partial, failed, skipped or dry-run
     outcome: str
     detail: str = ""
+
+
+class IncidentStep(Protocol):
+    """A step on the Kubernetes node of one Slurm incident (plan's and slinky_plan's)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def slurm_node(self) -> str: ...
+    @property
+    def incident(self) -> str: ...
+
+
+def log_step(logger: logging.Logger, step: IncidentStep, done: str, *args: object) -> None:
+    """The warning an executor writes for a step it carried out, always led
+    by ``node= slurm_node= incident=``: one grep follows an incident through
+    the fault bridge and the Slinky executor alike."""
+    logger.warning(
+        "node=%s slurm_node=%s incident=%s " + done,
+        step.node,
+        step.slurm_node,
+        step.incident,
+        *args,
+    )
 
 
 def patch_node(

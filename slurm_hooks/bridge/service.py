@@ -33,6 +33,7 @@ from slurm_hooks.bridge._exec import (  # noqa: F401 (StepResult re-exported: im
     Obj,
     StepResult,
     evict_pods,
+    log_step,
     patch_node,
 )
 from slurm_hooks.bridge.jobs_index import jobs_by_node
@@ -346,13 +347,7 @@ class Bridge:
             self.metrics.incidents.labels("cordon").inc()
             if step.drained_at is not None:
                 _observe_since(self.metrics.drain_to_cordon, step.drained_at.isoformat(), now)
-            log.warning(
-                "node=%s slurm_node=%s incident=%s cordoned and tainted: %s",
-                step.node,
-                step.slurm_node,
-                step.incident,
-                step.reason,
-            )
+            log_step(log, step, "cordoned and tainted: %s", step.reason)
             return StepResult(step, "done")
         if isinstance(step, planner.ClaimSpare):
             # Intent first, then the resume: a crash in between resumes the same spare.

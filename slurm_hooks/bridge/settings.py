@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from slurm_hooks.core.bounds import require_at_least, require_positive
+
 if TYPE_CHECKING:
     from slurm_hooks.core.config import GeneralConfig
 
@@ -138,10 +140,16 @@ class LendingConfig:
             raise ValueError("lending.on_drain_timeout must be 'wait' or 'force'")
         if self.reserve_taint_effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
             raise ValueError("lending.reserve_taint_effect must be a taint effect")
-        if min(self.idle_seconds, self.min_lend_seconds, self.min_slurm_seconds) < 0:
-            raise ValueError("lending durations must be >= 0")
-        if self.min_idle_nodes < 0 or self.max_lend_per_pass < 0 or self.gpus_per_node < 1:
-            raise ValueError("lending counts must be >= 0 (gpus_per_node >= 1)")
+        require_at_least(
+            self,
+            0,
+            "idle_seconds",
+            "min_lend_seconds",
+            "min_slurm_seconds",
+            "min_idle_nodes",
+            "max_lend_per_pass",
+        )
+        require_at_least(self, 1, "gpus_per_node")
         if self.demand_configmap and self.demand_configmap.count("/") != 1:
             raise ValueError("lending.demand_configmap must be 'namespace/name'")
         if self.enabled and not (
@@ -307,12 +315,11 @@ class BridgeConfig:
             raise ValueError("node_template must contain {name}")
         if not 0.0 < self.max_cordoned_fraction <= 1.0:
             raise ValueError("max_cordoned_fraction must be in (0, 1]")
-        if self.max_concurrent_replacements < 0 or self.api_retries < 0:
-            raise ValueError("max_concurrent_replacements and api_retries must be >= 0")
-        if self.node_watch_min_nodes < 0 or self.node_watch_seconds < 1:
-            raise ValueError("node_watch_min_nodes must be >= 0 and node_watch_seconds >= 1")
-        if self.interval <= 0 or self.api_timeout <= 0:
-            raise ValueError("interval and api_timeout must be > 0")
+        require_at_least(
+            self, 0, "max_concurrent_replacements", "api_retries", "node_watch_min_nodes"
+        )
+        require_at_least(self, 1, "node_watch_seconds")
+        require_positive(self, "interval", "api_timeout")
         if self.leader_election and self.lease_duration <= self.interval:
             raise ValueError("lease_duration must be longer than interval")
         self.lending.validate()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from slurm_hooks.bridge import slinky_plan as sp
-from slurm_hooks.bridge._exec import Obj, StepResult
+from slurm_hooks.bridge._exec import Obj, StepResult, log_step
 from slurm_hooks.bridge.plan import annotate_patch
 from slurm_hooks.core.errors import ConflictError, KubernetesError
 from slurm_hooks.k8s.client import pods_path
@@ -104,12 +104,7 @@ def execute(
     if isinstance(step, sp.Hold):
         bridge._rmw(step.cordon.node, current, lambda n: sp.hold_patch(n, step, cfg, now))
         bridge.metrics.incidents.labels("cordon").inc()
-        log.warning(
-            "node=%s slurm_node=%s incident=%s held (cordon, taint, node-cordon-reason)",
-            step.cordon.node,
-            step.cordon.slurm_node,
-            step.cordon.incident,
-        )
+        log_step(log, step.cordon, "held (cordon, taint, node-cordon-reason)")
         return StepResult(step, "done")
     if isinstance(step, sp.MarkPod):
         ns, name = _split(step.pod)
@@ -140,12 +135,10 @@ def execute(
         if missed is not None:
             return missed
         bridge.metrics.incidents.labels("slurmd_pod_moved").inc()
-        log.warning(
-            "node=%s slurm_node=%s incident=%s slurmd pod %s deleted: the NodeSet "
-            "recreates it on a spare machine",
-            step.node,
-            step.slurm_node,
-            step.incident,
+        log_step(
+            log,
+            step,
+            "slurmd pod %s deleted: the NodeSet recreates it on a spare machine",
             step.pod,
         )
         return StepResult(step, "done")
@@ -201,11 +194,6 @@ def execute(
             except KubernetesError as exc:
                 if exc.status != 404:
                     raise
-        log.warning(
-            "node=%s slurm_node=%s incident=%s ended before the move: released",
-            step.node,
-            step.slurm_node,
-            step.incident,
-        )
+        log_step(log, step, "ended before the move: released")
         return StepResult(step, "done")
     return bridge._execute(step, current)

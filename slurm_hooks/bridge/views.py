@@ -90,6 +90,8 @@ def pod_view(pod: Obj) -> dict[str, Any]:
 
 
 class _NodeMeta(TypedDict, total=False):
+    """The ObjectMeta fields a Node is read with; a Pod's are these and more."""
+
     name: str
     uid: str
     resourceVersion: str
@@ -119,15 +121,9 @@ class NodeItem(TypedDict, total=False):
     status: _NodeStatus
 
 
-class _PodMeta(TypedDict, total=False):
-    name: str
+class _PodMeta(_NodeMeta, total=False):
     namespace: str
-    uid: str
-    resourceVersion: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
     ownerReferences: list[dict[str, Any]]
-    deletionTimestamp: str
 
 
 class _PodSpec(TypedDict, total=False):

@@ -6,8 +6,10 @@ judge (nothing ran, unreadable file, unknown profile).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import click
@@ -64,7 +66,59 @@ def echo_json(figures: dict[str, Any], findings: Sequence[Finding]) -> None:
     click.echo(json.dumps({**figures, "findings": [f.to_dict() for f in findings]}, indent=2))
 
 
-def echo_findings(findings: Sequence[Finding]) -> None:
+@dataclass(frozen=True)
+class ParseRequest:
+    """What every ``<engine> parse`` command (``burnin``, ``nccl``) is asked:
+    the captured FILE, JSON or text out, and the profile to judge against with
+    the two overrides of it."""
+
+    file: str
+    as_json: bool
+    profile_name: str | None
+    config_path: str | None
+    floor: float | None
+    gpus: int | None
+
+    def profile(self) -> dict[str, Any]:
+        return resolve_profile(self.profile_name, self.config_path, gpu_count=self.gpus)
+
+    def text(self) -> str:
+        return read_text(self.file)
+
+
+def parse_options(*, floor_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """One option stack for the ``<engine> parse`` commands, so they cannot
+    drift; the command receives them as one ``ParseRequest`` (its first
+    argument), its own options after it."""
+
+    stack = (
+        click.argument("file", type=click.Path(dir_okay=False)),
+        click.option("--json", "as_json", is_flag=True, help="Print figures and findings as JSON."),
+        click.option("--profile", "profile_name", help="Judge against this profile's floors."),
+        click.option("-c", "--config", "config_path", help="Config file with [profiles]."),
+        click.option("--floor", type=float, help=floor_help),
+        click.option("--gpus", type=int, help="Expected GPU count (overrides the profile)."),
+    )
+    names = [f.name for f in fields(ParseRequest)]
+
+    def apply(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> None:
+            request = ParseRequest(**{name: kwargs.pop(name) for name in names})
+            fn(request, **kwargs)
+
+        # Applied last to first, as stacked decorators are: the help lists them in order.
+        for decorate in reversed(stack):
+            command = decorate(command)
+        return command
+
+    return apply
+
+
+def echo_report(errors: Sequence[str], findings: Sequence[Finding]) -> None:
+    """The text report's tail, the same for every engine."""
+    for e in errors:
+        click.echo(f"  error: {e}")
     for f in findings:
         click.echo(f"{f.status.value:7s} {f.code:18s} {f.component.short():6s} {f.message}")
 
@@ -80,21 +134,9 @@ def command() -> None:
 
 
 @command.command("parse")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print figures and findings as JSON.")
-@click.option("--profile", "profile_name", help="Judge against this profile's floors.")
-@click.option("-c", "--config", "config_path", help="Config file with [profiles].")
-@click.option("--floor", type=float, help="FP32 TFLOP/s floor per GPU (overrides the profile).")
-@click.option("--gpus", type=int, help="Expected GPU count (overrides the profile).")
+@parse_options(floor_help="FP32 TFLOP/s floor per GPU (overrides the profile).")
 @exits_on_error
-def parse_cmd(
-    file: str,
-    as_json: bool,
-    profile_name: str | None,
-    config_path: str | None,
-    floor: float | None,
-    gpus: int | None,
-) -> None:
+def parse_cmd(request: ParseRequest) -> None:
     """Parse and judge a captured gpu_burn output FILE (stdout+stderr).
 
     \b
@@ -104,11 +146,10 @@ def parse_cmd(
     from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
     from slurm_hooks.detect.engines.burnin.judge import judge_burnin, thresholds_from
 
-    profile = resolve_profile(profile_name, config_path, gpu_count=gpus)
-    settings = {"tflops_floor": floor} if floor is not None else {}
-    run = parse_gpu_burn(read_text(file))
-    findings = judge_burnin(run, thresholds_from(profile, settings))
-    if as_json:
+    settings = {"tflops_floor": request.floor} if request.floor is not None else {}
+    run = parse_gpu_burn(request.text())
+    findings = judge_burnin(run, thresholds_from(request.profile(), settings))
+    if request.as_json:
         echo_json(run.to_dict(), findings)
     else:
         click.echo(f"gpu_burn: {len(run.gpus)} GPUs, completed={run.completed}")
@@ -119,7 +160,5 @@ def parse_cmd(
                 f" max_temp={g.max_temp_c if g.max_temp_c is not None else '-'}"
                 + (" DIED" if g.died else "")
             )
-        for e in run.errors:
-            click.echo(f"  error: {e}")
-        echo_findings(findings)
+        echo_report(run.errors, findings)
     raise SystemExit(exit_code(findings))

@@ -9,7 +9,13 @@ from __future__ import annotations
 import click
 
 from slurm_hooks.cli._common import exits_on_error
-from slurm_hooks.cli.burnin import echo_findings, echo_json, exit_code, read_text, resolve_profile
+from slurm_hooks.cli.burnin import (
+    ParseRequest,
+    echo_json,
+    echo_report,
+    exit_code,
+    parse_options,
+)
 
 
 @click.group(name="nccl")
@@ -23,12 +29,7 @@ def command() -> None:
 
 
 @command.command("parse")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print figures and findings as JSON.")
-@click.option("--profile", "profile_name", help="Judge against this profile's floor.")
-@click.option("-c", "--config", "config_path", help="Config file with [profiles].")
-@click.option("--floor", type=float, help="Bus bandwidth floor in GB/s (overrides the profile).")
-@click.option("--gpus", type=int, help="Expected GPU count (overrides the profile).")
+@parse_options(floor_help="Bus bandwidth floor in GB/s (overrides the profile).")
 @click.option(
     "--large-min-bytes",
     type=int,
@@ -37,15 +38,7 @@ def command() -> None:
     help="Rows at or above this size are judged for bandwidth.",
 )
 @exits_on_error
-def parse_cmd(
-    file: str,
-    as_json: bool,
-    profile_name: str | None,
-    config_path: str | None,
-    floor: float | None,
-    gpus: int | None,
-    large_min_bytes: int,
-) -> None:
+def parse_cmd(request: ParseRequest, large_min_bytes: int) -> None:
     """Parse and judge a captured all_reduce_perf output FILE.
 
     \b
@@ -56,13 +49,12 @@ def parse_cmd(
     from slurm_hooks.detect.engines.nccl.judge import judge_nccl, thresholds_from
     from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
 
-    profile = resolve_profile(profile_name, config_path, gpu_count=gpus)
     settings: dict[str, object] = {"large_min_bytes": large_min_bytes}
-    if floor is not None:
-        settings["busbw_floor_gbps"] = floor
-    run = parse_nccl_tests(read_text(file))
-    findings = judge_nccl(run, thresholds_from(profile, settings))
-    if as_json:
+    if request.floor is not None:
+        settings["busbw_floor_gbps"] = request.floor
+    run = parse_nccl_tests(request.text())
+    findings = judge_nccl(run, thresholds_from(request.profile(), settings))
+    if request.as_json:
         echo_json(run.to_dict(large_min_bytes), findings)
     else:
         large = run.large_busbw(large_min_bytes)
@@ -71,7 +63,5 @@ def parse_cmd(
             f" avg busbw={run.avg_busbw if run.avg_busbw is not None else '-'} GB/s,"
             f" large busbw={'-' if large is None else f'{large:.1f}'} GB/s, wrong={run.wrong}"
         )
-        for e in run.errors:
-            click.echo(f"  error: {e}")
-        echo_findings(findings)
+        echo_report(run.errors, findings)
     raise SystemExit(exit_code(findings))

@@ -338,9 +338,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     # An empty table (most checks' settings on most nodes) has no key to
     # check: its annotations are not resolved (get_type_hints compiles each).
     hints, fields = _schema(cls) if data else ({}, {})
-    errors: list[ConfigError] = []
+    errors = ErrorList()
     for name in sorted(set(data) - set(fields)):
-        errors.append(
+        errors.errors.append(
             ConfigError(
                 f"unknown key (known: {', '.join(sorted(fields))})",
                 path=path,
@@ -352,16 +352,11 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
         if name not in fields:
             continue
         key = f"{prefix}.{name}" if prefix else name
-        try:
+        with errors:
             kwargs[name] = _coerce(
                 value, hints[name], path, key, fields[name].metadata.get("bounds")
             )
-        except ConfigErrors as exc:
-            errors.extend(exc.errors)
-        except ConfigError as exc:
-            errors.append(exc)
-    if errors:
-        raise ConfigErrors.of(errors)
+    errors.raise_any()
     try:
         obj = cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -397,25 +392,21 @@ class Config:
         """Check every known section and reject unknown ones; every error in
         the file is reported at once (one ConfigErrors listing them)."""
         known = {**SECTIONS, **ARRAY_SECTIONS}
-        errors: list[ConfigError] = [
+        errors = ErrorList()
+        errors.errors.extend(
             ConfigError(
                 f"unknown section (known: {', '.join(sorted(known))})",
                 path=self.path,
                 key=name,
             )
             for name in sorted(set(self.data) - set(known))
-        ]
+        )
         for name in self.data:
             if name not in known:
                 continue
-            try:
+            with errors:
                 self.section(name)
-            except ConfigErrors as exc:
-                errors.extend(exc.errors)
-            except ConfigError as exc:
-                errors.append(exc)
-        if errors:
-            raise ConfigErrors.of(errors)
+        errors.raise_any()
 
 
 #: A config file is a few KiB; anything near this is not one.
@@ -438,6 +429,32 @@ class ConfigErrors(ConfigError):
     def of(errors: list[ConfigError]) -> ConfigError:
         """The one error itself, or a ConfigErrors for several."""
         return errors[0] if len(errors) == 1 else ConfigErrors(errors)
+
+
+class ErrorList:
+    """Every error of one pass over a file, so that all are reported at once:
+    ``with errors:`` runs a block and keeps what it raised (each error of a
+    ConfigErrors) instead of stopping the pass; ``raise_any()`` then raises
+    them together."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def __enter__(self) -> ErrorList:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+        if isinstance(exc, ConfigErrors):
+            self.errors.extend(exc.errors)
+        elif isinstance(exc, ConfigError):
+            self.errors.append(exc)
+        else:
+            return False
+        return True
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise ConfigErrors.of(self.errors)
 
 
 def parse(text: str, *, path: str | None = None, validate: bool = True) -> Config:

@@ -28,10 +28,8 @@ class RepeatRule:
     action: str = "drain"
 
     def validate(self) -> None:
-        if self.count < 1:
-            raise ValueError("count must be >= 1")
-        if self.window_s <= 0:
-            raise ValueError("window_s must be > 0")
+        require_at_least(self, 1, "count")
+        require_positive(self, "window_s")
         if self.action not in ("drain", "replace"):
             raise ValueError("action must be 'drain' or 'replace'")
 
@@ -105,17 +103,14 @@ class PolicyConfig:
     audit_log: str = ""
 
     def validate(self) -> None:
-        if self.user_evidence_window_s < 0:
-            raise ValueError("user_evidence_window_s must be >= 0")
+        require_at_least(self, 0, "user_evidence_window_s", "grace_seconds", "breaker_min_nodes")
         if self.cross_user_hangs == 1 or self.cross_user_hangs < 0:
             raise ValueError("cross_user_hangs must be 0 (off) or >= 2")
-        if self.grace_seconds < 0:
-            raise ValueError("grace_seconds must be >= 0")
         if not 0 < self.breaker_max_share <= 1:
             raise ValueError("breaker_max_share must be in (0, 1]")
-        if self.breaker_max_nodes < 1 or self.breaker_min_nodes < 0:
-            raise ValueError("breaker_max_nodes must be >= 1 and breaker_min_nodes >= 0")
-        require_at_least(self, 1, "app_fault_repeat_count", "replace_after", "flap_count")
+        require_at_least(
+            self, 1, "breaker_max_nodes", "app_fault_repeat_count", "replace_after", "flap_count"
+        )
         require_positive(
             self,
             "app_fault_repeat_window_s",

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from slurm_hooks.core.bounds import require_at_least, require_positive
 from slurm_hooks.core.model import Action, NodeState
 from slurm_hooks.core.ownership import our_reason
 
@@ -105,14 +106,12 @@ class RepairConfig:
     health_extra: bool = False
 
     def validate(self) -> None:
-        if self.window_s <= 0 or self.reboot_timeout_s <= 0 or self.reset_timeout_s <= 0:
-            raise ValueError("window_s, reboot_timeout_s and reset_timeout_s must be > 0")
-        if self.max_concurrent_reboots < 0:
-            raise ValueError("max_concurrent_reboots must be >= 0")
+        require_positive(
+            self, "window_s", "reboot_timeout_s", "reset_timeout_s", "ticket_deadline_s"
+        )
+        require_at_least(self, 0, "max_concurrent_reboots")
         if self.reboot_nextstate.upper() not in ("DOWN", "RESUME"):
             raise ValueError("reboot_nextstate must be DOWN or RESUME")
-        if self.ticket_deadline_s <= 0:
-            raise ValueError("ticket_deadline_s must be > 0")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_hooks.core.bounds import require_at_least, require_positive
+
 #: Where each default comes from.
 SOURCES: dict[str, str] = {
     "nodes": "Llama 3: 16,384 H100 = 2,048 nodes of 8 GPUs (arXiv:2407.21783, 3.3.4)",
@@ -68,8 +70,8 @@ class SimParams:
     grace_s: float | None = None
 
     def validate(self) -> None:
-        if self.nodes < 2 or self.jobs < 1:
-            raise ValueError("nodes must be >= 2 and jobs >= 1")
+        require_at_least(self, 2, "nodes")
+        require_at_least(self, 1, "jobs")
         if not 0 <= self.spares < self.nodes:
             raise ValueError("spares must be in [0, nodes)")
         if (self.nodes - self.spares) < self.jobs:
@@ -78,8 +80,7 @@ class SimParams:
             v = getattr(self, f.name)
             if isinstance(v, float) and v < 0:
                 raise ValueError(f"{f.name} must be >= 0")
-        if self.checkpoint_s <= 0 or self.days <= 0:
-            raise ValueError("checkpoint_s and days must be > 0")
+        require_positive(self, "checkpoint_s", "days")
 
     @property
     def job_nodes(self) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurm_hooks.core.bounds import require_at_least, require_positive
+
 
 @dataclass(frozen=True)
 class NotifyConfig:
@@ -34,7 +36,5 @@ class NotifyConfig:
     def validate(self) -> None:
         if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):
             raise ValueError("webhook_url must be an http(s) URL")
-        if self.webhook_timeout <= 0 or self.mail_timeout <= 0:
-            raise ValueError("timeouts must be > 0")
-        if self.webhook_retries < 0:
-            raise ValueError("webhook_retries must be >= 0")
+        require_positive(self, "webhook_timeout", "mail_timeout")
+        require_at_least(self, 0, "webhook_retries")
