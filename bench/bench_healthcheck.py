@@ -27,7 +27,8 @@ without GPUs within +30 ms of ``python -c pass``, with 8 fake GPUs within
 +70 ms.  No assertions: these are figures to watch, not a test.  Other processes on the machine move medians by several ms: run it
 more than once.
 
-``--baseline DIR`` also times each hook entry from another source tree
+``--baseline DIR`` also times each hook entry (and with ``--site`` the
+imported config) from another source tree
 (``git worktree add /tmp/base <commit>``: DIR holds ``slurm_hooks/`` and
 ``lab/slurm_hooks_lab/``), interleaved with the others, so that before and
 after meet the same machine noise.
@@ -263,6 +264,12 @@ def main() -> None:
                     "SLURM_HOOKS_CONFIG": str(site_config(tmp, args.nhc_scripts)),
                 },
             )
+        if args.site and args.baseline:
+            name = f"healthcheck + {LINES} NHC lines"
+            argv, env = cases[name]
+            src = args.baseline.resolve()
+            path = os.pathsep.join([str(src), str(src / "lab")])
+            cases[f"{name} (baseline)"] = (argv, {**env, "PYTHONPATH": path})
         if args.site and args.nhc:
             cases[f"NHC, the same {LINES} lines"] = nhc_case(tmp, args.nhc, base, args.nhc_scripts)
         # Outside the source tree: "python -m" puts the working directory first on sys.path.

@@ -347,6 +347,51 @@ def test_cmd_output_matches_and_timeout(node):
     assert node.verdict(line.replace("-t 2", "-t 0.3")) == 1  # NHC: timeout fails
 
 
+def test_commands_run_side_by_side_and_report_in_config_order(node, tmp_path):
+    # Each waits (up to 2 s) for the other to have started: run one after
+    # the other, as NHC runs them, the first would time out and fail.
+    for me, other in (("first", "second"), ("second", "first")):
+        node.stub(
+            me,
+            f"touch {tmp_path}/{me}\n"
+            f"for i in $(seq 40); do [ -e {tmp_path}/{other} ] && exit 0; sleep 0.05; done\n"
+            "exit 1\n",
+        )
+    node.stub("never", "exit 3\n")
+    conf = (
+        "* || check_cmd_status -t 4 -r 0 first\n"
+        "* || check_cmd_status -t 4 -r 0 never\n"
+        "* || check_fs_mount_rw -f /nowhere\n"
+        "* || check_cmd_status -t 4 -r 0 second\n"
+    )
+    from slurm_hooks.detect.site.nhc_import import import_conf
+
+    imp = import_conf(conf)
+    cfg = SiteChecksConfig.from_section(imp.rows, path=None, prefix="site_checks")
+    failed = [f.values["site_check"] for f in node.run(cfg) if f.status is Status.FAIL]
+    assert failed == ["command-l2", "fs-mount-l3"]
+
+
+def test_a_site_functions_run_directory_is_private_and_removed(node, scripts, monkeypatch):
+    tmp = scripts.parent / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    modes = []
+    real_run = node.services()["run_command"]
+
+    def run(argv, **kw):
+        modes.append(os.stat(argv[5]).st_mode & 0o777)
+        return real_run(argv, **kw)
+
+    services = {**node.services(), "run_command": run}
+    monkeypatch.setattr(node, "services", lambda: services)
+    node.write("proc/vmstat", "oom_kill 0\n")
+    site = _site(scripts, SITE_VMSTAT=str(node.proc / "vmstat"))
+    assert node.verdict("check_site_oom 2", variables=site) == 0
+    assert modes == [0o700]
+    assert list(tmp.iterdir()) == []
+
+
 def test_ifconfig_output_with_posix_classes(node):
     out = "eth3: flags=4163<UP,BROADCAST>\n   UP BROADCAST RUNNING  MTU:1500\n   inet addr:10.0.0.1  Bcast:10.0.0.255  Mask:255.255.255.0\n"
     node.stub("ifconfig", f"printf '%s' '{out}'\n")

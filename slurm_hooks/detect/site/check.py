@@ -20,6 +20,7 @@ parsed :class:`~.spec.SiteChecksConfig`), ``proc_root``, ``sysfs_root``,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -103,6 +104,47 @@ def facts_for(ctx: CheckContext) -> Facts:
     return Facts(**kw)
 
 
+#: Kinds whose gather waits on a program (a command, bash running a site's
+#: NHC function): they start first, each in its own thread, so that their
+#: waits overlap each other and the reads of the other checks.
+SPAWNING = frozenset({"command", "nhc_function", "hw_mcelog", "dmi"})
+
+
+def gather_all(
+    checks: Sequence[SiteCheck], facts: Facts
+) -> list[tuple[SiteCheck, Any, BaseException | None]]:
+    """Each check's gather, results in config order.  The programs start
+    before the reads and run side by side (NHC runs them one after another:
+    the wall time of a run is then about its slowest program, not their
+    sum); the waits are bounded by each program's own timeout."""
+    import threading
+
+    from slurm_hooks.detect.site.kinds import KINDS
+
+    out: list[tuple[SiteCheck, Any, BaseException | None]] = [(c, None, None) for c in checks]
+
+    def one(i: int) -> None:
+        c = checks[i]
+        try:
+            out[i] = (c, KINDS[c.kind].gather(c.args, facts), None)
+        except Exception as exc:  # noqa: BLE001 - this check is UNKNOWN, the rest run
+            out[i] = (c, None, exc)
+
+    spawning = [i for i, c in enumerate(checks) if c.kind in SPAWNING]
+    threads = [
+        threading.Thread(target=one, args=(i,), name=f"site-{checks[i].name}", daemon=True)
+        for i in spawning
+    ]
+    for t in threads:
+        t.start()
+    for i in range(len(checks)):
+        if checks[i].kind not in SPAWNING:
+            one(i)
+    for t in threads:
+        t.join()
+    return out
+
+
 class SiteChecks:
     name: ClassVar[str] = NAME
     settings_class: ClassVar[type | None] = Settings
@@ -125,14 +167,7 @@ class SiteChecks:
         if features is None and features_error:
             skipped = tuple(c.name for c in cfg.checks if c.hosts.feature and c.enabled)
         facts = facts_for(ctx)
-        from slurm_hooks.detect.site.kinds import KINDS
-
-        results: list[tuple[SiteCheck, Any, BaseException | None]] = []
-        for c in checks:
-            try:
-                results.append((c, KINDS[c.kind].gather(c.args, facts), None))
-            except Exception as exc:  # noqa: BLE001 - this check is UNKNOWN, the rest run
-                results.append((c, None, exc))
+        results = gather_all(checks, facts)
         nhc = None
         if s.compare_with:
             from slurm_hooks.detect.site.compare import run_nhc

@@ -10,6 +10,7 @@ temporary directory.  Programs run only through ``probes.commands``.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,11 +115,32 @@ def parse_meminfo(text: str) -> MemInfo:
     )
 
 
+def _status_fields(status: str) -> tuple[str, int, int]:
+    """Name, PPid and the real Uid of a /proc/PID/status: only those lines
+    are read, up to the last of them (every process of the node passes
+    here, each run; the kernel writes them in its first ten lines)."""
+    comm, ppid, uid = "", 0, 0
+    wanted = 3
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key == "Name":
+            comm = value.strip()
+        elif key == "PPid":
+            ppid = int(value.strip() or 0)
+        elif key == "Uid":
+            uid = int((value.split() or ["0"])[0])
+        else:
+            continue
+        wanted -= 1
+        if not wanted:
+            break
+    return comm, ppid, uid
+
+
 def bounded(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     """``fn()`` in a daemon thread joined with ``timeout``: a call stuck in
     the kernel on a dead NFS server leaves a thread behind, not a hung
     hook.  Raises TimeoutError, or what ``fn`` raised."""
-    import threading
 
     box: dict[str, Any] = {}
 
@@ -176,10 +198,19 @@ class Facts:
     group_name: Callable[[int], str] = _default_group_name
     now: Callable[[], float] = time.time
     _cache: dict[Any, Any] = field(default_factory=dict)
+    _locks: dict[Any, threading.Lock] = field(default_factory=dict)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def _once(self, key: Any, fn: Callable[[], Any]) -> Any:
-        if key not in self._cache:
-            self._cache[key] = fn()
+        """``fn()``'s answer for ``key``, computed once even when checks
+        that run side by side (:func:`~.check.gather_all`) ask together."""
+        if key in self._cache:
+            return self._cache[key]
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._cache:
+                self._cache[key] = fn()
         return self._cache[key]
 
     def _read(self, path: str) -> str:
@@ -245,18 +276,11 @@ class Facts:
                 status = self._read(f"{base}/status")
             except OSError:
                 continue  # gone meanwhile, or not ours to read
-            fields = dict(
-                (k.strip(), v.strip())
-                for k, _, v in (ln.partition(":") for ln in status.splitlines())
-            )
-            uid = int(fields.get("Uid", "0").split()[0] or 0)
-            comm = fields.get("Name", "")
+            comm, ppid, uid = _status_fields(status)
             args = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip() or f"[{comm}]"
             if uid not in names:
                 names[uid] = self.user_name(uid)
-            out.append(
-                Proc(int(name), int(fields.get("PPid", "0") or 0), uid, names[uid], args, comm)
-            )
+            out.append(Proc(int(name), ppid, uid, names[uid], args, comm))
         return sorted(out, key=lambda p: p.pid)
 
     # -- files

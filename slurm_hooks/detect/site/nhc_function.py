@@ -79,10 +79,55 @@ class ShimStopped(RuntimeError):
 
 
 def shim_path() -> str:
-    """Where the installed package keeps :data:`SHIM`."""
-    from importlib import resources
+    """Where the installed package keeps :data:`SHIM` (a file bash reads:
+    the package is installed as files, so no importlib.resources, whose
+    import costs every healthcheck more than this lookup)."""
+    import os
 
-    return str(resources.files("slurm_hooks") / "data" / SHIM)
+    import slurm_hooks
+
+    return os.path.join(os.path.dirname(slurm_hooks.__file__), "data", SHIM)
+
+
+#: The files the shim writes in its run directory.
+CHANNEL, OUTPUT = "channel", "output"
+
+
+def private_dir() -> str:
+    """A new directory only this user can enter (mode 0700, created with
+    mkdir, which never follows or reuses what is there), under $TMPDIR or
+    /tmp: tempfile's rule, without importing tempfile and shutil (about 4
+    ms of each run's start)."""
+    import os
+
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, f"slurm-hooks-nhc-{os.urandom(8).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free name for a run directory under {base}")
+
+
+def remove_dir(path: str) -> None:
+    """Remove the run directory: the shim's two files, then the directory;
+    anything else in it (a process left behind wrote there) through
+    shutil."""
+    import os
+
+    for name in (CHANNEL, OUTPUT):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def argv(a: NhcFunction, run_dir: str) -> list[str]:
@@ -181,19 +226,21 @@ def gather(a: NhcFunction, f: Facts) -> Outcome:
     ShimStopped (the check is UNKNOWN) when it did not run; CommandError
     when bash cannot be started."""
     import os
-    import tempfile
 
     bounded(lambda: check_trust(a.scripts_dir), 5.0, f"stat {a.scripts_dir}")
-    with tempfile.TemporaryDirectory(prefix="slurm-hooks-nhc-") as run_dir:
+    run_dir = private_dir()
+    try:
         try:
             r = f.run(argv(a, run_dir), timeout=a.timeout_s)
         except CommandTimeout:
             return Outcome(None, timed_out=True)
         outcome = parse(
             r.rc,
-            _read(os.path.join(run_dir, "channel")),
-            _read(os.path.join(run_dir, "output"), tail=2000),
+            _read(os.path.join(run_dir, CHANNEL)),
+            _read(os.path.join(run_dir, OUTPUT), tail=2000),
         )
+    finally:
+        remove_dir(run_dir)
     if outcome.output:
         log.debug("nhc function %s said: %s", a.function, outcome.output)
     if outcome.loaded is None and outcome.died is None:
