@@ -26,7 +26,8 @@ watchers on every node at the product's defaults (only the job's grace set):
   until the kernel gives up on the connection (``tcp_retries2`` = 15: about
   15 minutes on the loopback; each rank logs ``readv failed: Connection
   timed out``).  Open MPI 4.1's ranks then poll on: the job stays RUNNING,
-  and does not step again once the partition is healed.
+  and does not step again once the partition is healed; Open MPI 5.0 aborts
+  the step (about 945 s after the cut in the 24.11 root) and the job ends.
 
 What the product does (measured on the host, 940 s window): nobody is told
 of either, no node is drained.  The crashed rank's node lists no process of
