@@ -25,6 +25,10 @@ blocked inside the all-reduce cannot act on a signal until the collective
 returns (as with NCCL): its checkpoint is the last one written, periodic or
 on a signal that arrived between collectives.
 
+``--exit-rank R --exit-at-step K`` makes rank R exit after step K of the
+job's first run (``os._exit``: no ``MPI_Finalize``), as a rank that crashed;
+a requeued run goes to its end.
+
 SIGUSR2 writes every thread's Python stack to ``stack.rank<R>.txt`` in the
 checkpoint directory (``faulthandler``, from inside the signal handler, so it
 works while the rank is blocked in C): the cheap way for a job's owner to see
@@ -138,6 +142,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ckpt-every", type=int, default=10, help="periodic checkpoint (steps)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--exit-rank", type=int, default=None,
+                    help="this rank exits after --exit-at-step, as a crashed rank would: at "
+                    "once, without MPI_Finalize (os._exit)")  # fmt: skip
+    ap.add_argument("--exit-at-step", type=int, default=1)
+    ap.add_argument("--exit-code", type=int, default=1)
     args = ap.parse_args(argv)
     if args.max_steps < 0 or args.ckpt_every < 1 or args.step_seconds < 0:
         ap.error("--max-steps and --step-seconds must be >= 0, --ckpt-every >= 1")
@@ -205,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
                       digest=digest(w))  # fmt: skip
         if step % args.ckpt_every == 0:
             checkpoint("periodic")
+        if rank == args.exit_rank and step == args.exit_at_step and restart == 0:
+            # A crash, not an exit: no MPI_Finalize, no atexit handler (mpi4py's
+            # would finalize and wait for the peers), no checkpoint.
+            metrics.write("crash", step=step, rc=args.exit_code)
+            os._exit(args.exit_code)
     checkpoint("final")
     metrics.write("done", step=step, digest=digest(w))
     return 0
