@@ -118,6 +118,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "one_slurm: a lab test run on the host's Slurm only, not in the roots"
     )
+    config.addinivalue_line(
+        "markers",
+        "soak: a lab test that waits out a default window of the product (minutes to a"
+        " quarter of an hour); not in the test command's runs: `bash tools/run-tests -m soak`",
+    )
     config.pluginmanager.register(plugin_from_env(), "slurm_hooks_durations")
     if hasattr(config.option, "hypothesis_seed") and config.option.hypothesis_seed is None:
         config.option.hypothesis_seed = int(

@@ -62,7 +62,7 @@ from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.detect.probes.commands import run
 from slurm_hooks.detect.progress.settings import ProgressConfig
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.one_slurm]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.one_slurm, pytest.mark.soak]
 
 TRAIN_DIR = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train"
 MPI_TRAIN = TRAIN_DIR / "mpi_train.py"
