@@ -35,8 +35,10 @@ whole job-table reads (``REQUEST_JOB_INFO``), ``job_single`` single-job
 reads; ``jt_bytes`` is job-table reads times one table as ``scontrol show
 job`` prints it.  Then it measures the signal step alone on one node's K
 jobs: one ``scancel --signal`` per job (what the evacuation sent before
-issue #31) against ``CliClient.signal_jobs`` (one ``scancel`` for all of
-them: what it sends now, through ``SlurmDoor.signal_many``).
+issue #31), one for all of them without ``--ctld``, and
+``CliClient.signal_jobs`` (what it sends now, through
+``SlurmDoor.signal_many``: one ``scancel --ctld`` for all of them, which
+from Slurm 24.05 is one ``REQUEST_KILL_JOBS`` and no table read).
 
 ``--records N``: a lab of ``--record-base`` real nodes plus N node records
 with no slurmd (``Lab(extra_records=N)``: DOWN, in a partition of their
@@ -51,6 +53,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -136,18 +139,30 @@ def start_node_jobs(lab: Lab, node: str, count: int) -> list[str]:
     raise LabError(f"jobs on {node} did not start: {ids}")
 
 
+WINCH = str(int(signal.SIGWINCH))
+
+
 def signal_step(lab: Lab, ids: list[str]) -> dict[str, dict]:
-    """The evacuation's signal step on one node's jobs, both ways (CONT:
-    harmless to ``sleep``): per job, and all in one ``signal_jobs``."""
+    """The evacuation's signal step on one node's jobs, three ways (SIGWINCH,
+    28 on Linux: scancel knows no name for it, and the batch shell ignores
+    it; CONT would meet slurmctld's "transitional state" for a job
+    signalled with it a moment before, and scancel 22.05 then waits 5 s
+    and asks again): one ``scancel``
+    per job (before issue #31), one ``scancel`` for all without ``--ctld``
+    (before it went to slurmctld in one request), and ``signal_jobs`` (what
+    ``SlurmDoor.signal_many`` sends now: ``scancel --ctld``)."""
     client = lab.client()
     out = {}
     before = rpc_counts(lab)
     for jid in ids:
-        client.signal_job(jid, "CONT", SignalTarget.BATCH)
+        client.raw("scancel", f"--signal={WINCH}", "--batch", jid)
     out["one scancel per job"] = _rpc_delta(lab, before)
     before = rpc_counts(lab)
-    client.signal_jobs(ids, "CONT", SignalTarget.BATCH)
-    out["signal_jobs (one scancel)"] = _rpc_delta(lab, before)
+    client.raw("scancel", f"--signal={WINCH}", "--batch", *ids)
+    out["one scancel, no --ctld"] = _rpc_delta(lab, before)
+    before = rpc_counts(lab)
+    client.signal_jobs(ids, WINCH, SignalTarget.BATCH)
+    out["signal_jobs (scancel --ctld)"] = _rpc_delta(lab, before)
     return out
 
 
@@ -208,7 +223,9 @@ def one_size(
     rows: dict[tuple[str, str], dict] = {}
     try:
         up = lab.up()
-        print(f"lab: {n} nodes (+{records} records) up in {up:.1f}s", flush=True)
+        major, minor, micro = lab.client().version()
+        version = f"{major}.{minor:02d}.{micro}"
+        print(f"lab: Slurm {version}, {n} nodes (+{records} records) up in {up:.1f}s", flush=True)
         # What one whole-table read carries, as scontrol prints it: a read of
         # ``scontrol show node NAME`` (22.05) or ``squeue -w`` receives the
         # table too but prints (almost) nothing of it.

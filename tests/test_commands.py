@@ -143,3 +143,18 @@ def test_subprocess_is_used_only_in_commands():
             ):
                 offenders.append(f"{rel}:{node.lineno} os.{node.attr}")
     assert offenders == []
+
+
+def test_a_timed_out_command_keeps_what_it_wrote_on_stderr() -> None:
+    """A caller may need to know how far a killed command got (scancel
+    names each job before it asks slurmctld)."""
+    with pytest.raises(CommandTimeout) as err:
+        commands.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time; print('asked 1', file=sys.stderr, flush=True); time.sleep(30)",
+            ],
+            timeout=1.0,
+        )
+    assert "asked 1" in err.value.stderr

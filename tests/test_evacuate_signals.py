@@ -13,7 +13,7 @@ from test_actions import Clock, FakeSlurm, Recorder, xid79
 from slurm_hooks.act import evacuate
 from slurm_hooks.act.engine import Engine
 from slurm_hooks.act.notify import Notifier
-from slurm_hooks.core.errors import JobGone, SlurmError, SlurmUnavailable
+from slurm_hooks.core.errors import JobGone, SignalMaybeSent, SlurmError, SlurmUnavailable
 from slurm_hooks.core.model import JobInfo
 from slurm_hooks.decide import PolicyConfig
 from slurm_hooks.slurm.base import JobsSignal, SignalTarget
@@ -219,3 +219,27 @@ def test_door_passes_a_jobs_signal_client_all_ids_in_one_call():
     assert out["101"] is None and isinstance(out["102"], SlurmError)
     assert SlurmDoor(slurm).signal_many([], "TERM", SignalTarget.STEPS) == {}
     assert len(slurm.many) == 1
+
+
+def test_a_signal_that_may_have_gone_out_is_never_sent_again(make, tmp_path):
+    """slurmctld took the request but did not answer (stopped): it may
+    still deliver it, so the job counts as signalled, ``unknown``; the run
+    stops sending and fails, and the next run sends nothing to anyone."""
+    maybe = SignalMaybeSent("scancel 102: no answer")
+    slurm = ManySlurm(answers=[{"102": maybe}])
+    with pytest.raises(SlurmUnavailable):
+        make(slurm).handle("n1", [xid79()])
+    jobs = incident_doc(tmp_path)["jobs"]
+    assert jobs["101"]["signals"] == jobs["103"]["signals"] == ["USR1->batch"]
+    assert jobs["102"]["signalled_at"] and jobs["102"]["signals"][0].startswith("unknown: USR1")
+    assert "signal_retries" not in jobs["102"]
+    make(slurm).resume_pending()
+    assert len(slurm.many) == 1
+
+
+def test_door_fallback_keeps_a_maybe_sent_signal_as_its_outcome():
+    maybe = SignalMaybeSent("no answer")
+    slurm = OneByOne(errors={"1": maybe})
+    out = SlurmDoor(slurm).signal_many(["1", "2"], "USR1", SignalTarget.BATCH)
+    assert out["1"] is maybe
+    assert isinstance(out["2"], SlurmUnavailable) and not isinstance(out["2"], SignalMaybeSent)

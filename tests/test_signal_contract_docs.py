@@ -19,10 +19,13 @@ def test_signals_doc_states_the_code_defaults() -> None:
     text = SIGNALS.read_text()
     p = PolicyConfig()
     assert (
-        f"| `signal_batch` | `{p.signal_batch}` | `scancel --batch --signal={p.signal_batch}"
+        f"| `signal_batch` | `{p.signal_batch}` | "
+        f"`scancel --ctld -v --batch --signal={p.signal_batch}" in text
+    )
+    assert (
+        f"| `signal_steps` | `{p.signal_steps}` | `scancel --ctld -v --signal={p.signal_steps} "
         in text
     )
-    assert f"| `signal_steps` | `{p.signal_steps}` | `scancel --signal={p.signal_steps} " in text
     assert f"default {p.grace_seconds:g} s" in text
     for state in RESTARTABLE_END_STATES:
         assert f"`{state}`" in text, state

@@ -112,13 +112,16 @@ def test_bad_reasons_refused_before_calling(reason: str) -> None:
     [
         (
             lambda c: c.signal_job("7", "USR1", SignalTarget.BATCH),
-            ["scancel", "--signal=USR1", "--batch", "7"],
+            ["scancel", "--ctld", "-v", "--signal=USR1", "--batch", "7"],
         ),
         (
             lambda c: c.signal_job("7", "sigterm", SignalTarget.FULL),
-            ["scancel", "--signal=SIGTERM", "--full", "7"],
+            ["scancel", "--ctld", "-v", "--signal=SIGTERM", "--full", "7"],
         ),
-        (lambda c: c.signal_job("7", "10", SignalTarget.STEPS), ["scancel", "--signal=10", "7"]),
+        (
+            lambda c: c.signal_job("7", "10", SignalTarget.STEPS),
+            ["scancel", "--ctld", "-v", "--signal=10", "7"],
+        ),
         (lambda c: c.requeue("7"), ["scontrol", "requeue", "7"]),
         (lambda c: c.cancel("7"), ["scancel", "7"]),
         (

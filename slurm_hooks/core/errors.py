@@ -41,11 +41,14 @@ class CommandError(SlurmHooksError):
 
 
 class CommandTimeout(CommandError):
-    """An external command ran past its time limit and was killed."""
+    """An external command ran past its time limit and was killed.
+    ``stderr``: what it had written before (a caller may need to know how
+    far it got: scancel names each job before it asks slurmctld)."""
 
-    def __init__(self, argv: Sequence[str], timeout: float):
+    def __init__(self, argv: Sequence[str], timeout: float, stderr: str = ""):
         super().__init__(argv, None, message=f"command {argv[0]!r} timed out after {timeout:g}s")
         self.timeout = timeout
+        self.stderr = stderr
 
 
 class SlurmError(SlurmHooksError):
@@ -54,6 +57,12 @@ class SlurmError(SlurmHooksError):
 
 class SlurmUnavailable(SlurmError):
     """slurmctld (or slurmrestd) could not be reached, even after retries."""
+
+
+class SignalMaybeSent(SlurmUnavailable):
+    """A signal request went to a controller that did not answer: it may
+    still be delivered when slurmctld reads its queued request, so it must
+    never be sent again (a checkpoint signal is sent at most once)."""
 
 
 class ForeignReasonError(SlurmError):

@@ -85,11 +85,13 @@ class ServerClock(Protocol):
 class JobsSignal(Protocol):
     """A client that signals many jobs in one request.
 
-    ``scancel --signal`` reads the whole job table before it signals (any
-    option besides job ids does: ``has_default_opt`` in scancel's opt.c,
-    then ``_load_job_records``), once per invocation: signalling a node's
-    jobs one ``scancel`` each reads the table once per job.  One call for
-    all of them reads it once, however many jobs the node runs.  Returns
+    Up to Slurm 23.11 ``scancel --signal`` reads the whole job table before
+    it signals (any option besides job ids does: ``has_default_opt`` in
+    scancel's opt.c, then ``_load_job_records``), once per invocation:
+    signalling a node's jobs one ``scancel`` each reads the table once per
+    job, one call for all of them once, however many jobs the node runs.
+    From 24.05 ``scancel --ctld`` hands the ids to slurmctld in one request
+    (``REQUEST_KILL_JOBS``) and reads no table at all.  Returns
     each job's outcome: None (signalled) or the typed error (JobGone for a
     job that ended).  SlurmUnavailable when nothing could be sent; when the
     controller stops answering part-way, the jobs not reached carry

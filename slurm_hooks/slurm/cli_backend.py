@@ -22,6 +22,7 @@ from slurm_hooks.core.errors import (
     CommandTimeout,
     JobGone,
     NodeNotFound,
+    SignalMaybeSent,
     SlurmError,
     SlurmUnavailable,
 )
@@ -213,13 +214,28 @@ def check_signal(signal: str) -> str:
 
 
 #: Job ids per ``scancel`` of :meth:`CliClient.signal_jobs` (bounds argv;
-#: each invocation reads the job table once).
+#: up to 23.11 each invocation reads the job table once).
 SIGNAL_BATCH = 256
 _KILL_ERROR = re.compile(r"error on job id ([0-9]+(?:_[0-9]+)?)(?:\.[0-9]+)?: (.*)")
 
 
 def _scancel_signal(signal: str, target: SignalTarget) -> list[str]:
-    argv = ["scancel", f"--signal={check_signal(signal)}"]
+    """scancel's words for ``signal`` to ``target``, before the job ids.
+
+    ``--ctld``: from 24.05 scancel sends the ids, signal and flags to
+    slurmctld in one request (``REQUEST_KILL_JOBS``, scancel.c
+    ``_ctld_signal_jobs``) instead of reading the whole job table first and
+    then asking job by job; slurmctld signals each job with the same
+    ``job_signal`` and flags either way.  22.05 to 23.11 know the option
+    (it only concerns job steps there) and read the table as before: one
+    command line for every release, no version probe per hook run.
+
+    ``-v``: the one-request path exits 0 whatever a job's answer and names
+    a job that ended (ESLURM_ALREADY_DONE, ESLURM_INVALID_JOB_ID) only when
+    verbose; so does 22.05's path (else silent, exit status 229).  With it
+    every job scancel could not signal has its ``Kill job error on job id
+    N: ...`` line on every release."""
+    argv = ["scancel", "--ctld", "-v", f"--signal={check_signal(signal)}"]
     if target == SignalTarget.BATCH:
         argv.append("--batch")
     elif target == SignalTarget.FULL:
@@ -237,8 +253,60 @@ def _signal_refused(argv: Sequence[str], job_id: str, line: str, rc: int) -> Slu
 
 
 def _silent(res: CommandResult) -> bool:
-    """scancel failed without a word: a job was completing or unknown."""
-    return not res.stderr.strip() and scancel_errno(res.rc) is not None
+    """scancel failed without an error line (at most its ``-v`` notes): a
+    job was completing or unknown."""
+    said = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
+    return not said and scancel_errno(res.rc) is not None
+
+
+#: From Slurm 24.05 ``scancel --ctld`` sends its request at once (scancel.c
+#: ``_proc_cluster``: ``if (opt.ctld && ...) return _ctld_signal_jobs()``,
+#: before ``_load_job_records``); up to 23.11 the table read comes first
+#: and ``--ctld`` concerns job steps only.
+ONE_REQUEST_SIGNAL = (24, 5, 0)
+#: ``-v``'s note as scancel is about to ask for one job (scancel.c
+#: ``_cancel_job_id``: ``Signal %u to %sjob %s``, ``Terminating %sjob %s``).
+_ASKING = re.compile(r"(?:Signal \d+ to|Terminating) (?:batch |full )?job ([0-9]+(?:_[0-9]+)?)\b")
+#: What scancel prints when it sent no signal request at all: the table read
+#: failed (``slurm_perror("slurm_load_jobs error")``, then ``exit(1)``), or
+#: no controller accepted the connection (SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR).
+_LOAD_FAILED = "slurm_load_jobs error"
+_NO_CONNECTION = "(connect failure)"
+
+
+def _asked_job_ids(stderr: str) -> set[str]:
+    """Jobs a table-first scancel named as about to be asked (``-v``) or
+    answered for: those it may have sent a request for."""
+    return {m.group(1) for m in _ASKING.finditer(stderr)} | set(_failed_job_ids(stderr))
+
+
+def _sent_nothing(stderr: str, one_request: Callable[[], bool]) -> bool:
+    """A failed scancel that named no job sent no signal request: it could
+    not connect, or its table read failed (table-first releases; the
+    release is asked only then)."""
+    if _NO_CONNECTION in stderr:
+        return True
+    return _LOAD_FAILED in stderr and not one_request()
+
+
+def _cut_short(
+    chunk: Sequence[str], asked: set[str], stderr: str, why: str
+) -> dict[str, SlurmError | None]:
+    """Outcomes of a scancel that got no answer for some jobs: a job it
+    named as refused keeps its typed error; a job it may have asked for is
+    SignalMaybeSent (never asked again); a job it had not reached is
+    SlurmUnavailable (nothing went out for it)."""
+    failed = _failed_job_ids(stderr)
+    out: dict[str, SlurmError | None] = {}
+    for jid in chunk:
+        line = failed.get(jid)
+        if line is not None and not _is_transient(line):
+            out[jid] = typed(Op.JOB_SIGNAL, jid, line, text=line)
+        elif jid in asked:
+            out[jid] = SignalMaybeSent(f"scancel {jid}: no answer, may be delivered: {why[:300]}")
+        else:
+            out[jid] = SlurmUnavailable(f"scancel {jid}: not sent: {why[:300]}")
+    return out
 
 
 def _failed_job_ids(stderr: str) -> dict[str, str]:
@@ -511,34 +579,94 @@ class CliClient:
         raise JobGone(jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
-        self._call([*_scancel_signal(signal, target), check_job_id(job_id)])
+        """One job: :meth:`signal_jobs` of it alone (a refusal is named on
+        scancel's stderr, also when it exits 0), its typed error raised."""
+        jid = check_job_id(job_id)
+        err = self.signal_jobs([jid], signal, target).get(jid)
+        if err is not None:
+            raise err
 
     def signal_jobs(
         self, job_ids: Sequence[str], signal: str, target: SignalTarget
     ) -> dict[str, SlurmError | None]:
         """Signal every job in ``job_ids`` with one ``scancel`` per
         :data:`SIGNAL_BATCH` ids (see :class:`~slurm_hooks.slurm.base.JobsSignal`:
-        one whole job-table read for all of them, not one per job).  scancel
-        signals each job on its own and names each one it could not
-        (``Kill job error on job id N: ...``, rc 1): those get their typed
-        error, the others None.  SlurmUnavailable is raised only when the
-        first ``scancel`` found no controller; a later one that finds none
-        leaves its ids and the rest with SlurmUnavailable as their outcome
-        (what went out before stays known)."""
+        one request to slurmctld from 24.05, one whole job-table read up to
+        23.11; never one per job).  scancel signals each job on its own and
+        names each one it could not (``Kill job error on job id N: ...``;
+        rc 1 up to 23.11, rc 0 from 24.05: the lines are read either way):
+        those get their typed error, the others None.
+
+        A signal is never asked for twice (:meth:`_signal_chunk`): a job
+        whose request may have reached a controller that did not answer
+        gets SignalMaybeSent and is not asked again.  SlurmUnavailable is
+        raised only when the first ``scancel`` sent nothing; once the
+        controller stops answering, the jobs not asked carry
+        SlurmUnavailable as their outcome (what went out before stays
+        known)."""
         ids = [check_job_id(j) for j in job_ids]
         head = _scancel_signal(signal, target)
         out: dict[str, SlurmError | None] = {}
         for start in range(0, len(ids), SIGNAL_BATCH):
             chunk = ids[start : start + SIGNAL_BATCH]
-            argv = [*head, *chunk]
             try:
-                res = self._call(argv, refusal_ok=True)
+                answers = self._signal_chunk([*head, *chunk], chunk)
             except SlurmUnavailable as exc:
                 if not out:
                     raise
                 out.update(dict.fromkeys(ids[start:], exc))
                 break
-            failed = _failed_job_ids(res.stderr) if res.rc else {}
+            out.update(answers)
+            lost = [e for e in answers.values() if isinstance(e, SlurmUnavailable)]
+            if lost:
+                # The controller stopped answering: nothing more is sent.
+                rest = ids[start + len(chunk) :]
+                out.update(dict.fromkeys(rest, SlurmUnavailable(f"not sent: {lost[0]}")))
+                break
+        return out
+
+    def _signal_chunk(
+        self, argv: Sequence[str], chunk: Sequence[str]
+    ) -> dict[str, SlurmError | None]:
+        """One ``scancel`` for ``chunk``; asked again (the client's retries)
+        only while it provably sent nothing: the job-table read failed
+        (``slurm_load_jobs error``, up to 23.11, where scancel reads before
+        it signals), it could not connect (``connect failure``), or it was
+        killed before it named any job (up to 23.11 it names each job, with
+        ``-v``, just before asking).  Anything else that leaves a job
+        without an answer may have reached slurmctld (a stopped controller
+        accepts connections and reads the queued request when it
+        continues): that job gets SignalMaybeSent, never a second request.
+        Raises SlurmUnavailable when nothing was sent after the retries."""
+        last = ""
+        tried = 0
+        for attempt in range(self.retries + 1):
+            if attempt:
+                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                if self._left() <= delay:
+                    break
+                log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
+                self._sleep(delay)
+            timeout = min(self.timeout, self._left())
+            if timeout <= 0:
+                break
+            tried += 1
+            try:
+                res = self._run(argv, timeout=timeout, check=False, env=self._env)
+            except CommandTimeout as exc:
+                asked = set(chunk) if self._one_request() else _asked_job_ids(exc.stderr)
+                if asked:
+                    return _cut_short(chunk, asked, exc.stderr, str(exc))
+                last = str(exc)
+                continue
+            except CommandError as exc:
+                raise SlurmError(f"cannot run {argv[0]}: {exc}") from exc
+            failed = _failed_job_ids(res.stderr)
+            if not failed and res.rc and _is_transient(res.stderr):
+                if _sent_nothing(res.stderr, self._one_request):
+                    last = res.stderr.strip()
+                    continue
+                return _cut_short(chunk, set(chunk), res.stderr, res.stderr.strip())
             if res.rc and not failed and _silent(res):
                 # A job of the chunk was completing or unknown (scancel names
                 # none): which one, Slurm's job table tells; the others got
@@ -547,10 +675,32 @@ class CliClient:
             elif res.rc and not failed:
                 # scancel failed as a whole (no job named): nothing is known.
                 raise classify_failure(argv, res.rc, res.stderr.strip(), res.stdout)
+            out: dict[str, SlurmError | None] = {}
             for jid in chunk:
                 line = failed.get(jid)
-                out[jid] = None if line is None else _signal_refused(argv, jid, line, res.rc)
-        return out
+                if line is not None and _is_transient(line):
+                    out[jid] = SignalMaybeSent(f"{' '.join(argv[:2])} {jid}: {line[:300]}")
+                else:
+                    out[jid] = None if line is None else _signal_refused(argv, jid, line, res.rc)
+            return out
+        within = f" within the {self.deadline_s:g}s deadline" if self._ends is not None else ""
+        raise SlurmUnavailable(
+            f"slurm controller unreachable after {tried} attempt(s){within} "
+            f"running {argv[0]}, nothing sent: {last[:300] or 'no time left'}"
+        )
+
+    def _one_request(self) -> bool:
+        """Whether this release's ``scancel --ctld`` asks slurmctld at once
+        (:data:`ONE_REQUEST_SIGNAL`), read only when a signal went wrong.
+        A version that cannot be read counts as yes: then no silence is
+        taken for "nothing sent"."""
+        try:
+            return self.version() >= ONE_REQUEST_SIGNAL
+        except SlurmError as exc:
+            log.warning(
+                "cannot read the Slurm version (%s): a signal without answer may be sent", exc
+            )
+            return True
 
     def _ended_of(self, job_ids: Sequence[str]) -> dict[str, str]:
         """Job id -> why, for each of ``job_ids`` that is no longer running

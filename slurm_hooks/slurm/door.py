@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from slurm_hooks.core.errors import (
     ForeignReasonError,
     ReasonChanged,
+    SignalMaybeSent,
     SlurmError,
     SlurmUnavailable,
 )
@@ -270,13 +271,14 @@ class SlurmDoor:
         or its typed error (JobGone for a job that ended).
 
         A client that signals many jobs in one request (``JobsSignal``: the
-        CLI's one ``scancel``, which reads the job table once for all of
-        them) gets one call; any other (REST, pyslurm, a test double) one
-        ``signal_job`` per job.  SlurmUnavailable is raised only when the
-        controller answered for none of them; once it stops answering
-        part-way, the jobs not reached carry SlurmUnavailable as their
-        outcome (no retry per remaining job: each would wait out the
-        client's whole retry budget)."""
+        CLI's one ``scancel --ctld``, which reads the job table once for all
+        of them up to Slurm 23.11 and not at all from 24.05) gets one call;
+        any other (REST, pyslurm, a test double) one ``signal_job`` per job.
+        SlurmUnavailable is raised only when nothing was sent; once the
+        controller stops answering part-way, the jobs not reached carry
+        SlurmUnavailable as their outcome (no retry per remaining job: each
+        would wait out the client's whole retry budget), and a job whose
+        request may have reached it SignalMaybeSent (never sent again)."""
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return {}
@@ -286,6 +288,12 @@ class SlurmDoor:
         for i, job_id in enumerate(ids):
             try:
                 self.signal(job_id, signal, target)
+            except SignalMaybeSent as exc:
+                # It may still be delivered: its own outcome, never resent;
+                # the jobs after it are not asked.
+                out[job_id] = exc
+                out.update(dict.fromkeys(ids[i + 1 :], SlurmUnavailable(f"not sent: {exc}")))
+                break
             except SlurmUnavailable as exc:
                 if i == 0:
                     raise

@@ -77,10 +77,12 @@ NO_SUCH_NODE = (INVALID_NODE_NAME,)
 
 #: scancel says nothing of a job it could not signal because the job was
 #: already completing or is unknown (scancel.c ``_cancel_job_id`` prints
-#: those two only with ``-v``); its exit status is then the error number
-#: cut to 8 bits (ESLURM_ALREADY_DONE 2021 -> 229, ESLURM_INVALID_JOB_ID
-#: 2017 -> 225).  Seen on the lab: ``scancel --signal=TERM`` rc 229, no
-#: output, on a job whose batch shell had just exited.
+#: those two only with ``-v``; ``CliClient`` passes it, this is for a
+#: scancel that still says nothing); its exit status is then the error
+#: number cut to 8 bits (ESLURM_ALREADY_DONE 2021 -> 229,
+#: ESLURM_INVALID_JOB_ID 2017 -> 225).  Seen on the lab: ``scancel
+#: --signal=TERM`` rc 229, no output, on a job whose batch shell had just
+#: exited.
 SILENT_SCANCEL = (ALREADY_DONE, INVALID_JOB_ID)
 
 

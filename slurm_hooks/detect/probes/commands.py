@@ -98,9 +98,9 @@ def run(
     try:
         stdout, stderr = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        kill_group(proc)
+        said = kill_group(proc)
         log.warning("command timed out argv=%s timeout=%s", args, timeout)
-        raise CommandTimeout(args, timeout) from exc
+        raise CommandTimeout(args, timeout, stderr=said) from exc
     except BaseException:
         # KeyboardInterrupt, SystemExit from a signal handler: the child is
         # in its own session, so nobody else would stop it.
@@ -114,21 +114,24 @@ def run(
     return result
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
+def kill_group(proc: subprocess.Popen[str]) -> str:
     """SIGKILL the process group ``proc`` leads (its own session), then
     collect it; pipes still held by an escaped grandchild are closed after
-    DRAIN_S instead of being waited on."""
+    DRAIN_S instead of being waited on.  Returns what the child wrote on
+    stderr before (empty when it was not collected)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
     try:
-        proc.communicate(timeout=DRAIN_S)
+        _, stderr = proc.communicate(timeout=DRAIN_S)
     except (subprocess.TimeoutExpired, ValueError, OSError):
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
         proc.wait()
+        return ""
+    return stderr if isinstance(stderr, str) else ""
 
 
 # -- detached: children that must outlive us -----------------------------------------
