@@ -88,11 +88,11 @@ def _scenario_template(lab: Lab) -> str:
     return str(probe.parent / "{node}" / SCENARIO_NAME)
 
 
-#: How the node's GPU wedges rank 1: GPU 0 falls off the bus (NVML answers
-#: GPU_IS_LOST: the GPU check names it first).  "silent" (the driver stops
-#: answering NVML: no check can name a GPU, the hang names the node) is not
-#: yet run here: it waits for a lab run showing its HANG drain.
-WEDGES = ("lost",)
+#: How the node's GPU wedges rank 1: its driver stops answering NVML (no
+#: check can name a GPU: the hang names the node).  "lost" (GPU_IS_LOST: the
+#: GPU check drains it as GPU_LOST first, and evacuates the job before rank
+#: 1 can be sampled) is not run here yet.
+WEDGES = ("silent",)
 
 
 @pytest.fixture(scope="module", params=WEDGES)
