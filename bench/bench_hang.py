@@ -17,11 +17,13 @@
   the job RUNNING again elsewhere -> its first step after the restart, each
   from the stop, against the collective timeout the job would otherwise
   wait for (print the ratio; ``--no-lab`` skips it);
-* ``--collective``: the same end-to-end case with a real collective instead:
-  ``mpi_train.sbatch`` (mpi4py over Open MPI, ``srun --mpi=pmix``, run by the
-  unprivileged user), whose ranks block in ``MPI_Allreduce`` and which writes
-  no progress records; a trial whose node is not drained within 60 s (the
-  issue's goal) is counted as not detected.
+* ``--collective``: the end-to-end case with a real collective at the
+  product's defaults (only the job's grace set): ``mpi_train.sbatch``
+  (mpi4py over Open MPI, ``srun --mpi=pmix``, run by the unprivileged user,
+  no progress records); the driver of the last rank's node stops answering
+  NVML, that rank sleeps in its GPU work and the other blocks in
+  ``MPI_Allreduce`` (no SIGSTOP: nobody stops a process); a trial whose node
+  is not drained within 60 s (the issue's goal) is counted as not detected.
 
     python bench/bench_hang.py [--steps 20000] [--ranks 8] [--dir /dev/shm] [--trials 2]
     python bench/bench_hang.py --no-lab | --collective
@@ -119,8 +121,14 @@ def _last_metric(path: Path) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {}
 
 
+#: The job's checkpoint grace in the --collective trials, the one setting
+#: they choose (issue 30: everything else at the product's defaults).
+COLLECTIVE_GRACE_S = 10.0
+
+
 def _submit(lab: Any, d: Path, base: Path, nodes: int, collective: bool) -> tuple[str, Any]:
     """The trial's job, and how to read its victim rank's newest progress."""
+    from slurm_hooks_lab.hooks import SCENARIO_NAME
     from slurm_hooks_lab.lab import TEST_USER
 
     from slurm_hooks.detect.probes.commands import run
@@ -132,7 +140,8 @@ def _submit(lab: Any, d: Path, base: Path, nodes: int, collective: bool) -> tupl
                "MPI_TRAIN_PY": str(TRAIN_DIR / "mpi_train.py"), "CKPT_DIR": str(d / "ckpt")}  # fmt: skip
         job = run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", f"-N{nodes}",
                    f"--output={d}/train.out", f"--chdir={d}", str(TRAIN_DIR / "mpi_train.sbatch"),
-                   "--max-steps", "60", "--step-seconds", "0.2", "--ckpt-every", "1000"],
+                   "--max-steps", "300", "--step-seconds", "0.2", "--ckpt-every", "3",
+                   "--gpu-scenario", str(lab.base_dir / "nodes" / "{node}" / SCENARIO_NAME)],
                   timeout=30, env=env).stdout.strip()  # fmt: skip
         metrics = d / "ckpt" / f"metrics.rank{victim}.jsonl"
         return job, lambda: _last_metric(metrics)
@@ -161,16 +170,28 @@ def e2e_trial(
     os.chmod(d, 0o1777)
     job, last = _submit(lab, d, base, nodes, collective)
     try:
-        lab.wait_for(lambda: int(last().get("step", 0)) >= 5, 90, what="progress")
+        # The job works a few watcher passes first (a job never seen active
+        # is never judged on its processes).
+        began = time.monotonic()
+        worked_s = 4 * ProgressConfig().interval_s if collective else 0.0
+        lab.wait_for(lambda: int(last().get("step", 0)) >= 5
+                     and time.monotonic() - began >= worked_s, worked_s + 90, what="progress")  # fmt: skip
         rec = last()
-        hooks.lose_gpu(rec["node"], 0)
-        t0 = time.monotonic()
-        os.kill(int(rec["pid"]), signal.SIGSTOP)
+        if collective:
+            # The node's driver stops answering NVML and the rank's GPU work
+            # never completes: nobody stops a process (tests/test_hang_wedge_lab.py).
+            hooks.silence_nvml(rec["node"])
+            t0 = time.monotonic()
+        else:
+            hooks.lose_gpu(rec["node"], 0)
+            t0 = time.monotonic()
+            os.kill(int(rec["pid"]), signal.SIGSTOP)
         try:
-            wait_drained(lab, rec["node"], timeout=DETECT_GOAL_S)
+            reason = wait_drained(lab, rec["node"], timeout=DETECT_GOAL_S)
         except LabError:
             return None
         drained = time.monotonic() - t0
+        print(f"    drained: {reason[:160]}")
         client = lab.client()
         lab.wait_for(lambda: client.get_job(job).restart_count >= 1
                      and client.get_job(job).state == "RUNNING", 300, what="requeued job running")  # fmt: skip
@@ -209,8 +230,11 @@ def end_to_end(
             pdir.mkdir(parents=True)
             for d in (work, pdir):
                 os.chmod(d, 0o1777)
-            hooks = install(lab, grace_s=3.0, progress={**LAB_PROGRESS, "dir": str(pdir)},
-                            watch={"nvml_interval_s": 3600.0})  # fmt: skip
+            if collective:  # the product's defaults, but for the job's grace
+                hooks = install(lab, grace_s=COLLECTIVE_GRACE_S, progress={"dir": str(pdir)})
+            else:
+                hooks = install(lab, grace_s=3.0, progress={**LAB_PROGRESS, "dir": str(pdir)},
+                                watch={"nvml_interval_s": 3600.0})  # fmt: skip
             try:
                 for node in lab.node_names:
                     hooks.start_watcher(node)
@@ -282,6 +306,15 @@ def main() -> None:
               f"for its collective timeout ({NCCL_TIMEOUT_S:g}s for NCCL)")  # fmt: skip
         return
     med = {k: statistics.median(t[k] for t in trials) for k in trials[0]}
+    if args.collective:
+        print(f"end to end ({len(trials)} of {len(results)} trials detected, {args.nodes} nodes, "
+              f"{job}, the product's defaults but a {COLLECTIVE_GRACE_S:g}s grace), median from "
+              f"the wedge (the node's NVML silent, the rank asleep in its GPU work): drained "
+              f"{med['drained']:.1f}s, job RUNNING again {med['running']:.1f}s, first step "
+              f"{med['stepped']:.1f}s; vs NCCL's {NCCL_TIMEOUT_S:g}s collective timeout: ratio "
+              f"{med['running'] / NCCL_TIMEOUT_S:.3f} (goal <= {DETECT_GOAL_S:g}s: "
+              f"{'met' if med['running'] <= DETECT_GOAL_S else 'NOT met'})")  # fmt: skip
+        return
     lab_hang = LAB_PROGRESS["hang_s"]
     print(f"end to end ({len(trials)} of {len(results)} trials detected, {args.nodes} nodes, "
           f"{job}, lab hang_s {lab_hang:g}s), "

@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 CONFIG_NAME = "slurm-hooks.toml"
 SCENARIO_NAME = "gpus.json"
+#: The NVML calls that reach the driver before any GPU's own: what fails
+#: when the driver no longer answers (:meth:`LabHooks.silence_nvml`).
+SILENT_NVML = ("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex")
 ENGINE_SCENARIO_NAME = "engine.toml"
 KERN_LOG = "kern.log"
 AUDIT_NAME = "audit.jsonl"
@@ -232,6 +235,16 @@ class LabHooks:
         fails with GPU_IS_LOST, also through a handle a running watcher
         fetched earlier."""
         self.set_gpu(node, index, lost=True)
+
+    def silence_nvml(self, node: str, error: str = "TIMEOUT") -> None:
+        """The node's driver stops answering NVML: counting the GPUs and
+        fetching a handle fail with ``error`` (a GPU wedged so hard that
+        ``nvidia-smi`` hangs), whatever each GPU's own keys say."""
+        path = self.node(node).scenario
+        data = json.loads(path.read_text())
+        rules = [r for r in data.get("errors", []) if r.get("function") not in SILENT_NVML]
+        data["errors"] = rules + [{"function": f, "error": error} for f in SILENT_NVML]
+        write_atomic(path, json.dumps(data, indent=1) + "\n")
 
     def heal_gpus(self, node: str) -> None:
         """Every GPU of the node healthy again (NVML and the fake engines)."""

@@ -29,6 +29,16 @@ on a signal that arrived between collectives.
 job's first run (``os._exit``: no ``MPI_Finalize``), as a rank that crashed;
 a requeued run goes to its end.
 
+``--gpu-scenario`` (the lab's fake GPUs): each step's compute also drives
+this rank's GPU, as a training rank's kernels do, by asking the node's
+GPU as the lab's fake NVML describes it (a JSON file, ``{node}`` in the
+path is this rank's node).  A GPU that fell off the bus never completes
+the work, nor does one whose driver stopped answering: the rank blocks
+there, asleep and using no CPU, as a CUDA synchronise in blocking-sync
+mode waits for an interrupt that never comes.  Nobody stops the rank: the GPU wedged it, and the other ranks
+block in the next all-reduce.  Only a signal to stop (TERM, KILL) ends
+the wait, as killing a process ends its CUDA calls.
+
 SIGUSR2 writes every thread's Python stack to ``stack.rank<R>.txt`` in the
 checkpoint directory (``faulthandler``, from inside the signal handler, so it
 works while the rank is blocked in C): the cheap way for a job's owner to see
@@ -129,6 +139,36 @@ def load(ckpt_dir: Path) -> tuple[int, np.ndarray] | None:
         return None
 
 
+#: Seconds between two looks at a wedged GPU (the rank sleeps in between).
+GPU_WAIT_S = 0.5
+
+
+#: NVML calls that reach the driver before any GPU's own: failing, the
+#: driver no longer answers, and no GPU of the node completes work.
+DRIVER_CALLS = ("nvmlInit", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex")
+
+
+def gpu_wedged(scenario: Path | None, index: int) -> str:
+    """Why GPU ``index`` of the lab's fake NVML scenario completes no work
+    ("" while it does): it fell off the bus (``lost``), or the driver stopped
+    answering (an ``errors`` rule on a call every GPU needs).  An unreadable
+    scenario is a GPU that still answers."""
+    if scenario is None:
+        return ""
+    try:
+        data = json.loads(scenario.read_text(encoding="utf-8"))
+        gpu = data.get("gpu", {}).get(str(index), {})
+        rules = [r for r in data.get("errors", []) if isinstance(r, dict)]
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if isinstance(gpu, dict) and gpu.get("lost") not in (None, False):
+        return "lost"
+    for rule in rules:
+        if rule.get("function") in DRIVER_CALLS and rule.get("gpu") in (None, index):
+            return "driver silent"
+    return ""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--ckpt-dir", type=Path, required=True,
@@ -140,6 +180,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="share of each step's compute spent on the CPU (the rest sleeps): a "
                     "rank that computes is busy, as a training rank is")  # fmt: skip
     ap.add_argument("--ckpt-every", type=int, default=10, help="periodic checkpoint (steps)")
+    ap.add_argument("--gpu-scenario", default="",
+                    help="the lab's fake NVML scenario of this rank's node ({node}: its name); "
+                    "its GPU lost, the rank's GPU work never completes")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--exit-rank", type=int, default=None,
@@ -163,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    scenario = Path(args.gpu_scenario.replace("{node}", node)) if args.gpu_scenario else None
+    gpu = int(os.environ.get("SLURM_LOCALID") or 0)
     stacks = open(args.ckpt_dir / f"stack.rank{rank}.txt", "a", encoding="utf-8")
     faulthandler.register(signal.SIGUSR2, file=stacks, all_threads=True, chain=False)
     metrics = Metrics(
@@ -207,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
             x = np.tanh(x)  # this rank's compute on the CPU (the result is not used)
         while time.monotonic() - started < args.step_seconds and flags.stop is None:
             time.sleep(min(0.05, args.step_seconds))  # the rest of this rank's compute
+        if why := gpu_wedged(scenario, gpu):
+            # The step's kernels went to a GPU that is gone: they never complete.
+            metrics.write("gpu_wedged", step=step + 1, gpu=gpu, why=why)
+            while flags.stop is None:
+                time.sleep(GPU_WAIT_S)
+            continue  # the stop path: no all-reduce, no checkpoint of this step
         comm.Allreduce(mine, total, op=MPI.SUM)  # blocks until every rank has arrived
         w = w - args.lr * total / world
         step += 1
