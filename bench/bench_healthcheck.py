@@ -278,9 +278,20 @@ def main() -> None:
         if args.baseline:
             src = args.baseline.resolve()
             path = os.pathsep.join([str(src), str(src / "lab")])
+            state = str(tmp / "state")
             for name in [n for n in cases if n.startswith("hook ")]:
                 argv, env = cases[name]
-                cases[f"{name} (baseline)"] = (argv, {**env, "PYTHONPATH": path})
+                # Its own state dir: the plug-in memo is stamped with sys.path,
+                # which PYTHONPATH changes, so trees sharing one would each
+                # find the other's memo stale and rescan the entry points
+                # (importlib.metadata) on every run.
+                conf = Path(env["SLURM_HOOKS_CONFIG"])
+                own = conf.with_name(f"base-{conf.name}")
+                own.write_text(conf.read_text().replace(f'"{state}"', f'"{state}-base"', 1))
+                cases[f"{name} (baseline)"] = (
+                    argv,
+                    {**env, "PYTHONPATH": path, "SLURM_HOOKS_CONFIG": str(own)},
+                )
         if args.site:
             cases[f"healthcheck + {LINES} NHC lines"] = (
                 cases["healthcheck, no GPU"][0],
