@@ -33,14 +33,22 @@ imported config) from another source tree
 ``lab/slurm_hooks_lab/``), interleaved with the others, so that before and
 after meet the same machine noise.
 
-    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook] [--baseline DIR] [--site [--nhc "/usr/sbin/nhc"] [--nhc-scripts /etc/nhc/scripts]]
+``--instructions`` also counts, once per case, the instructions the child
+executes (valgrind's callgrind, where installed; some 50 times slower than
+a plain run).  Unlike wall and CPU time these hardly move with the load of
+a shared machine, so two trees can be compared on a busy one; the
+millisecond goals are still judged on the medians.
+
+    .venv/bin/python bench/bench_healthcheck.py [--runs 21] [--hook] [--baseline DIR] [--instructions] [--site [--nhc "/usr/sbin/nhc"] [--nhc-scripts /etc/nhc/scripts]]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -192,6 +200,21 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
     return dt, _child_cpu() - c0
 
 
+def instructions(argv: list[str], env: dict[str, str], cwd: Path) -> int:
+    """Instructions one run executes, counted by callgrind (threads included)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind")
+    vg = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    proc = subprocess.run(
+        [*vg, *argv], env=env, capture_output=True, text=True, check=False, cwd=cwd
+    )
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise SystemExit(f"{argv} under callgrind failed rc={proc.returncode}:\n{proc.stderr}")
+    return int(found.group(1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=21)
@@ -207,6 +230,9 @@ def main() -> None:
         help="with --site: NHC's own scripts, sourced beside the site's by both sides",
     )
     ap.add_argument("--baseline", type=Path, help="also time the hooks from this source tree")
+    ap.add_argument(
+        "--instructions", action="store_true", help="also count instructions (valgrind)"
+    )
     args = ap.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-hc-") as d:
@@ -253,9 +279,20 @@ def main() -> None:
         if args.baseline:
             src = args.baseline.resolve()
             path = os.pathsep.join([str(src), str(src / "lab")])
+            state = str(tmp / "state")
             for name in [n for n in cases if n.startswith("hook ")]:
                 argv, env = cases[name]
-                cases[f"{name} (baseline)"] = (argv, {**env, "PYTHONPATH": path})
+                # Its own state dir: the plug-in memo is stamped with sys.path,
+                # which PYTHONPATH changes, so trees sharing one would each
+                # find the other's memo stale and rescan the entry points
+                # (importlib.metadata) on every run.
+                conf = Path(env["SLURM_HOOKS_CONFIG"])
+                own = conf.with_name(f"base-{conf.name}")
+                own.write_text(conf.read_text().replace(f'"{state}"', f'"{state}-base"', 1))
+                cases[f"{name} (baseline)"] = (
+                    argv,
+                    {**env, "PYTHONPATH": path, "SLURM_HOOKS_CONFIG": str(own)},
+                )
         if args.site:
             cases[f"healthcheck + {LINES} NHC lines"] = (
                 cases["healthcheck, no GPU"][0],
@@ -281,6 +318,11 @@ def main() -> None:
         for _ in range(args.runs):
             for name, (argv, env) in cases.items():
                 times[name].append(timed(argv, env, run_dir))
+        counts = (
+            {name: instructions(argv, env, run_dir) for name, (argv, env) in cases.items()}
+            if args.instructions
+            else {}
+        )
     floor = statistics.median(w for w, _ in times["python -c pass"])
     cpu_floor = statistics.median(c for _, c in times["python -c pass"])
     goals = {
@@ -291,16 +333,22 @@ def main() -> None:
         "healthcheck, no GPU": 0.030,
         "healthcheck, 8 fake GPUs": 0.070,
     }
-    print(f"{'case':<42}{'wall ms':>8}{'min':>7}{'+ vs pass':>10}{'cpu ms':>8}{'+ cpu':>8}  goal")
+    floor_count = counts.get("python -c pass", 0)
+    icol = f"{'+ Minstr':>9}" if counts else ""
+    print(
+        f"{'case':<42}{'wall ms':>8}{'min':>7}{'+ vs pass':>10}{'cpu ms':>8}{'+ cpu':>8}{icol}  goal"
+    )
     for name, ts in times.items():
         wall = statistics.median(w for w, _ in ts)
         cpu = statistics.median(c for _, c in ts)
         extra = wall - floor
         goal = goals.get(name)
         verdict = f"+{goal * 1000:.0f} ms {'met' if extra <= goal else 'MISSED'}" if goal else ""
+        instr = f"{(counts[name] - floor_count) / 1e6:>+9.1f}" if counts else ""
         print(
             f"{name:<42}{wall * 1000:>8.1f}{min(w for w, _ in ts) * 1000:>7.1f}"
-            f"{extra * 1000:>+10.1f}{cpu * 1000:>8.1f}{(cpu - cpu_floor) * 1000:>+8.1f}  {verdict}"
+            f"{extra * 1000:>+10.1f}{cpu * 1000:>8.1f}{(cpu - cpu_floor) * 1000:>+8.1f}{instr}"
+            f"  {verdict}"
         )
     print(f"runs={args.runs} (medians, interleaved) python={sys.version.split()[0]}")
 

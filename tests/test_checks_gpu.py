@@ -241,6 +241,29 @@ def test_nvlink_counters_rising_since_last_run(tmp_path: Path) -> None:
     assert [f.status for f in reset] == [Status.OK]
 
 
+def test_nvlink_counters_unchanged_are_not_rewritten(tmp_path: Path) -> None:
+    """A healthy run whose counters did not move leaves the saved file as it
+    is (no rewrite, no fsync each interval); counters that moved are saved,
+    and a file that cannot be parsed is replaced."""
+    scen = tmp_path / "s.toml"
+    scen.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 2\n')
+    state = tmp_path / "state"
+    run(NvlinkCheck(), ctx_for(FakeNvml(str(scen)), state_dir=str(state)))
+    path = state / STATE_FILE
+    first = path.stat().st_ino
+    run(NvlinkCheck(), ctx_for(FakeNvml(str(scen)), state_dir=str(state)))
+    assert path.stat().st_ino == first
+    scen.write_text(
+        'preset = "h100-sxm5-80gb"\ngpu_count = 2\n[gpu.1]\nnvlink_errors = { "4" = { replay = 3 } }\n'
+    )
+    run(NvlinkCheck(), ctx_for(FakeNvml(str(scen)), state_dir=str(state)))
+    assert path.stat().st_ino != first
+    assert sorted(v["4"]["replay"] for v in json.loads(path.read_text()).values()) == [0, 3]
+    path.write_text("{not json")
+    run(NvlinkCheck(), ctx_for(FakeNvml(str(scen)), state_dir=str(state)))
+    assert len(json.loads(path.read_text())) == 2
+
+
 def _nvlink_counters(scenario: Path, profile: Any, state: Path) -> tuple[dict[str, Any], FakeNvml]:
     fake = FakeNvml(str(scenario))
     run(NvlinkCheck(), ctx_for(fake, profile, state_dir=str(state)))

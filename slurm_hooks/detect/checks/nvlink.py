@@ -115,7 +115,8 @@ class NvlinkCheck(GpuCheck):
         if data.skipped:
             return data
         path = os.path.join(ctx.state_dir, STATE_FILE)
-        previous = _load(path)
+        stored = _read(path)
+        previous = _parse(stored, path)
         current = dict(previous)
         samples = []
         for s in data.samples:
@@ -124,7 +125,10 @@ class NvlinkCheck(GpuCheck):
                 current[key] = s.value["counters"]
                 s = GpuSample(s.component, {**s.value, "previous": previous.get(key)}, None)
             samples.append(s)
-        saved = _save(path, current)
+        text = _dump(current)
+        # Counters that did not move (every healthy run) are already on disk:
+        # no rewrite, and no two fsyncs on the node's disk each interval.
+        saved = text == stored or _save(path, text)
         return dataclasses.replace(data, samples=tuple(samples), extra={"state_saved": saved})
 
     def judge_gpu(self, comp: Component, value: Any, ctx: CheckContext) -> list[Finding]:
@@ -258,28 +262,43 @@ def _links(links: list[int]) -> str:
     return ",".join(str(x) for x in links)
 
 
-def _load(path: str) -> dict[str, Any]:
-    import json
-
+def _read(path: str) -> str | None:
+    """The saved counters as written, or None when there are none to read."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            return fh.read()
     except FileNotFoundError:
-        return {}
+        return None
     except (OSError, ValueError) as exc:
+        log.warning("nvlink: ignoring unreadable state %s: %s", path, exc)
+        return None
+
+
+def _parse(text: str | None, path: str) -> dict[str, Any]:
+    import json
+
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
         log.warning("nvlink: ignoring unreadable state %s: %s", path, exc)
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _save(path: str, data: dict[str, Any]) -> bool:
-    """Atomic (temp file + rename): a crash never leaves half a file."""
+def _dump(data: dict[str, Any]) -> str:
     import json
 
+    return json.dumps(data, sort_keys=True)
+
+
+def _save(path: str, text: str) -> bool:
+    """Atomic (temp file + rename): a crash never leaves half a file."""
     from slurm_hooks.store.atomicfile import write_atomic
 
     try:
-        write_atomic(path, json.dumps(data, sort_keys=True), mode=0o600)
+        write_atomic(path, text, mode=0o600)
     except OSError as exc:
         log.warning("nvlink: cannot save counters to %s: %s", path, exc)
         return False
