@@ -23,8 +23,9 @@ from slurm_hooks.core.model import JobInfo
 from slurm_hooks.core.reason import DrainReason, format_reason
 from slurm_hooks.decide import DecisionKind, PolicyConfig
 from slurm_hooks.detect.probes.commands import CommandResult
-from slurm_hooks.slurm.cli_backend import CliClient, sinfo_node_argv
+from slurm_hooks.slurm.cli_backend import CliClient
 from slurm_hooks.slurm.door import SlurmDoor
+from slurm_hooks.slurm.sinfo_node import sinfo_node_argv
 from slurm_hooks.store.audit import AuditLog
 from slurm_hooks.store.state import StateStore
 

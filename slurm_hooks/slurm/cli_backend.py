@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,123 +22,31 @@ from slurm_hooks.core.errors import (
     CommandTimeout,
     JobGone,
     NodeNotFound,
-    SignalMaybeSent,
     SlurmError,
     SlurmUnavailable,
 )
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
-from slurm_hooks.slurm import parse
+from slurm_hooks.slurm import parse, scancel
 from slurm_hooks.slurm.base import SignalTarget
-from slurm_hooks.slurm.refusals import ALREADY_DONE, INVALID_JOB_ID, Op, scancel_errno, typed
+from slurm_hooks.slurm.refusals import (
+    ALREADY_DONE,
+    INVALID_JOB_ID,
+    Op,
+    is_transient,
+    scancel_errno,
+    typed,
+)
+from slurm_hooks.slurm.sinfo_node import parse_sinfo_node, sinfo_node_argv
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[..., CommandResult]
 
-#: stderr fragments that mean "the controller is not there right now" (or is
-#: too busy), as opposed to "the controller said no".
-TRANSIENT_ERRORS = (
-    "unable to contact slurm controller",
-    "socket timed out on send/recv",
-    "connection refused",
-    "zero bytes were transmitted or received",
-    "communication connection failure",
-    "slurm backup controller in standby mode",
-    "resource temporarily unavailable",
-    "transport endpoint is not connected",
-    "connection reset by peer",
-    "slurmctld not responding",
-)
-
 _SIGNAL_RE = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+\-]*$|^\d{1,2}$")
 _JOB_ID_RE = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 #: Node states squeue calls "on the node" for remediation purposes.
 ACTIVE_JOB_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED")
-
-#: ``sinfo -O`` fields of the single-node read (``get_node``), in this order.
-#: ``sinfo -n NODE`` (one name, no hostlist) asks slurmctld for that node alone
-#: (``REQUEST_NODE_INFO_SINGLE``), where ``scontrol show node NODE`` and
-#: ``sinfo --json -n NODE`` receive the whole table on 22.05 (measured with
-#: sdiag's RPC counts; bench/bench_fault_cost.py).  ``Reason`` and
-#: ``Comment`` are free text, so every field ends with a separator no one
-#: types (US, 0x1f) and a line that does not split into exactly these fields
-#: is not guessed at: the read falls back to ``scontrol``.
-SINFO_NODE_FIELDS = (
-    "NodeList", "StateComplete", "UserLong", "TimeStamp", "Partition", "Features", "Gres",
-    "CPUs", "CPUsState", "Comment", "Extra", "Reason",
-)  # fmt: skip
-SINFO_SEP = "\x1f"
-
-
-def sinfo_node_argv(name: str) -> list[str]:
-    """The single-node read of ``name``: ``-a`` so hidden partitions count,
-    ``-N`` one line per (node, partition), ``:0`` no truncation."""
-    fmt = ",".join(f"{f}:0{SINFO_SEP}" for f in SINFO_NODE_FIELDS)
-    return ["sinfo", "-a", "-N", "-h", "-n", name, "-O", fmt]
-
-
-def parse_sinfo_node(text: str, name: str) -> NodeState | None:
-    """``sinfo_node_argv(name)``'s output as a NodeState, or None when it
-    cannot say (no line: the node is in no partition, or not there; a free
-    text with our separator in it; lines that disagree): the caller then
-    reads it the long way.  sinfo prints ``none`` for no reason (with user
-    and time ``Unknown``; 24.11 may name the user who cleared the last one),
-    ``(null)`` for empty fields and marks the default
-    partition with ``*``."""
-    records: list[dict[str, str]] = []
-    for line in text.splitlines():
-        if not line:
-            continue
-        values = line.split(SINFO_SEP)
-        if len(values) != len(SINFO_NODE_FIELDS) + 1 or values[-1].strip():
-            return None
-        rec = dict(zip(SINFO_NODE_FIELDS, values, strict=False))
-        if rec["NodeList"] != name:
-            return None
-        records.append(rec)
-    if not records:
-        return None
-    first = records[0]
-    same = [k for k in SINFO_NODE_FIELDS if k != "Partition"]
-    if any(any(r[k] != first[k] for k in same) for r in records[1:]):
-        return None
-    partitions: list[str] = []
-    for r in records:
-        part = r["Partition"].rstrip("*")
-        if part and part not in partitions and part != "(null)":
-            partitions.append(part)
-    user = None if first["UserLong"] in ("Unknown", "(null)", "") else first["UserLong"]
-    reason: str | None = first["Reason"]
-    reason_time = parse.parse_time(first["TimeStamp"])
-    # No reason: "none" with no time.  24.11 keeps the user who last cleared
-    # a reason beside it (root, time Unknown); a reason someone set has both.
-    if reason in ("", "(null)") or (reason == "none" and (user is None or reason_time is None)):
-        reason = user = None
-    state, flags = parse.parse_state(first["StateComplete"])
-    alloc = first["CPUsState"].split("/", 1)[0]
-    return NodeState(
-        name=name,
-        state=state,
-        flags=flags,
-        reason=reason,
-        reason_user=user.split("(", 1)[0] or user if user else None,
-        reason_time=reason_time if reason else None,
-        partitions=tuple(partitions),
-        features=tuple(
-            f for f in first["Features"].split(",") if f and f not in ("(null)", "none")
-        ),
-        gres=None if first["Gres"] in ("", "(null)") else first["Gres"],
-        cpus=int(first["CPUs"]) if first["CPUs"].isdigit() else None,
-        alloc_cpus=int(alloc) if alloc.isdigit() else None,
-        comment=None if first["Comment"] in ("", "(null)") else first["Comment"],
-        extra=None if first["Extra"] in ("", "(null)") else first["Extra"],
-    )
-
-
-def _is_transient(stderr: str) -> bool:
-    text = stderr.lower()
-    return any(t in text for t in TRANSIENT_ERRORS)
 
 
 def _op_of(argv: Sequence[str]) -> tuple[Op, str]:
@@ -216,109 +124,6 @@ def check_signal(signal: str) -> str:
 #: Job ids per ``scancel`` of :meth:`CliClient.signal_jobs` (bounds argv;
 #: up to 23.11 each invocation reads the job table once).
 SIGNAL_BATCH = 256
-_KILL_ERROR = re.compile(r"error on job id ([0-9]+(?:_[0-9]+)?)(?:\.[0-9]+)?: (.*)")
-
-
-def _scancel_signal(signal: str, target: SignalTarget) -> list[str]:
-    """scancel's words for ``signal`` to ``target``, before the job ids.
-
-    ``--ctld``: from 24.05 scancel sends the ids, signal and flags to
-    slurmctld in one request (``REQUEST_KILL_JOBS``, scancel.c
-    ``_ctld_signal_jobs``) instead of reading the whole job table first and
-    then asking job by job; slurmctld signals each job with the same
-    ``job_signal`` and flags either way.  22.05 to 23.11 know the option
-    (it only concerns job steps there) and read the table as before: one
-    command line for every release, no version probe per hook run.
-
-    ``-v``: the one-request path exits 0 whatever a job's answer and names
-    a job that ended (ESLURM_ALREADY_DONE, ESLURM_INVALID_JOB_ID) only when
-    verbose; so does 22.05's path (else silent, exit status 229).  With it
-    every job scancel could not signal has its ``Kill job error on job id
-    N: ...`` line on every release."""
-    argv = ["scancel", "--ctld", "-v", f"--signal={check_signal(signal)}"]
-    if target == SignalTarget.BATCH:
-        argv.append("--batch")
-    elif target == SignalTarget.FULL:
-        argv.append("--full")
-    return argv
-
-
-def _signal_refused(argv: Sequence[str], job_id: str, line: str, rc: int) -> SlurmError:
-    """The typed error for one job scancel did not signal: from its line, or
-    (a silent scancel) from its exit status."""
-    if line:
-        return typed(Op.JOB_SIGNAL, job_id, line, text=line)
-    message = f"{' '.join(argv[:2])} {job_id}: exit status {rc}, no message"
-    return typed(Op.JOB_SIGNAL, job_id, message, errno=scancel_errno(rc))
-
-
-def _silent(res: CommandResult) -> bool:
-    """scancel failed without an error line (at most its ``-v`` notes): a
-    job was completing or unknown."""
-    said = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
-    return not said and scancel_errno(res.rc) is not None
-
-
-#: From Slurm 24.05 ``scancel --ctld`` sends its request at once (scancel.c
-#: ``_proc_cluster``: ``if (opt.ctld && ...) return _ctld_signal_jobs()``,
-#: before ``_load_job_records``); up to 23.11 the table read comes first
-#: and ``--ctld`` concerns job steps only.
-ONE_REQUEST_SIGNAL = (24, 5, 0)
-#: ``-v``'s note as scancel is about to ask for one job (scancel.c
-#: ``_cancel_job_id``: ``Signal %u to %sjob %s``, ``Terminating %sjob %s``).
-_ASKING = re.compile(r"(?:Signal \d+ to|Terminating) (?:batch |full )?job ([0-9]+(?:_[0-9]+)?)\b")
-#: What scancel prints when it sent no signal request at all: the table read
-#: failed (``slurm_perror("slurm_load_jobs error")``, then ``exit(1)``), or
-#: no controller accepted the connection (SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR).
-_LOAD_FAILED = "slurm_load_jobs error"
-_NO_CONNECTION = "(connect failure)"
-
-
-def _asked_job_ids(stderr: str) -> set[str]:
-    """Jobs a table-first scancel named as about to be asked (``-v``) or
-    answered for: those it may have sent a request for."""
-    return {m.group(1) for m in _ASKING.finditer(stderr)} | set(_failed_job_ids(stderr))
-
-
-def _sent_nothing(stderr: str, one_request: Callable[[], bool]) -> bool:
-    """A failed scancel that named no job sent no signal request: it could
-    not connect, or its table read failed (table-first releases; the
-    release is asked only then)."""
-    if _NO_CONNECTION in stderr:
-        return True
-    return _LOAD_FAILED in stderr and not one_request()
-
-
-def _cut_short(
-    chunk: Sequence[str], asked: set[str], stderr: str, why: str
-) -> dict[str, SlurmError | None]:
-    """Outcomes of a scancel that got no answer for some jobs: a job it
-    named as refused keeps its typed error; a job it may have asked for is
-    SignalMaybeSent (never asked again); a job it had not reached is
-    SlurmUnavailable (nothing went out for it)."""
-    failed = _failed_job_ids(stderr)
-    out: dict[str, SlurmError | None] = {}
-    for jid in chunk:
-        line = failed.get(jid)
-        if line is not None and not _is_transient(line):
-            out[jid] = typed(Op.JOB_SIGNAL, jid, line, text=line)
-        elif jid in asked:
-            out[jid] = SignalMaybeSent(f"scancel {jid}: no answer, may be delivered: {why[:300]}")
-        else:
-            out[jid] = SlurmUnavailable(f"scancel {jid}: not sent: {why[:300]}")
-    return out
-
-
-def _failed_job_ids(stderr: str) -> dict[str, str]:
-    """Job id -> scancel's line, for each job it names as not signalled
-    (``scancel: error: Kill job error on job id 7: Invalid job id
-    specified``, scancel.c ``_cancel_job_id``)."""
-    out = {}
-    for line in stderr.splitlines():
-        m = _KILL_ERROR.search(line)
-        if m:
-            out[m.group(1)] = line.strip()
-    return out
 
 
 def runs_on(job: JobInfo, name: str) -> bool:
@@ -387,19 +192,9 @@ class CliClient:
         """Run one Slurm command; retry while the controller is unreachable.
         ``refusal_ok``: a non-zero status that is not the controller's
         absence is returned to the caller instead of raised."""
-        attempts = self.retries + 1 if retry else 1
         last = ""
         tried = 0
-        for attempt in range(attempts):
-            if attempt:
-                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-                if self._left() <= delay:
-                    break  # no time for another attempt within the deadline
-                log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
-                self._sleep(delay)
-            timeout = min(self.timeout, self._left())
-            if timeout <= 0:
-                break
+        for timeout in self._attempts(argv, self.retries + 1 if retry else 1):
             tried += 1
             try:
                 res = self._run(argv, timeout=timeout, check=False, env=self._env)
@@ -411,16 +206,36 @@ class CliClient:
             if res.rc == 0:
                 return res
             stderr = res.stderr.strip()
-            if _is_transient(stderr):
+            if is_transient(stderr):
                 last = stderr
                 continue
             if refusal_ok:
                 return res
             raise classify_failure(argv, res.rc, stderr, res.stdout)
+        raise self._unreachable(argv, tried, last)
+
+    def _attempts(self, argv: Sequence[str], attempts: int) -> Iterator[float]:
+        """Each attempt's timeout, after the back-off between attempts, while
+        the client's deadline leaves time for one."""
+        for attempt in range(attempts):
+            if attempt:
+                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                if self._left() <= delay:
+                    return  # no time for another attempt within the deadline
+                log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
+                self._sleep(delay)
+            timeout = min(self.timeout, self._left())
+            if timeout <= 0:
+                return
+            yield timeout
+
+    def _unreachable(
+        self, argv: Sequence[str], tried: int, last: str, sent: str = ""
+    ) -> SlurmUnavailable:
         within = f" within the {self.deadline_s:g}s deadline" if self._ends is not None else ""
-        raise SlurmUnavailable(
+        return SlurmUnavailable(
             f"slurm controller unreachable after {tried} attempt(s){within} "
-            f"running {argv[0]}: {last[:300] or 'no time left'}"
+            f"running {argv[0]}{sent}: {last[:300] or 'no time left'}"
         )
 
     def _left(self) -> float:
@@ -605,7 +420,7 @@ class CliClient:
         SlurmUnavailable as their outcome (what went out before stays
         known)."""
         ids = [check_job_id(j) for j in job_ids]
-        head = _scancel_signal(signal, target)
+        head = scancel.signal_argv(check_signal(signal), target)
         out: dict[str, SlurmError | None] = {}
         for start in range(0, len(ids), SIGNAL_BATCH):
             chunk = ids[start : start + SIGNAL_BATCH]
@@ -640,34 +455,25 @@ class CliClient:
         Raises SlurmUnavailable when nothing was sent after the retries."""
         last = ""
         tried = 0
-        for attempt in range(self.retries + 1):
-            if attempt:
-                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-                if self._left() <= delay:
-                    break
-                log.info("slurm retry argv=%s attempt=%d delay=%.2f", argv[:2], attempt, delay)
-                self._sleep(delay)
-            timeout = min(self.timeout, self._left())
-            if timeout <= 0:
-                break
+        for timeout in self._attempts(argv, self.retries + 1):
             tried += 1
             try:
                 res = self._run(argv, timeout=timeout, check=False, env=self._env)
             except CommandTimeout as exc:
-                asked = set(chunk) if self._one_request() else _asked_job_ids(exc.stderr)
+                asked = set(chunk) if self._one_request() else scancel.asked_job_ids(exc.stderr)
                 if asked:
-                    return _cut_short(chunk, asked, exc.stderr, str(exc))
+                    return scancel.cut_short(chunk, asked, exc.stderr, str(exc))
                 last = str(exc)
                 continue
             except CommandError as exc:
                 raise SlurmError(f"cannot run {argv[0]}: {exc}") from exc
-            failed = _failed_job_ids(res.stderr)
-            if not failed and res.rc and _is_transient(res.stderr):
-                if _sent_nothing(res.stderr, self._one_request):
+            failed = scancel.failed_job_ids(res.stderr)
+            if not failed and res.rc and is_transient(res.stderr):
+                if scancel.sent_nothing(res.stderr, self._one_request):
                     last = res.stderr.strip()
                     continue
-                return _cut_short(chunk, set(chunk), res.stderr, res.stderr.strip())
-            if res.rc and not failed and _silent(res):
+                return scancel.cut_short(chunk, set(chunk), res.stderr, res.stderr.strip())
+            if res.rc and not failed and scancel.silent_failure(res):
                 # A job of the chunk was completing or unknown (scancel names
                 # none): which one, Slurm's job table tells; the others got
                 # the signal.
@@ -675,27 +481,16 @@ class CliClient:
             elif res.rc and not failed:
                 # scancel failed as a whole (no job named): nothing is known.
                 raise classify_failure(argv, res.rc, res.stderr.strip(), res.stdout)
-            out: dict[str, SlurmError | None] = {}
-            for jid in chunk:
-                line = failed.get(jid)
-                if line is not None and _is_transient(line):
-                    out[jid] = SignalMaybeSent(f"{' '.join(argv[:2])} {jid}: {line[:300]}")
-                else:
-                    out[jid] = None if line is None else _signal_refused(argv, jid, line, res.rc)
-            return out
-        within = f" within the {self.deadline_s:g}s deadline" if self._ends is not None else ""
-        raise SlurmUnavailable(
-            f"slurm controller unreachable after {tried} attempt(s){within} "
-            f"running {argv[0]}, nothing sent: {last[:300] or 'no time left'}"
-        )
+            return scancel.outcomes(argv, chunk, failed, res.rc)
+        raise self._unreachable(argv, tried, last, ", nothing sent")
 
     def _one_request(self) -> bool:
         """Whether this release's ``scancel --ctld`` asks slurmctld at once
-        (:data:`ONE_REQUEST_SIGNAL`), read only when a signal went wrong.
+        (:data:`scancel.ONE_REQUEST_SIGNAL`), read only when a signal went wrong.
         A version that cannot be read counts as yes: then no silence is
         taken for "nothing sent"."""
         try:
-            return self.version() >= ONE_REQUEST_SIGNAL
+            return self.version() >= scancel.ONE_REQUEST_SIGNAL
         except SlurmError as exc:
             log.warning(
                 "cannot read the Slurm version (%s): a signal without answer may be sent", exc

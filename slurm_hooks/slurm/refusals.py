@@ -119,3 +119,26 @@ def typed(
     if op.on_node and hit(NO_SUCH_NODE):
         return NodeNotFound(subject, message)
     return SlurmError(message)
+
+
+#: stderr fragments that mean "the controller is not there right now" (or is
+#: too busy), as opposed to "the controller said no".
+TRANSIENT_ERRORS = (
+    "unable to contact slurm controller",
+    "socket timed out on send/recv",
+    "connection refused",
+    "zero bytes were transmitted or received",
+    "communication connection failure",
+    "slurm backup controller in standby mode",
+    "resource temporarily unavailable",
+    "transport endpoint is not connected",
+    "connection reset by peer",
+    "slurmctld not responding",
+)
+
+
+def is_transient(stderr: str) -> bool:
+    """Whether Slurm's words say the controller was not there (retry), not
+    that it refused."""
+    text = stderr.lower()
+    return any(t in text for t in TRANSIENT_ERRORS)
