@@ -39,11 +39,11 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurm_hooks.agent.progress_cost import PassReads, PassStats, PassTotals
-from slurm_hooks.agent.progress_report import JobReport, Seen
+from slurm_hooks.agent.progress_report import JobReport, Seen, report_families
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.identifiers import uid_of
@@ -52,6 +52,7 @@ from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.reason import job_component
 from slurm_hooks.detect.progress import corroborate
 from slurm_hooks.detect.progress.departures import Departures
+from slurm_hooks.detect.progress.external import Suspect
 from slurm_hooks.detect.progress.gather import (
     Budget,
     is_job_dir,
@@ -272,11 +273,8 @@ class ProgressPass:
                 continue
             stats.judged += 1
             procs = self._procs(local, None)
-            left = self.departures.look(job, local, procs, now)
             sign = self._look(job, local, now - max(v.last_time for v in views.values()))
-            alone = hostlist.expand(jobs[job].nodes or "")[:2] == [self.node]
-            verdict = judge_hang(job, views, procs, now, self.s.hang, trusted=sign, departed=left,
-                                 alone=alone)  # fmt: skip
+            verdict = self._judge(job, jobs[job], views, local, procs, now, (), sign)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
             reports[job] = JobReport(job, str(verdict.verdict), len(views), skew(views),
                                      verdict.explanation, verdict.stalled_s)  # fmt: skip
@@ -300,6 +298,17 @@ class ProgressPass:
         if self._view is None:
             self._view = self.gpu_view() if self.gpu_view else []
         return self._view
+
+    def _judge(
+        self, job: str, info: JobInfo, views: Mapping[int, RankView],
+        local: Mapping[int, RankView], procs: dict[int, ProcState], now: float,
+        hints: Sequence[Suspect], sign: TrustedSign | None,
+    ) -> HangVerdict:  # fmt: skip
+        """``judge_hang`` with what this node knows besides the records: when
+        each of its ranks left, and whether the job runs here alone."""
+        left = self.departures.look(job, local, procs, now)
+        alone = hostlist.expand(info.nodes or "")[:2] == [self.node]
+        return judge_hang(job, views, procs, now, self.s.hang, hints, sign, left, alone)
 
     def _look(self, job: str, local: Mapping[int, RankView], stalled: float) -> TrustedSign | None:
         """Look for trusted evidence beside a job quiet for a pass or more,
@@ -379,10 +388,7 @@ class ProgressPass:
         procs = self._procs(local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
-        left = self.departures.look(job, local, procs, now)
-        alone = hostlist.expand(info.nodes or "")[:2] == [self.node]
-        verdict = judge_hang(job, views, procs, now, self.s.hang, hints, self._sign(job), left,
-                             alone)  # fmt: skip
+        verdict = self._judge(job, info, views, local, procs, now, hints, self._sign(job))
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             # One culprit per job run: once a node of the job carries our HANG
@@ -405,29 +411,7 @@ class ProgressPass:
 
     def metric_families(self) -> list[Any]:
         """``/metrics`` of the last pass: step-time skew and stall per job."""
-        from prometheus_client.core import GaugeMetricFamily
-
-        sk = GaugeMetricFamily(
-            "slurm_hooks_job_step_skew",
-            "Slowest rank's recent mean busy time over the median rank's (1: no skew), per job.",
-            labels=["job"],
-        )
-        st = GaugeMetricFamily(
-            "slurm_hooks_job_stalled_seconds",
-            "Seconds since any rank of the job recorded a step.",
-            labels=["job"],
-        )
-        verdict = GaugeMetricFamily(
-            "slurm_hooks_job_progress_verdict",
-            "The hang judge's verdict of each job this node runs (1 for the current one).",
-            labels=["job", "verdict"],
-        )
-        for job, r in sorted(self.reports.items()):
-            if r.skew is not None:
-                sk.add_metric([job], r.skew)
-            st.add_metric([job], r.stalled_s)
-            verdict.add_metric([job, r.verdict], 1)
-        return [sk, st, verdict]
+        return report_families(self.reports)
 
     # -- acting -------------------------------------------------------------------------
 
