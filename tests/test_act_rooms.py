@@ -193,3 +193,32 @@ def test_handle_decides_once_then_once_more_only_for_a_drain(env, monkeypatch): 
     )
     eng.handle("n1", [log_only])
     assert len(calls) == 1
+
+
+#: Issue 29's sizes: a module a newcomer can read whole, a step of the
+#: incident's life that fits a screen, the engine as construction and sequencing.
+MODULE_MAX_LINES = 600
+ACT_FUNCTION_MAX_LINES = 80
+ENGINE_MAX_LINES = 450
+
+
+def _lines(path: Path) -> int:
+    return path.read_text().count("\n")
+
+
+def test_no_module_outgrows_a_reading():
+    big = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+           if (n := _lines(p)) > MODULE_MAX_LINES}  # fmt: skip
+    assert big == {}
+    assert _lines(PACKAGE / "act" / "engine.py") <= ENGINE_MAX_LINES
+
+
+def test_no_step_of_act_outgrows_a_screen():
+    long = []
+    for path in (PACKAGE / "act").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > ACT_FUNCTION_MAX_LINES:
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.name} {n}")
+    assert long == []
