@@ -354,7 +354,7 @@ def running_version(running: Mapping[str, str]) -> tuple[int, int, int] | None:
     """The Slurm version ``scontrol show config`` reports (``SLURM_VERSION``),
     None when it says none."""
     from slurm_hooks.core.errors import SlurmError
-    from slurm_hooks.slurm.parse import parse_version
+    from slurm_hooks.slurm.parse_config import parse_version
 
     try:
         return parse_version(running.get("SLURM_VERSION") or "")
@@ -368,7 +368,7 @@ def read_running_config(
     """``scontrol show config`` of the Slurm this host talks to.  Raises
     CommandError/CommandTimeout when scontrol is missing or slurmctld is down."""
     from slurm_hooks.detect.probes.commands import run
-    from slurm_hooks.slurm.parse import parse_show_config
+    from slurm_hooks.slurm.parse_config import parse_show_config
 
     result = run(["scontrol", "show", "config"], timeout=timeout, env=env)
     return parse_show_config(result.stdout)

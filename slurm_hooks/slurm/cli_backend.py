@@ -27,7 +27,7 @@ from slurm_hooks.core.errors import (
 )
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
-from slurm_hooks.slurm import parse, scancel
+from slurm_hooks.slurm import parse, parse_config, scancel
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.refusals import (
     ALREADY_DONE,
@@ -246,7 +246,7 @@ class CliClient:
         """The client tools' Slurm version (cached)."""
         if self._version is None:
             out = self._call(["sinfo", "--version"], retry=False).stdout
-            self._version = parse.parse_version(out)
+            self._version = parse_config.parse_version(out)
         return self._version
 
     def ping(self) -> bool:
@@ -352,7 +352,7 @@ class CliClient:
     def server_time(self) -> datetime:
         """slurmctld's own clock (``sdiag``'s first line): what the breaker's
         claim protocol waits on, never this host's clock."""
-        return parse.parse_sdiag_time(self._call(["sdiag"]).stdout)
+        return parse_config.parse_sdiag_time(self._call(["sdiag"]).stdout)
 
     # -- jobs ---------------------------------------------------------------
 
@@ -526,7 +526,7 @@ class CliClient:
     # -- cluster ------------------------------------------------------------
 
     def show_config(self) -> dict[str, str]:
-        return parse.parse_show_config(self._call(["scontrol", "show", "config"]).stdout)
+        return parse_config.parse_show_config(self._call(["scontrol", "show", "config"]).stdout)
 
     def reconfigure(self) -> None:
         """``scontrol reconfigure``: slurmctld and every slurmd re-read slurm.conf."""

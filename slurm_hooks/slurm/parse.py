@@ -24,19 +24,19 @@ from typing import Any
 
 from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.core.model import JobInfo, NodeState
-from slurm_hooks.slurm.parse_config import (  # noqa: F401 (re-exported: importable from here too)
+from slurm_hooks.slurm.parse_config import (  # noqa: F401 (re-exported for tests and callers)
     config_items,
     parse_sdiag_time,
     parse_show_config,
     parse_version,
     server_time_from_diag,
 )
-from slurm_hooks.slurm.parse_values import (  # noqa: F401 (re-exported: importable from here too)
+from slurm_hooks.slurm.parse_values import (  # noqa: F401 (re-exported for tests and callers)
     BASE_STATES,
     STATE_SUFFIXES,
-    _epoch,
-    _int,
     _none_if_null,
+    json_epoch,
+    json_int,
     parse_state,
     parse_time,
 )
@@ -195,8 +195,8 @@ def node_from_fields(
             f for f in (fields.get("AvailableFeatures") or "").split(",") if f and f != "(null)"
         ),
         gres=_none_if_null(fields.get("Gres")),
-        cpus=_int(fields.get("CPUTot")),
-        alloc_cpus=_int(fields.get("CPUAlloc")),
+        cpus=json_int(fields.get("CPUTot")),
+        alloc_cpus=json_int(fields.get("CPUAlloc")),
         comment=_none_if_null(fields.get("Comment")),
         extra=_none_if_null(fields.get("Extra")),
     )
@@ -267,12 +267,12 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeState:
         flags=frozenset(flags),
         reason=str(reason) if reason else None,
         reason_user=str(user) if user and reason else None,
-        reason_time=_epoch(obj.get("reason_changed_at")) if reason else None,
+        reason_time=json_epoch(obj.get("reason_changed_at")) if reason else None,
         partitions=tuple(str(p) for p in obj.get("partitions") or ()),
         features=tuple(str(f) for f in features or ()),
         gres=str(gres) if gres else None,
-        cpus=_int(obj.get("cpus")),
-        alloc_cpus=_int(obj.get("alloc_cpus")),
+        cpus=json_int(obj.get("cpus")),
+        alloc_cpus=json_int(obj.get("alloc_cpus")),
         comment=str(obj["comment"]) if obj.get("comment") else None,
         extra=str(obj["extra"]) if obj.get("extra") else None,
     )
@@ -339,12 +339,12 @@ def nodes_from_sinfo(records: Sequence[Any]) -> list[NodeState]:
                 flags=flags,
                 reason=str(reason) if reason else None,
                 reason_user=str(user) if user and reason else None,
-                reason_time=_epoch(_get(rec, "reason", "time")) if reason else None,
+                reason_time=json_epoch(_get(rec, "reason", "time")) if reason else None,
                 partitions=parts,
                 features=tuple(f for f in features.split(",") if f and f != "(null)"),
                 gres=str(_get(rec, "gres", "total") or "") or None,
-                cpus=_int(_get(rec, "cpus", "total")) if one else None,
-                alloc_cpus=_int(_get(rec, "cpus", "allocated")) if one else None,
+                cpus=json_int(_get(rec, "cpus", "total")) if one else None,
+                alloc_cpus=json_int(_get(rec, "cpus", "allocated")) if one else None,
             )
     return list(seen.values())
 
@@ -405,10 +405,10 @@ def job_from_fields(fields: Mapping[str, str]) -> JobInfo:
         requeue=None if requeue is None else requeue.strip() == "1",
         comment=_none_if_null(fields.get("Comment")),
         admin_comment=_none_if_null(fields.get("AdminComment")),
-        restart_count=_int(fields.get("Restarts")) or 0,
+        restart_count=json_int(fields.get("Restarts")) or 0,
         name=_none_if_null(fields.get("JobName")),
         partition=_none_if_null(fields.get("Partition")),
-        num_nodes=_int(fields.get("NumNodes")),
+        num_nodes=json_int(fields.get("NumNodes")),
     )
 
 
@@ -586,7 +586,7 @@ def parse_squeue(text: str) -> tuple[list[JobInfo], int]:
                 nodes=_none_if_null(row["nodes"]) or "",
                 batch_host=_none_if_null(row["batch_host"]),
                 partition=_none_if_null(row["partition"]),
-                num_nodes=_int(row["num_nodes"]),
+                num_nodes=json_int(row["num_nodes"]),
                 name=_none_if_null(row["name"]),
             )
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.slurm.parse_values import (
-    _epoch,
+    json_epoch,
 )
 
 #: ``Prolog[0]``: 24.11 prints a key that takes several values once per value.
@@ -80,7 +80,7 @@ def parse_sdiag_time(text: str) -> datetime:
 def server_time_from_diag(doc: Any) -> datetime:
     """slurmctld's clock from a slurmrestd ``/diag`` answer (``statistics.req_time``)."""
     stats = doc.get("statistics") if isinstance(doc, Mapping) else None
-    when = _epoch(stats.get("req_time")) if isinstance(stats, Mapping) else None
+    when = json_epoch(stats.get("req_time")) if isinstance(stats, Mapping) else None
     if when is None:
         raise SlurmError("diag: no statistics.req_time in the answer")
     return when

@@ -86,7 +86,7 @@ def parse_time(text: str | None) -> datetime | None:
         return None
 
 
-def _epoch(value: Any) -> datetime | None:
+def json_epoch(value: Any) -> datetime | None:
     """JSON times: a plain int (v0.0.38) or ``{"set": .., "number": ..}``."""
     if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite"):
@@ -97,7 +97,9 @@ def _epoch(value: Any) -> datetime | None:
     return datetime.fromtimestamp(value).astimezone()
 
 
-def _int(value: Any) -> int | None:
+def json_int(value: Any) -> int | None:
+    """JSON numbers: a plain int (v0.0.38) or ``{"set": .., "number": ..}``;
+    None when unset, absent or not a number."""
     if isinstance(value, Mapping):
         if not value.get("set", True):
             return None

@@ -18,7 +18,7 @@ from typing import Any
 
 from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.core.model import NodeState
-from slurm_hooks.slurm import parse
+from slurm_hooks.slurm import parse_config, parse_values
 from slurm_hooks.slurm.cli_backend import CliClient, check_reason
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def load_pyslurm(slurm: Sequence[int] | None = None) -> ModuleType:
 def pyslurm_version(module: ModuleType) -> tuple[int, int]:
     """pyslurm versions follow Slurm's: ``22.5.3`` is for Slurm 22.05."""
     raw = getattr(module, "__version__", None) or getattr(module, "version", lambda: "")()
-    major, minor, _ = parse.parse_version(str(raw))
+    major, minor, _ = parse_config.parse_version(str(raw))
     return major, minor
 
 
@@ -90,7 +90,7 @@ class PyslurmClient(CliClient):
             raise SlurmError(f"pyslurm node().get() failed: {exc}") from exc
         nodes = []
         for name, info in raw.items():
-            state, flags = parse.parse_state(str(info.get("state") or "UNKNOWN"))
+            state, flags = parse_values.parse_state(str(info.get("state") or "UNKNOWN"))
             nodes.append(
                 NodeState(
                     name=str(name),
@@ -98,7 +98,7 @@ class PyslurmClient(CliClient):
                     flags=flags,
                     reason=info.get("reason") or None,
                     reason_user=info.get("reason_uid_name") or None,
-                    reason_time=parse._epoch(info.get("reason_time")),
+                    reason_time=parse_values.json_epoch(info.get("reason_time")),
                     partitions=tuple(info.get("partitions") or ()),
                     cpus=info.get("cpus"),
                     alloc_cpus=info.get("alloc_cpus"),

@@ -35,7 +35,7 @@ from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
 from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.core.model import JobInfo, NodeState
-from slurm_hooks.slurm import parse
+from slurm_hooks.slurm import parse, parse_config, parse_values
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.cli_backend import (
     ACTIVE_JOB_STATES,
@@ -117,7 +117,7 @@ def job_from_json(obj: Mapping[str, Any]) -> JobInfo:
     ``{"set":..,"number":..}`` numbers; ``batch_host: ""`` while pending)."""
     requeue = obj.get("requeue")
     return JobInfo(
-        job_id=str(parse._int(obj.get("job_id"))),
+        job_id=str(parse_values.json_int(obj.get("job_id"))),
         user=_str(obj.get("user_name")),
         state=parse.job_state_name(obj.get("job_state")),
         nodes=_str(obj.get("nodes")) or "",
@@ -125,10 +125,10 @@ def job_from_json(obj: Mapping[str, Any]) -> JobInfo:
         requeue=bool(requeue) if requeue is not None else None,
         comment=_str(obj.get("comment")),
         admin_comment=_str(obj.get("admin_comment")),
-        restart_count=parse._int(obj.get("restart_cnt")) or 0,
+        restart_count=parse_values.json_int(obj.get("restart_cnt")) or 0,
         name=_str(obj.get("name")),
         partition=_str(obj.get("partition")),
-        num_nodes=parse._int(obj.get("node_count")),
+        num_nodes=parse_values.json_int(obj.get("node_count")),
     )
 
 
@@ -167,7 +167,7 @@ def classify_errors(
     for e in errors:
         if not isinstance(e, Mapping):
             continue
-        number = parse._int(e.get("error_number"))
+        number = parse_values.json_int(e.get("error_number"))
         text = f"{e.get('error') or ''} {e.get('description') or ''}"
         if op is Op.NODE_READ and str(e.get("description") or "").startswith(_NODE_UNFOUND):
             return NodeNotFound(subject, message)
@@ -378,7 +378,7 @@ class RestClient:
 
     def server_time(self) -> datetime:
         """slurmctld's clock: ``/diag``'s ``statistics.req_time``."""
-        return parse.server_time_from_diag(self._request("GET", "diag"))
+        return parse_config.server_time_from_diag(self._request("GET", "diag"))
 
     # -- jobs ---------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ exactly is never guessed at, and the client falls back to ``scontrol``.
 from __future__ import annotations
 
 from slurm_hooks.core.model import NodeState
-from slurm_hooks.slurm import parse
+from slurm_hooks.slurm import parse_values
 
 #: ``sinfo -O`` fields of the single-node read (``get_node``), in this order.
 #: ``sinfo -n NODE`` (one name, no hostlist) asks slurmctld for that node alone
@@ -64,12 +64,12 @@ def parse_sinfo_node(text: str, name: str) -> NodeState | None:
             partitions.append(part)
     user = None if first["UserLong"] in ("Unknown", "(null)", "") else first["UserLong"]
     reason: str | None = first["Reason"]
-    reason_time = parse.parse_time(first["TimeStamp"])
+    reason_time = parse_values.parse_time(first["TimeStamp"])
     # No reason: "none" with no time.  24.11 keeps the user who last cleared
     # a reason beside it (root, time Unknown); a reason someone set has both.
     if reason in ("", "(null)") or (reason == "none" and (user is None or reason_time is None)):
         reason = user = None
-    state, flags = parse.parse_state(first["StateComplete"])
+    state, flags = parse_values.parse_state(first["StateComplete"])
     alloc = first["CPUsState"].split("/", 1)[0]
     return NodeState(
         name=name,
