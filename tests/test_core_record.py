@@ -61,6 +61,12 @@ class OwnRepr:
 
 
 @record
+class Sourced:
+    value: int
+    path: str | None = field(default=None, compare=False)
+
+
+@record
 class Base:
     a: int
 
@@ -126,6 +132,14 @@ def test_equality_and_hash_follow_the_fields() -> None:
     # Another class with the same values is not equal (as dataclasses).
     assert Base(1) != Derived(1)
     assert Point(1, 2) != (1, 2)
+
+
+def test_a_field_left_out_of_comparison_is_still_shown() -> None:
+    assert Sourced(1, "/a") == Sourced(1, "/b")
+    assert hash(Sourced(1, "/a")) == hash(Sourced(1, None))
+    assert Sourced(1) != Sourced(2)
+    assert repr(Sourced(1, "/a")) == "Sourced(value=1, path='/a')"
+    assert not dataclasses.fields(Sourced)[1].compare
 
 
 def test_repr_names_the_class_and_each_field() -> None:

@@ -50,13 +50,14 @@ class Field:
     our callers read (``name``, ``type``, ``default``, ``default_factory``,
     ``metadata``, ``init``)."""
 
-    __slots__ = ("name", "type", "default", "default_factory", "metadata", "init")
+    __slots__ = ("name", "type", "default", "default_factory", "metadata", "init", "compare")
 
     def __init__(
         self,
         default: Any = MISSING,
         default_factory: Any = MISSING,
         metadata: Mapping[Any, Any] | None = None,
+        compare: bool = True,
     ) -> None:
         if default is not MISSING and default_factory is not MISSING:
             raise ValueError("cannot specify both default and default_factory")
@@ -66,6 +67,7 @@ class Field:
         self.default_factory = default_factory
         self.metadata: Mapping[Any, Any] = MappingProxyType(dict(metadata)) if metadata else _EMPTY
         self.init = True
+        self.compare = compare
 
     def __repr__(self) -> str:
         return f"Field(name={self.name!r}, default={self.default!r})"
@@ -76,9 +78,11 @@ def field(
     default: Any = MISSING,
     default_factory: Callable[[], Any] | Any = MISSING,
     metadata: Mapping[Any, Any] | None = None,
+    compare: bool = True,
 ) -> Any:
-    """A field with a default factory or metadata (as ``dataclasses.field``)."""
-    return Field(default, default_factory, metadata)
+    """A field with a default factory or metadata, or left out of equality
+    and hashing (``compare=False``), as ``dataclasses.field``."""
+    return Field(default, default_factory, metadata, compare)
 
 
 def _is_classvar(annotation: object) -> bool:
@@ -175,10 +179,11 @@ def _frozen_error(name: str) -> AttributeError:
 
 def _methods(cls: type, fields_: tuple[Field, ...]) -> dict[str, Any]:
     names = tuple(f.name for f in fields_)
-    values = _values(names)
+    every = _values(names)
+    values = _values(tuple(f.name for f in fields_ if f.compare))
 
     def __repr__(self: Any) -> str:
-        inner = ", ".join(f"{n}={v!r}" for n, v in zip(names, values(self), strict=True))
+        inner = ", ".join(f"{n}={v!r}" for n, v in zip(names, every(self), strict=True))
         return f"{type(self).__qualname__}({inner})"
 
     def __eq__(self: Any, other: object) -> bool:
@@ -222,6 +227,7 @@ class _DataclassFields:
                     f.default_factory if f.default_factory is not MISSING else dataclasses.MISSING
                 ),
                 metadata=dict(f.metadata) or None,
+                compare=f.compare,
             )
         shadow: Any = dataclasses.dataclass(frozen=True)(type(owner.__name__, (), namespace))
         built: dict[str, Any] = shadow.__dataclass_fields__
