@@ -11,7 +11,9 @@ node under ``python -X importtime`` and fails when it imports:
 * a module of our own outside :data:`ALLOWED` (the remediation engine, the
   Slurm access layer, ``slurm_hooks.k8s``, the metrics module);
 * a standard-library module from :data:`HEAVY_STDLIB` (subprocess,
-  importlib.metadata's entry-point scan, tempfile, ...).
+  importlib.metadata's entry-point scan, tempfile, ``dataclasses`` and the
+  ``inspect``/``ast``/``dis`` it imports, ...): the hook path's records are
+  ``slurm_hooks.core.record`` records, which compile nothing at start-up.
 
 A module that must join the path is added to :data:`ALLOWED` on purpose,
 with the benchmark's figure (``bench/bench_healthcheck.py --hook``) in the
@@ -47,6 +49,7 @@ ALLOWED = frozenset(
         "slurm_hooks.core.exits",
         "slurm_hooks.core.model",
         "slurm_hooks.core.plugins",
+        "slurm_hooks.core.record",
         "slurm_hooks.detect",
         "slurm_hooks.detect.checks",
         "slurm_hooks.detect.checks.base",
@@ -82,15 +85,19 @@ ALLOWED = frozenset(
 HEAVY_STDLIB = frozenset(
     {
         "argparse",
+        "ast",
         "asyncio",
         "concurrent",
         "ctypes",
+        "dataclasses",
         "decimal",
+        "dis",
         "email",
         "hashlib",
         "http",
         "importlib.metadata",
         "importlib.resources",
+        "inspect",
         "locale",
         "multiprocessing",
         "pickle",
@@ -183,6 +190,8 @@ def test_imported_reads_names_and_skips_other_lines() -> None:
         "subprocess",
         "importlib.metadata",
         "ctypes",
+        "dataclasses",
+        "inspect",
         "slurm_hooks.core.slurm_model",
     ],
 )
@@ -264,7 +273,9 @@ INJECTED = (
 
 
 @pytest.mark.skipif(not os.path.ismount("/dev/shm"), reason="no /dev/shm mount to write-test")
-@pytest.mark.parametrize("module", ["pynvml", "slurm_hooks.act.engine", "slurm_hooks.k8s.client"])
+@pytest.mark.parametrize(
+    "module", ["pynvml", "slurm_hooks.act.engine", "slurm_hooks.k8s.client", "dataclasses"]
+)
 def test_the_guard_catches_an_injected_import_in_a_real_run(
     module: str, cpu_node: dict[str, str], startup: frozenset[str]
 ) -> None:

@@ -54,12 +54,12 @@ import time
 import tomllib
 from collections.abc import Mapping
 from ctypes import Structure
-from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
 from slurm_hooks.core.errors import ConfigError, NvmlError
+from slurm_hooks.core.record import record
 
 log = logging.getLogger(__name__)
 
@@ -206,14 +206,14 @@ def _raise(code: int) -> None:
     raise pynvml.NVMLError(code)
 
 
-@dataclass(frozen=True)
+@record
 class FakeHandle:
     """Opaque like ``c_nvmlDevice_t``; only the fake looks inside."""
 
     index: int
 
 
-@dataclass(frozen=True)
+@record
 class _ErrorRule:
     function: str
     code: int

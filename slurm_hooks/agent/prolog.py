@@ -55,7 +55,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,7 @@ from slurm_hooks.agent.prolog_cache import (  # noqa: F401 (re-exported: importa
 from slurm_hooks.core.config import Config, GeneralConfig
 from slurm_hooks.core.errors import StateError
 from slurm_hooks.core.model import Finding, Status
+from slurm_hooks.core.record import record
 
 log = logging.getLogger(__name__)
 #: Variables slurmd sets in the prolog for a job with GPUs as GRES.
@@ -82,7 +82,7 @@ GPU_ENV = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
+@record
 class PrologConfig:
     """``[prolog]``.  Times are seconds."""
 
@@ -124,7 +124,7 @@ class PrologConfig:
 # -- which GPUs the job has ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class GpuUse:
     """Whether the prolog should do GPU work for this job, on which GPUs
     (None: all of the node's), and why."""
@@ -183,7 +183,7 @@ class Budget:
 # -- the run ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class PrologOutcome:
     """What one prolog did.  ``verdict`` is one of cached, passed, failed,
     incomplete (budget or a check that could not run: the job runs), cpu_only."""

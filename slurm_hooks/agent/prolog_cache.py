@@ -14,12 +14,12 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from slurm_hooks.core.config import Config
 from slurm_hooks.core.errors import StateError
+from slurm_hooks.core.record import record
 
 log = logging.getLogger("slurm_hooks.agent.prolog")  # the prolog's own log
 
@@ -31,7 +31,7 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _HARMLESS_SEVERITIES = frozenset({"log"})
 
 
-@dataclass(frozen=True)
+@record
 class CachedPass:
     """One full pass, as stored."""
 
@@ -72,7 +72,7 @@ class CachedPass:
             return None
 
 
-@dataclass(frozen=True)
+@record
 class NodeFacts:
     """What the cache is judged against, read fresh on every prolog."""
 

@@ -8,7 +8,6 @@ and an error names the file and the dotted key, not a traceback.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import math
@@ -19,11 +18,11 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.record import field, is_table_class, record, table_fields
 
 DEFAULT_CONFIG = "/etc/slurm-hooks/config.toml"
 ENV_CONFIG = "SLURM_HOOKS_CONFIG"
@@ -67,7 +66,7 @@ _FRACTION_SUFFIXES = ("_fraction", "_share")
 _PORT_SUFFIX = "_port"
 
 
-@dataclass(frozen=True)
+@record
 class Bounds:
     """The range a numeric key takes.  A field may set its own with
     ``field(metadata={"bounds": Bounds(...)})``; otherwise
@@ -127,7 +126,7 @@ class InvalidKey(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True)
+@record
 class GeneralConfig:
     """Settings every stage shares."""
 
@@ -262,10 +261,10 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str, bounds: Bounds | No
             except ConfigError:
                 continue
         raise ConfigError(f"unexpected value {value!r}", path=path, key=key)
-    if dataclasses.is_dataclass(tp):
+    if is_table_class(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=key)
-        return from_mapping(tp, value, path=path, prefix=key)  # type: ignore[arg-type]
+        return from_mapping(tp, value, path=path, prefix=key)
     if origin in (tuple, list):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"expected a list, got {type(value).__name__}", path=path, key=key)
@@ -308,17 +307,17 @@ def _coerce(value: Any, tp: Any, path: str | None, key: str, bounds: Bounds | No
     return value
 
 
-_SCHEMAS: dict[type, tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]] = {}
+_SCHEMAS: dict[type, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
-def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
     """The resolved annotations and init fields of ``cls``, computed once per
     class: ``get_type_hints`` evaluates every (string) annotation, and a hook
     builds the same few classes many times (one Profile per profile table)."""
     schema = _SCHEMAS.get(cls)
     if schema is None:
         hints = typing.get_type_hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        fields = {f.name: f for f in table_fields(cls) if f.init}
         schema = _SCHEMAS[cls] = (hints, fields)
     return schema
 
@@ -333,8 +332,8 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     if hook is not None:
         built: T = hook(data, path=path, prefix=prefix)
         return built
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls!r} is not a dataclass")
+    if not is_table_class(cls):
+        raise TypeError(f"{cls!r} is not a record or dataclass")
     # An empty table (most checks' settings on most nodes) has no key to
     # check: its annotations are not resolved (get_type_hints compiles each).
     hints, fields = _schema(cls) if data else ({}, {})
@@ -373,7 +372,7 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, path: str | None, pre
     return obj
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """The whole file, raw, plus typed access per section."""
 

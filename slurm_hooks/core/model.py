@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from slurm_hooks.core.record import asdict, field, record
 
 if TYPE_CHECKING:
     from slurm_hooks.core.slurm_model import JobInfo as JobInfo
@@ -69,7 +70,7 @@ class Action(enum.StrEnum):
         return list(Action).index(self)
 
 
-@dataclass(frozen=True)
+@record
 class Component:
     """The part a finding is about.  ``kind`` is one of gpu, nvswitch, nic,
     mount, memory, node; the other fields are filled where known so that a
@@ -132,7 +133,7 @@ class Provenance(enum.StrEnum):
 USER_SIDE = frozenset({Provenance.USER_FILE, Provenance.USER_PROCESS, Provenance.JOB_ENV})
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """The one result type that crosses from checks to policy.
 

@@ -17,10 +17,10 @@ WARN), or an NVML error on another GPU, is never hidden, and with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slurm_hooks.core.model import Finding, Status
+from slurm_hooks.core.record import replace
 from slurm_hooks.detect.checks.base import ok
 
 if TYPE_CHECKING:

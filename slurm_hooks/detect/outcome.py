@@ -7,9 +7,9 @@ name the type without importing the runner that calls them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from slurm_hooks.core.model import Finding, Status
+from slurm_hooks.core.record import record
 
 
 def worst(statuses: Iterable[Status]) -> Status:
@@ -17,7 +17,7 @@ def worst(statuses: Iterable[Status]) -> Status:
     return max(statuses, key=lambda s: s.rank, default=Status.OK)
 
 
-@dataclass(frozen=True)
+@record
 class CheckOutcome:
     """One check's part of a run."""
 

@@ -25,15 +25,14 @@ Every key is validated on load; an error names the file and the dotted key.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hooks.core.config import Config, from_mapping
 from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.record import field, fields, record, replace
 
 #: Where the shipped example profiles live (one ``[profiles.<stem>]`` per file).
 BUILTIN_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "profiles")
@@ -57,10 +56,10 @@ class _MappingView(Mapping[str, Any]):
         return len(self._keys())
 
     def _keys(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return tuple(f.name for f in fields(self))
 
 
-@dataclass(frozen=True, eq=True)
+@record
 class IbExpect(_MappingView):
     """Expected InfiniBand/RoCE ports.  ``devices`` names ports that must be
     up (``mlx5_0`` means port 1, or ``mlx5_0/2``); ``count`` is how many
@@ -103,7 +102,7 @@ class IbExpect(_MappingView):
         return out
 
 
-@dataclass(frozen=True, eq=True)
+@record
 class Profile(_MappingView):
     """One SKU's expectations.  ``None`` means "do not check this"."""
 
@@ -348,7 +347,7 @@ def forget_hostlist_answers() -> None:
     _answers = _HostlistAnswers()
 
 
-@dataclass(frozen=True)
+@record
 class Profiles:
     """The ``[profiles]`` section: name -> Profile, in file order."""
 
@@ -372,7 +371,7 @@ class Profiles:
                 # error would name only "<profile>.ib", not the bad key.
                 merged["ib"] = from_mapping(IbExpect, merged["ib"], path=path, prefix=f"{key}.ib")
             prof = from_mapping(Profile, merged, path=path, prefix=key)
-            out[name] = dataclasses.replace(prof, name=name)
+            out[name] = replace(prof, name=name)
         return cls(profiles=out, path=path)
 
     def __iter__(self) -> Iterator[Profile]:
@@ -471,7 +470,7 @@ def load_builtin(name: str) -> Profile:
     path = os.path.join(BUILTIN_DIR, f"{name}.toml")
     table = _resolve_base(name, {}, path, "profiles", ())
     prof = from_mapping(Profile, table, path=path, prefix=f"profiles.{name}")
-    return dataclasses.replace(prof, name=name)
+    return replace(prof, name=name)
 
 
 def load_profiles(cfg: Config) -> Profiles:

@@ -23,12 +23,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurm_hooks.core.config import Config
 from slurm_hooks.core.errors import CheckNotInstalled, ConfigError, SlurmHooksError
 from slurm_hooks.core.model import Component, Finding, Phase, Status
+from slurm_hooks.core.record import field, record, replace
 from slurm_hooks.detect.checks.base import CheckContext, ok
 from slurm_hooks.detect.checks.registry import CHECKS, load
 from slurm_hooks.detect.checks.settings import ChecksConfig, load_checks_config
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     """One phase's run on one node: every check's outcome, and the time taken
     against the budget."""
@@ -101,7 +101,7 @@ class RunResult:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Deadline:
     """The phase's end, passed to checks as service ``deadline`` so that a
     long step (burn-in, NCCL) can decline to start when it cannot finish."""
@@ -328,7 +328,7 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
-@dataclass(frozen=True)
+@record
 class RunSetup:
     """Everything a run needs, resolved once from the config."""
 

@@ -13,10 +13,10 @@ pretends the node is healthy.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from slurm_hooks.core.model import NODE, Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import field, record
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -38,7 +38,7 @@ def utc_now() -> datetime:
 COMMON_SETTINGS = frozenset({"enabled", "timeout_s", "phases"})
 
 
-@dataclass(frozen=True)
+@record
 class CheckContext:
     """What a check may use while gathering.  Built once per hook run.
 
@@ -103,7 +103,7 @@ class Check(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     """One kind of finding a check reports: its stable code, its status and
     the action it recommends, as a row of the table in

@@ -6,10 +6,10 @@ ways and usually mean a node missed an image update, so a mismatch drains.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from slurm_hooks.core.model import Action, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.checks.gpubase import nvml_session
 from slurm_hooks.detect.checks.registry import CHECKS
@@ -28,7 +28,7 @@ def version_matches(actual: str, wanted: str) -> bool:
     return version_tuple(actual)[: len(want)] == want
 
 
-@dataclass(frozen=True)
+@record
 class DriverData:
     version: str | None = None
     skipped: str | None = None

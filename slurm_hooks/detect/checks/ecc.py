@@ -8,10 +8,10 @@ without ECC answer NOT_SUPPORTED: that is "not applicable", not a fault.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, call_optional
 
@@ -19,7 +19,7 @@ ECC_DBE = Problem("ECC_DBE", Status.FAIL, Action.RESET_GPU)
 ECC_DBE_AGGREGATE = Problem("ECC_DBE_AGGREGATE", Status.WARN, Action.DRAIN)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     #: Volatile uncorrectable errors tolerated before FAIL.
     max_volatile_uncorrected: int = 0

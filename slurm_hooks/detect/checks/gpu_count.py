@@ -9,10 +9,10 @@ node UNKNOWN, so the fault is counted once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem, ok, unknown
 from slurm_hooks.detect.checks.gpubase import nvml_session
 from slurm_hooks.detect.checks.registry import CHECKS
@@ -37,7 +37,7 @@ GPU_COUNT_WARN = Problem("GPU_COUNT", Status.WARN, Action.NONE)
 GPU_MODEL = Problem("GPU_MODEL", Status.WARN, Action.NONE)
 
 
-@dataclass(frozen=True)
+@record
 class CountData:
     count: int | None = None
     names: tuple[str | None, ...] = ()

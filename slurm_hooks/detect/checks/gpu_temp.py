@@ -6,10 +6,10 @@ operating 85 C, slowdown 89 C); profiles override them per SKU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData
 from slurm_hooks.detect.profiles import as_profile
@@ -18,7 +18,7 @@ GPU_TEMP_FAIL = Problem("GPU_TEMP", Status.FAIL, Action.DRAIN)
 GPU_TEMP_WARN = Problem("GPU_TEMP", Status.WARN, Action.NONE)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     #: WARN at or above this GPU temperature (deg C); the profile's
     #: gpu_temp_warn_c, when set, wins.

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Component, Finding, Phase, Status
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.checks.registry import CHECKS, NO_GPUS, not_applicable
 from slurm_hooks.detect.probes.nvml import (
@@ -42,14 +42,14 @@ def nvml_session(ctx: CheckContext) -> NvmlSession:
         return _default_session
 
 
-@dataclass(frozen=True)
+@record
 class GpuSample:
     component: Component
     value: Any = None
     error: BaseException | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GpuData:
     samples: tuple[GpuSample, ...] = ()
     node: Any = None

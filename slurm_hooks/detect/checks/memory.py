@@ -8,10 +8,10 @@ service ``psutil``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.profiles import as_profile
 
@@ -19,7 +19,7 @@ GIB = 1024**3
 MEMORY_SIZE = Problem("MEMORY_SIZE", Status.FAIL, Action.DRAIN)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """``[checks.memory]``: how much RAM may be missing before the node fails."""
 

@@ -14,11 +14,11 @@ and, to exercise the command path, ``run_command`` (the test then runs
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.errors import CommandError, CommandTimeout
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
 from slurm_hooks.detect.profiles import as_profile
 
@@ -28,7 +28,7 @@ MOUNT_HUNG = Problem("MOUNT_HUNG", Status.FAIL, Action.DRAIN)
 MOUNT_NOT_WRITABLE = Problem("MOUNT_NOT_WRITABLE", Status.FAIL, Action.DRAIN)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """``[checks.mounts]``: whether and how the profile's mounts are write-tested."""
 
@@ -41,7 +41,7 @@ class Settings:
     no_write_test: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class MountState:
     """What the mount table and the write test say about one expected mount."""
 

@@ -21,13 +21,12 @@ API) is asked of ``nvmlDeviceGetNvLinkState`` or
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record, replace
 from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, GpuSample, call_optional
 from slurm_hooks.detect.probes.nvml import (
@@ -69,7 +68,7 @@ NVLINK_DOWN = Problem("NVLINK_DOWN", Status.FAIL, Action.RESET_GPU)
 NVLINK_ERRORS = Problem("NVLINK_ERRORS", Status.WARN, Action.DRAIN)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     #: New replay + CRC errors on one link since the last run before WARN.
     max_new_errors: int = 100
@@ -129,7 +128,7 @@ class NvlinkCheck(GpuCheck):
         # Counters that did not move (every healthy run) are already on disk:
         # no rewrite, and no two fsyncs on the node's disk each interval.
         saved = text == stored or _save(path, text)
-        return dataclasses.replace(data, samples=tuple(samples), extra={"state_saved": saved})
+        return replace(data, samples=tuple(samples), extra={"state_saved": saved})
 
     def judge_gpu(self, comp: Component, value: Any, ctx: CheckContext) -> list[Finding]:
         expected = as_profile(ctx.profile).nvlinks_per_gpu

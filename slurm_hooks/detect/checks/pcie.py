@@ -10,10 +10,10 @@ the expected link at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, clock_event_reasons
 from slurm_hooks.detect.probes.nvml import is_nvml_error
@@ -23,7 +23,7 @@ PCIE_DOWNTRAINED_FAIL = Problem("PCIE_DOWNTRAINED", Status.FAIL, Action.DRAIN)
 PCIE_DOWNTRAINED_WARN = Problem("PCIE_DOWNTRAINED", Status.WARN, Action.NONE)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     #: Status for a busy GPU whose link generation is below its maximum: FAIL, WARN or OK.
     gen_below_max: str = "WARN"

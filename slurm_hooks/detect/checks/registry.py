@@ -17,11 +17,11 @@ NVML checks; the checks themselves skip through the same data
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from slurm_hooks.core.errors import CheckNotInstalled
 from slurm_hooks.core.model import Phase
+from slurm_hooks.core.record import record
 
 H, P, E, A, W = Phase.HEALTHCHECK, Phase.PROLOG, Phase.EPILOG, Phase.ACCEPTANCE, Phase.WATCH
 
@@ -44,7 +44,7 @@ def not_applicable(rules: tuple[tuple[str, Any, str], ...], profile: Any) -> str
     return None
 
 
-@dataclass(frozen=True)
+@record
 class CheckSpec:
     """One check as the runner knows it before importing it: where it lives,
     when it runs and when it does not apply (so a skipped check costs no import)."""

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hooks.core.errors import CheckNotInstalled, ConfigError
 from slurm_hooks.core.model import Phase
+from slurm_hooks.core.record import field, is_table_class, record
 from slurm_hooks.detect.checks.base import COMMON_SETTINGS
 from slurm_hooks.detect.checks.registry import CHECKS
 
@@ -44,7 +44,7 @@ DEFAULT_TIMEOUT_S = 10.0
 _TOP_KEYS = ("timeout_s", "budget_s", "nvml", "nvml_scenario", "sysfs_root")
 
 
-@dataclass(frozen=True)
+@record
 class ChecksConfig:
     """``[checks]``: time limits, the NVML backend, the sysfs root, and each
     check's own table (``[checks.<name>]``)."""
@@ -174,7 +174,6 @@ def settings_class(cls: type) -> type | None | bool:
     on the class (None: only the common keys), else a module-level
     ``Settings`` or a single ``*Settings`` dataclass defined in the check's
     module.  False: unknown, so the check validates at run time itself."""
-    import dataclasses
     import importlib
 
     if "settings_class" in vars(cls) or any("settings_class" in vars(b) for b in cls.__mro__):
@@ -189,7 +188,7 @@ def settings_class(cls: type) -> type | None | bool:
         for k, v in vars(module).items()
         if k.endswith("Settings")
         and isinstance(v, type)
-        and dataclasses.is_dataclass(v)
+        and is_table_class(v)
         and v.__module__ == module.__name__
     ]
     return own[0] if len(own) == 1 else False

@@ -9,10 +9,10 @@ hot: WARN.  Both lists are settings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem
 from slurm_hooks.detect.checks.gpubase import GpuCheck, clock_event_reasons
 
@@ -33,7 +33,7 @@ GPU_THROTTLE_FAIL = Problem("GPU_THROTTLE", Status.FAIL, Action.DRAIN)
 GPU_THROTTLE_WARN = Problem("GPU_THROTTLE", Status.WARN, Action.NONE)
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     #: Active clock event reasons (names from REASONS: gpu_idle, sw_power_cap,
     #: hw_slowdown, ...) that make a GPU FAIL (drain); wins over warn_reasons.

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from slurm_hooks.core.model import Finding, Phase
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.checks.base import CheckContext, ok
 from slurm_hooks.detect.xid.scan import ScanResult
 from slurm_hooks.detect.xid.settings import XidSettings
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@record
 class XidData:
     """What gather hands to judge."""
 

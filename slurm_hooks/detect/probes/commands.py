@@ -25,10 +25,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_hooks.core.errors import CommandError, CommandTimeout
+from slurm_hooks.core.record import record
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DRAIN_S = 2.0
 
 
-@dataclass(frozen=True)
+@record
 class CommandResult:
     argv: tuple[str, ...]
     rc: int

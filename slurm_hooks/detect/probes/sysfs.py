@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+
+from slurm_hooks.core.record import record
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 _NUMBERED = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
 
 
-@dataclass(frozen=True)
+@record
 class IbPort:
     """One port as sysfs reports it; text fields keep the kernel's words."""
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from slurm_hooks.core.config import InvalidKey
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.site.match import validate_mstr
 from slurm_hooks.detect.site.units import BadSize, parse_count, parse_size
 
@@ -61,7 +61,7 @@ def _paths(paths: tuple[str, ...], key: str = "paths") -> None:
 # -- file systems ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class FsMount:
     """Mounted at each of ``paths``; the type, source and options match;
     ``mode`` "rw" or "ro" when given.  (NHC: check_fs_mount, _rw, _ro.)"""
@@ -79,7 +79,7 @@ class FsMount:
         _mstrs(self, "fstype", "source", "options")
 
 
-@dataclass(frozen=True)
+@record
 class FsSpace:
     """Space on the file system mounted at ``path`` (as NHC, which reads df:
     a path that is not a mount point passes; so does a pseudo file system).  (NHC: check_fs_free,
@@ -99,7 +99,7 @@ class FsSpace:
             raise InvalidKey("min_free", "give min_free, max_used, min_size or max_size")
 
 
-@dataclass(frozen=True)
+@record
 class FsInodes:
     """Inodes of the file system mounted at ``path`` (counts: "1k" = 1000;
     free and used also as a percentage).
@@ -122,7 +122,7 @@ class FsInodes:
 # -- processes ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class PsService:
     """A process for ``service`` runs (``running = false``: must not run).
     Matched on the first word of its command line (``full``: the whole line)
@@ -155,7 +155,7 @@ class PsService:
         return self.restart_command or ("systemctl", "restart", "--", self.service)
 
 
-@dataclass(frozen=True)
+@record
 class PsUsers:
     """Processes of users who have no business on the node.  Authorised:
     uid <= ``max_sys_uid``, ``auth_users``, and every user with a process
@@ -172,7 +172,7 @@ class PsUsers:
         _mstrs(self, "rm_daemon")
 
 
-@dataclass(frozen=True)
+@record
 class PsLoadavg:
     """Load averages below these: the whole part of a load average at or
     above its limit fails (NHC compares bash integers); ``per``: each limit
@@ -192,7 +192,7 @@ class PsLoadavg:
 # -- hardware -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class HwCpuinfo:
     """Sockets, cores and threads the OS sees, each exactly as given.
     (NHC: check_hw_cpuinfo.)"""
@@ -202,7 +202,7 @@ class HwCpuinfo:
     threads: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class HwMemory:
     """Total size of ``which`` (physmem: RAM, swap, total: both) within
     [min, max], give or take ``fudge`` (a size or a percentage of the
@@ -222,7 +222,7 @@ class HwMemory:
         _sizes(self, "fudge")
 
 
-@dataclass(frozen=True)
+@record
 class HwMemoryFree:
     """Free ``which`` (physmem counts buffers and page cache as free, as NHC
     does) at least ``min``.  (NHC: check_hw_physmem_free, check_hw_swap_free,
@@ -239,7 +239,7 @@ class HwMemoryFree:
         _sizes(self, "min", percent=False)
 
 
-@dataclass(frozen=True)
+@record
 class HwIb:
     """Some InfiniBand port is ACTIVE and LinkUp, at ``rate`` Gb/s when
     given, on ``device`` ("mlx5_0" or "mlx5_0:1") when given.  (NHC:
@@ -249,7 +249,7 @@ class HwIb:
     device: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class HwEth:
     """The network interface ``device`` exists.  (NHC: check_hw_eth,
     check_hw_gm.)"""
@@ -261,7 +261,7 @@ class HwEth:
             raise InvalidKey("device", "name the interface")
 
 
-@dataclass(frozen=True)
+@record
 class HwMcelog:
     """The mcelog daemon's per-DIMM counts of the last 24 h within limits
     (None: any error it reports fails); no daemon: passes.  (NHC:
@@ -278,7 +278,7 @@ class HwMcelog:
 FILE_TESTS = frozenset("abcdefghkprsuwxOGLSN")
 
 
-@dataclass(frozen=True)
+@record
 class FileTest:
     """Each of ``tests`` (the letters of ``test(1)``: e exists, f regular, d
     directory, r w x access, s not empty, k sticky, c b p S h/L types, u g
@@ -297,7 +297,7 @@ class FileTest:
             )
 
 
-@dataclass(frozen=True)
+@record
 class FileStat:
     """Metadata of every path: ``mode`` exactly, ``min_mode`` at least those
     bits (octal strings), owner and group by id or name, device numbers,
@@ -329,7 +329,7 @@ class FileStat:
                     raise InvalidKey(key, f'an octal mode such as "0644", got {value!r}') from exc
 
 
-@dataclass(frozen=True)
+@record
 class FileContents:
     """Every match string matches some line of ``path`` (a negated one: no
     line).  (NHC: check_file_contents.)"""
@@ -349,7 +349,7 @@ class FileContents:
 # -- commands -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Command:
     """Run ``argv`` (no shell) within ``timeout_s``; its exit status must be
     ``status`` (unless ``check_status = false``), and each match string must match some line of
@@ -382,7 +382,7 @@ SHIM_OWNS = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@record
 class NhcFunction:
     """Run the site's own NHC check ``function`` (defined in one of the
     ``*.nhc`` files of ``scripts_dir``, NHC's ``$INCDIR``) with ``args``,
@@ -419,7 +419,7 @@ class NhcFunction:
 # -- DMI ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class DmiMatch:
     """A line of ``dmidecode``'s output, expanded as NHC does ("BIOS
     Information: Version: 2.0.1"), matches ``match``, within ``type`` /

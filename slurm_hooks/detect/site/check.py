@@ -21,10 +21,10 @@ parsed :class:`~.spec.SiteChecksConfig`), ``proc_root``, ``sysfs_root``,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.checks.base import CheckContext, ok
 from slurm_hooks.detect.site.gather import Facts, Ran
 from slurm_hooks.detect.site.spec import SiteCheck, SiteChecksConfig
@@ -32,7 +32,7 @@ from slurm_hooks.detect.site.spec import SiteCheck, SiteChecksConfig
 NAME = "site"
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     #: The site's NHC (absolute path): run it too and report disagreements.
     compare_with: str = ""
@@ -53,7 +53,7 @@ class Settings:
         return self.enforce if self.enforce is not None else not self.compare_with
 
 
-@dataclass(frozen=True)
+@record
 class Gathered:
     #: (check, data, error) per applicable check, in config order.
     results: tuple[tuple[SiteCheck, Any, BaseException | None], ...] = ()

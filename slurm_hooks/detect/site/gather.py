@@ -13,21 +13,21 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hooks.core.errors import CommandError, CommandTimeout
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.probes.host import Partition, parse_mounts
 
 
-@dataclass(frozen=True)
+@record
 class CpuInfo:
     sockets: int
     cores: int
     threads: int
 
 
-@dataclass(frozen=True)
+@record
 class MemInfo:
     """Kilobytes, as /proc/meminfo says; ``ram_free`` counts buffers and page
     cache as free (NHC's rule)."""
@@ -38,7 +38,7 @@ class MemInfo:
     swap_free: int
 
 
-@dataclass(frozen=True)
+@record
 class FsUsage:
     """``df -k`` / ``df -i`` figures of one file system (kilobytes, inodes)."""
 
@@ -53,7 +53,7 @@ class FsUsage:
         return self.inodes - self.inodes_free
 
 
-@dataclass(frozen=True)
+@record
 class Proc:
     pid: int
     ppid: int
@@ -63,7 +63,7 @@ class Proc:
     comm: str
 
 
-@dataclass(frozen=True)
+@record
 class Ran:
     """A command's outcome: ``error`` is set when it did not run or timed out."""
 
@@ -184,7 +184,7 @@ def _default_run(argv: list[str], timeout: float) -> Any:
     return run(argv, timeout=timeout, check=False)
 
 
-@dataclass
+@record
 class Facts:
     """The node as site checks see it.  Construct with the roots; every
     reader caches its answer for the run."""

@@ -12,10 +12,10 @@ import os
 import re
 import stat as st
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hooks.core.model import Value
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.probes.host import Partition
 from slurm_hooks.detect.site import args as A
 from slurm_hooks.detect.site.gather import CpuInfo, FsUsage, MemInfo, Proc, Ran
@@ -24,7 +24,7 @@ from slurm_hooks.detect.site.nhc_function import Outcome
 from slurm_hooks.detect.site.units import parse_count, parse_size
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     message: str
     values: dict[str, Value] = field(default_factory=dict)

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.site import args as A
 from slurm_hooks.detect.site import judge as J
 from slurm_hooks.detect.site import nhc_function
 from slurm_hooks.detect.site.gather import Facts, bounded
 
 
-@dataclass(frozen=True)
+@record
 class Kind:
     name: str
     family: str

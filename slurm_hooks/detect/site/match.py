@@ -13,10 +13,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
 from functools import lru_cache
 
 from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.record import record
 
 #: POSIX bracket classes (bash's ERE knows them, Python's re does not).
 _POSIX = {
@@ -70,7 +70,7 @@ def is_negated(mstr: str) -> bool:
     return mstr.startswith("!")
 
 
-@dataclass(frozen=True)
+@record
 class Hosts:
     """Which nodes a site check applies to: every selector given must match.
 

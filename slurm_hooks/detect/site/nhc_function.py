@@ -33,9 +33,9 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass
 
 from slurm_hooks.core.errors import CommandTimeout
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.site.args import NhcFunction
 from slurm_hooks.detect.site.gather import Facts, bounded
 
@@ -50,7 +50,7 @@ DIED, SUBSHELL_DIED, LOADED, UNDEFINED = "died", "subshell-died", "loaded", "und
 SHIM = "nhc_shim.bash"
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     """What one run of a site function said."""
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_hooks.core.errors import ConfigError
 from slurm_hooks.core.model import Action, Phase
+from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.site.match import Hosts
 
 COMMON_KEYS = frozenset(
@@ -37,7 +37,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,47}$")
 _ACTIONS = {"drain": Action.DRAIN, "none": Action.NONE}
 
 
-@dataclass(frozen=True)
+@record
 class SiteCheck:
     name: str
     kind: str
@@ -50,7 +50,7 @@ class SiteCheck:
     origin: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class SiteChecksConfig:
     checks: tuple[SiteCheck, ...] = ()
     path: str | None = field(default=None, compare=False)

@@ -10,7 +10,8 @@ the translator writes the kilobytes NHC meant.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from slurm_hooks.core.record import record
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtpe]?)(i?b?)\s*$", re.IGNORECASE)
 _POW = {"": 0, "k": 0, "m": 1, "g": 2, "t": 3, "p": 4, "e": 5}
@@ -20,7 +21,7 @@ class BadSize(ValueError):
     """A size or count that does not parse."""
 
 
-@dataclass(frozen=True)
+@record
 class Size:
     """A number of kilobytes (or of things, for inode counts), or a percentage."""
 

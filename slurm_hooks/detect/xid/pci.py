@@ -17,9 +17,9 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, read_gpu_information
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def split_mig(raw: str) -> tuple[str, int | None]:
     return (head, int(m["gi"])) if m else (raw, None)
 
 
-@dataclass(frozen=True)
+@record
 class GpuRef:
     """A GPU as findings name it."""
 

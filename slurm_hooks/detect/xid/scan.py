@@ -19,9 +19,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.xid.limits import MAX_LINE
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class ScanStats:
         return self.malformed + self.oversized
 
 
-@dataclass(frozen=True)
+@record
 class ScanResult:
     """What one scan found.  ``reset`` says why the cursor started over
     (``rotated``, ``truncated``, ``reboot``, ``corrupt``), None if it did not."""

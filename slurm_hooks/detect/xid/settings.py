@@ -5,9 +5,9 @@ config section).  Defaults suit a production GPU node; the lab and tests set
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from slurm_hooks.core.record import record
 from slurm_hooks.detect.xid.limits import BOOT_ID_PATH, FIRST_RUN, KMSG_PATH, MAX_LINE
 
 SOURCES = ("auto", "kmsg", "journal", "file")
@@ -15,7 +15,7 @@ SOURCES = ("auto", "kmsg", "journal", "file")
 RUNNER_KEYS = frozenset({"timeout_s", "phases"})
 
 
-@dataclass(frozen=True)
+@record
 class XidSettings:
     """``[checks.xid]``: where the kernel log is read and how XID events are
     counted and kept."""
