@@ -95,6 +95,8 @@ class Watched:
     ntasks: int | None = None
     #: A rank of the job lived here at the last look.
     live: bool = False
+    #: It left the listing while a rank lived here (followed on).
+    away: bool = False
     #: Followed no more once it left the listing (its step over, acted on).
     done: bool = False
 
@@ -150,7 +152,9 @@ class SignalWatch:
         # all exited here; followed on until Slurm says their step is over
         # or a verdict came of it (``Watched.done``).
         gone = {j: w for j, w in self.jobs.items() if j not in listing and j not in skip
-                and w.live and not w.done}  # fmt: skip
+                and (w.live or w.away) and not w.done}  # fmt: skip
+        for w in gone.values():
+            w.away = True
         self.jobs = {j: w for j, w in self.jobs.items() if j in listing or j in gone}
         self.departures.keep(set(self.jobs))
         self.steps.keep(self.jobs)
