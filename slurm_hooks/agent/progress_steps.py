@@ -30,13 +30,14 @@ from typing import Any
 
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.detect.progress.judge import StepState
+from slurm_hooks.detect.progress.settings import STEP_RECHECK_S
 from slurm_hooks.slurm.base import JobSteps
 from slurm_hooks.slurm.steps import ENDED, UNSURE
 
 log = logging.getLogger(__name__)
 
 #: A kept answer older than this is asked again before a hang is acted on.
-RECHECK_S = 60.0
+RECHECK_S = STEP_RECHECK_S
 #: Step ids that are never a job's ranks.
 _NOT_TASKS = frozenset({"batch", "extern"})
 
