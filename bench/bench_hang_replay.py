@@ -49,7 +49,8 @@ def one(cfg: ProgressConfig, job_hours: float, seed: int, trials: int, one_node:
     r = replay_healthy(job_hours, seed, Setup(cfg, one_node=one_node))
     wall = time.perf_counter() - t0
     print(f"  healthy: {r.job_hours:,.0f} job-hours, {r.jobs} jobs, {r.runs} runs, "
-          f"{r.passes:,} passes ({wall:.1f} s)")  # fmt: skip
+          f"{r.passes:,} passes ({wall:.1f} s); Slurm asked about a job's step "
+          f"{r.step_reads} time(s)")  # fmt: skip
     print(f"  false alarms: {len(r.alarms)} = {r.per_10k_job_hours:.1f} per 10,000 job-hours "
           f"(goal 0)")  # fmt: skip
     if r.alarms:

@@ -62,6 +62,24 @@ def test_no_false_alarm_when_the_training_ends_before_the_job():
     assert r.alarms == [], [a.explanation for a in r.alarms[:3]]
 
 
+def test_no_false_alarm_on_jobs_of_several_nodes_once_slurm_is_asked_about_the_step():
+    """One node's share of a job on several: its ranks all gone while the
+    batch script goes on is the step's end only Slurm can confirm.  Asked
+    then (and only then), the node raises nothing; where Slurm cannot say,
+    the node calls it a hang after ``hang_s``, as it did before it asked."""
+    cfg = ProgressConfig()
+    setup = Setup(cfg, workload=AFTER_TRAINING, one_node=False)
+    r = replay_healthy(150.0, SEED, setup)
+    assert r.longest_gap_s[Phase.EPILOGUE] > cfg.hang_s
+    assert r.alarms == [], [a.explanation for a in r.alarms[:3]]
+    assert 0 < r.step_reads < r.runs  # asked at the end of some runs, never every pass
+    # The same jobs where Slurm cannot be asked: the epilogues cry wolf.
+    blind = replay_healthy(150.0, SEED, Setup(cfg, workload=AFTER_TRAINING, one_node=False,
+                                              asks_steps=False))  # fmt: skip
+    assert blind.step_reads == 0
+    assert blind.by("phase")[Phase.EPILOGUE] > 0
+
+
 def test_a_threshold_below_the_pauses_cries_wolf_on_checkpoints():
     r = replay_healthy(100.0, SEED, Setup(ProgressConfig(hang_s=120.0)))
     assert r.per_10k_job_hours > 0

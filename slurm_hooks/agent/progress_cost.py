@@ -113,6 +113,10 @@ class PassReads:
         self._stats.slurm_reads += 1
         return self._slurm.get_job(job_id)
 
+    def job_steps(self, job_id: str) -> Any:
+        self._stats.slurm_reads += 1
+        return self._slurm.job_steps(job_id)
+
     def get_node(self, name: str) -> Any:
         if name not in self._nodes:
             self._stats.slurm_reads += 1

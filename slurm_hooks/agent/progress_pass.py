@@ -37,13 +37,20 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurm_hooks.agent.progress_cost import PassReads, PassStats, PassTotals
-from slurm_hooks.agent.progress_report import JobReport, Seen, report_families
+from slurm_hooks.agent.progress_report import (
+    JobReport,
+    Seen,
+    opted_in,
+    outcome,
+    report_families,
+    skew,
+)
+from slurm_hooks.agent.progress_steps import RECHECK_S, StepWatch
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.identifiers import uid_of
@@ -79,27 +86,9 @@ log = logging.getLogger(__name__)
 CHECK = "progress"
 #: Job directories whose newest record is older than this are not read.
 FORGET_S = 86400.0
-#: A job whose ``--comment`` carries this token (whitespace or comma apart)
-#: asks to be requeued when a hang or straggler of its own is found on its
-#: own evidence alone (docs/progress.md).  It can only ever affect that job.
-OPT_IN = "slurm-hooks:requeue-on-hang"
 #: Culprit causes read from a pid the job wrote (the user can cause each).
 _PROC_CAUSES = frozenset(("process gone", "process stopped (state T)",
                           "process in uninterruptible sleep (state D)"))  # fmt: skip
-
-
-def opted_in(info: JobInfo) -> bool:
-    """Whether the job's owner asked for a requeue on their own evidence."""
-    text = (info.comment or "").replace(",", " ")
-    return OPT_IN in text.split()
-
-
-def skew(views: Mapping[int, RankView], last: int = 20) -> float | None:
-    means = [statistics.fmean(b for _, b in v.busy[-last:]) for v in views.values() if v.busy]
-    if len(means) < 2:
-        return None
-    med = statistics.median(means)
-    return max(means) / med if med > 0 else None
 
 
 class ProgressPass:
@@ -145,6 +134,8 @@ class ProgressPass:
         #: When each rank's process was first seen gone (the judge tells a
         #: rank lost mid-run from ranks that finished by it).
         self.departures = Departures()
+        #: Whether the step of a job's departed ranks still runs (Slurm, asked then).
+        self.steps = StepWatch()
         #: The last pass's cost, and every pass's summed (``/metrics``).
         self.last = PassStats()
         self.totals = PassTotals()
@@ -260,6 +251,7 @@ class ProgressPass:
         suspects: list[str] = []
         self._signs = {j: v for j, v in self._signs.items() if j in jobs}
         self.departures.keep(set(jobs))
+        self.steps.keep(jobs)
         for i, job in enumerate(mine):
             if budget.spent():
                 stats.skipped_dirs += len(mine) - i
@@ -302,13 +294,27 @@ class ProgressPass:
     def _judge(
         self, job: str, info: JobInfo, views: Mapping[int, RankView],
         local: Mapping[int, RankView], procs: dict[int, ProcState], now: float,
-        hints: Sequence[Suspect], sign: TrustedSign | None,
+        hints: Sequence[Suspect], sign: TrustedSign | None, max_age_s: float = float("inf"),
     ) -> HangVerdict:  # fmt: skip
         """``judge_hang`` with what this node knows besides the records: when
-        each of its ranks left, and whether the job runs here alone."""
+        each of its ranks left, whether the job runs here alone, and, when
+        that would be a hang with its ranks here all gone, whether Slurm
+        still runs their step (asked then, kept; asked again before acting
+        when ``max_age_s`` old: ``progress_steps``)."""
         left = self.departures.look(job, local, procs, now)
         alone = hostlist.expand(info.nodes or "")[:2] == [self.node]
-        return judge_hang(job, views, procs, now, self.s.hang, hints, sign, left, alone)
+        v = judge_hang(job, views, procs, now, self.s.hang, hints, sign, left, alone)
+        here = [s for r, s in procs.items() if r in local]
+        if any(s is not ProcState.GONE for s in here):
+            if (listing := self.signals.listing) is not None and job in listing:
+                pids = {x.pid for x in local.values()}
+                self.steps.note(job, (t.step for t in listing[job] if t.pid in pids))
+            return v
+        if v.verdict in (Verdict.HANG, Verdict.STALLED) and here and not alone:
+            step = self.steps.state(self.slurm, self.engine.slurm, job, now, max_age_s)
+            if step is not None:
+                v = judge_hang(job, views, procs, now, self.s.hang, hints, sign, left, alone, step)
+        return v
 
     def _look(self, job: str, local: Mapping[int, RankView], stalled: float) -> TrustedSign | None:
         """Look for trusted evidence beside a job quiet for a pass or more,
@@ -388,7 +394,8 @@ class ProgressPass:
         procs = self._procs(local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
-        verdict = self._judge(job, info, views, local, procs, now, hints, self._sign(job))
+        verdict = self._judge(job, info, views, local, procs, now, hints, self._sign(job),
+                              RECHECK_S)  # fmt: skip
         out: list[Any] = []
         if verdict.verdict is Verdict.HANG and verdict.rank in local:
             # One culprit per job run: once a node of the job carries our HANG
@@ -465,7 +472,7 @@ class ProgressPass:
         except SlurmError:
             self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
             raise
-        self._tell(info, "job_hang", f"job {info.job_id}: {message}{_outcome(decisions)}",
+        self._tell(info, "job_hang", f"job {info.job_id}: {message}{outcome(decisions)}",
                    "HANG", {"rank": v.rank, "cause": v.cause, "steps": v.evidence.get("steps"),
                             "provenance": [str(p) for p in sources]})  # fmt: skip
         return decisions
@@ -556,7 +563,7 @@ class ProgressPass:
         log.warning("progress node=%s: SLOW %s", self.node, text)
         decisions = list(self.engine.handle(self.node, [finding]))
         self._tell(info, "job_straggler",
-                   f"job {info.job_id}: {text} (policy: {policy}){_outcome(decisions)}", "SLOW",
+                   f"job {info.job_id}: {text} (policy: {policy}){outcome(decisions)}", "SLOW",
                    {"rank": st.rank, "windows": [list(w) for w in st.windows], "gpus": view,
                     "provenance": [str(p) for p in sources]})  # fmt: skip
         return decisions
@@ -571,21 +578,3 @@ class ProgressPass:
             actor=self.engine.actor,
             **{k: v for k, v in fields.items() if k in ("rank", "steps", "provenance")},
         )  # fmt: skip
-
-
-def _outcome(decisions: list[Any]) -> str:
-    """What came of a finding, for the owner's alert."""
-    from slurm_hooks.decide.decision import DecisionKind
-
-    kinds = {getattr(d, "kind", None) for d in decisions}
-    if any(k is not None and k.drains for k in kinds):
-        return "; the node is drained and the job requeued"
-    if DecisionKind.REQUEUE_JOB in kinds:
-        return ("; the evidence is the job's own: the node stays in service, the job is "
-                "requeued (it opted in)")  # fmt: skip
-    if DecisionKind.REPORT_JOB in kinds:
-        return ("; the evidence is the job's own (no trusted sign on the node): no node "
-                "drained, no other job touched")  # fmt: skip
-    if DecisionKind.BREAKER_TRIPPED in kinds:
-        return "; the node is held by the circuit breaker"
-    return ""

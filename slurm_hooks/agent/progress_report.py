@@ -1,13 +1,19 @@
 """What a progress pass keeps of each job between passes: the last report
 (``/metrics``, logs) and the verdicts acted on.  Its own module so that the
 records' pass and the zero-touch watch (agent/progress_signals.py) share them
-without importing each other."""
+without importing each other; with them, what both say of a job: its
+opt-in, its ranks' skew, what came of a finding."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slurm_hooks.core.model import JobInfo
+    from slurm_hooks.detect.progress.records import RankView
 
 
 @dataclass
@@ -57,3 +63,41 @@ def report_families(reports: Mapping[str, JobReport]) -> list[Any]:
         st.add_metric([job], r.stalled_s)
         verdict.add_metric([job, r.verdict], 1)
     return [sk, st, verdict]
+
+
+#: A job whose ``--comment`` carries this token (whitespace or comma apart)
+#: asks to be requeued when a hang or straggler of its own is found on its
+#: own evidence alone (docs/progress.md).  It can only ever affect that job.
+OPT_IN = "slurm-hooks:requeue-on-hang"
+
+
+def opted_in(info: JobInfo) -> bool:
+    """Whether the job's owner asked for a requeue on their own evidence."""
+    text = (info.comment or "").replace(",", " ")
+    return OPT_IN in text.split()
+
+
+def skew(views: Mapping[int, RankView], last: int = 20) -> float | None:
+    means = [statistics.fmean(b for _, b in v.busy[-last:]) for v in views.values() if v.busy]
+    if len(means) < 2:
+        return None
+    med = statistics.median(means)
+    return max(means) / med if med > 0 else None
+
+
+def outcome(decisions: list[Any]) -> str:
+    """What came of a finding, for the owner's alert."""
+    from slurm_hooks.decide.decision import DecisionKind
+
+    kinds = {getattr(d, "kind", None) for d in decisions}
+    if any(k is not None and k.drains for k in kinds):
+        return "; the node is drained and the job requeued"
+    if DecisionKind.REQUEUE_JOB in kinds:
+        return ("; the evidence is the job's own: the node stays in service, the job is "
+                "requeued (it opted in)")  # fmt: skip
+    if DecisionKind.REPORT_JOB in kinds:
+        return ("; the evidence is the job's own (no trusted sign on the node): no node "
+                "drained, no other job touched")  # fmt: skip
+    if DecisionKind.BREAKER_TRIPPED in kinds:
+        return "; the node is held by the circuit breaker"
+    return ""

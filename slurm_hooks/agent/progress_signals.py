@@ -27,14 +27,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from slurm_hooks.agent.progress_cost import PassStats
 from slurm_hooks.agent.progress_report import JobReport, Seen
+from slurm_hooks.agent.progress_steps import RECHECK_S, StepWatch
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.identifiers import uid_of
 from slurm_hooks.core.model import JobInfo, Provenance
 from slurm_hooks.detect.progress import tasks as tasklist
 from slurm_hooks.detect.progress.activity import JobActivity, RankSample
+from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.gather import read_hints
-from slurm_hooks.detect.progress.judge import HangVerdict, Verdict, judge_hang
+from slurm_hooks.detect.progress.judge import HangVerdict, ProcState, StepState, Verdict, judge_hang
 
 if TYPE_CHECKING:
     from slurm_hooks.detect.progress.judge import TrustedSign
@@ -56,6 +58,9 @@ class PassOwner(Protocol):
 
     @property
     def slurm(self) -> Any: ...
+
+    @property
+    def engine(self) -> Any: ...
 
     def _look(
         self, job: str, local: Mapping[int, RankView], stalled: float
@@ -88,6 +93,12 @@ class Watched:
     activity: JobActivity
     #: Tasks of the job (its environment's ``SLURM_NTASKS``; None: not said).
     ntasks: int | None = None
+    #: A rank of the job lived here at the last look.
+    live: bool = False
+    #: It left the listing while a rank lived here (followed on).
+    away: bool = False
+    #: Followed no more once it left the listing (its step over, acted on).
+    done: bool = False
 
     def judged_on_its_own(self, views: Mapping[int, Any], worked_s: float) -> str | None:
         """Why a stall with the owner's evidence alone is not acted on (None:
@@ -120,6 +131,10 @@ class SignalWatch:
     #: This pass's listing (None: none yet / Slurm not asked).
     listing: dict[str, list[tasklist.TaskPid]] | None = None
     turn: int = 0
+    #: When each rank's process was first seen gone.
+    departures: Departures = field(default_factory=Departures)
+    #: Whether the step of a job's departed ranks still runs (Slurm, asked then).
+    steps: StepWatch = field(default_factory=StepWatch)
 
     def refresh(self) -> None:
         """This pass's listing of the node's job processes (one local call)."""
@@ -133,7 +148,16 @@ class SignalWatch:
         listing = self.listing
         if listing is None:
             return []
-        self.jobs = {j: w for j, w in self.jobs.items() if j in listing}
+        # A job that left the listing while its ranks here lived: its ranks
+        # all exited here; followed on until Slurm says their step is over
+        # or a verdict came of it (``Watched.done``).
+        gone = {j: w for j, w in self.jobs.items() if j not in listing and j not in skip
+                and (w.live or w.away) and not w.done}  # fmt: skip
+        for w in gone.values():
+            w.away = True
+        self.jobs = {j: w for j, w in self.jobs.items() if j in listing or j in gone}
+        self.departures.keep(set(self.jobs))
+        self.steps.keep(self.jobs)
         self.refused &= set(listing)
         order = sorted((j for j in listing if j not in skip and j not in self.refused), key=int)
         if order:
@@ -163,6 +187,8 @@ class SignalWatch:
             left -= len(chosen)
             stats.sampled_pids += len(chosen)
             out += self._judge(job, watched, chosen, gpu, now, stats, reports)
+        for job, watched in gone.items():
+            out += self._judge(job, watched, [], gpu, now, stats, reports)
         return out
 
     def _start(self, job: str, pids: list[int], now: float) -> Watched | None:
@@ -216,10 +242,16 @@ class SignalWatch:
         views = watched.activity.views(p.node, watched.info.restart_count)
         if not views:
             return []
+        procs = watched.activity.procs()
+        watched.live = any(x is not ProcState.GONE for x in procs.values())
+        if watched.live:
+            self.steps.note(job, (t.step for t in listed if t.rank is not None))
         stats.judged += 1
         stats.signal_jobs += 1
         stalled = now - max(v.last_time for v in views.values())
-        sign = p._look(job, views, stalled)
+        # No process of the job left here: nothing for trusted evidence to
+        # point at (a lost GPU is the health check's, which never waits).
+        sign = p._look(job, views, stalled) if listed else None
         hints = []
         if stalled >= p.s.hang_s:
             # The flight-recorder dumps the TaskProlog asked PyTorch for, and
@@ -227,8 +259,17 @@ class SignalWatch:
             uid = uid_of(watched.info.user)
             if uid is not None:
                 hints = read_hints(p.s.ras_path, p.s.flight_recorder_path, job, uid=uid)
-        procs = watched.activity.procs()
-        verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign)
+        left = self.departures.look(job, views, procs, now)
+        alone = hostlist.expand(watched.info.nodes or "")[:2] == [p.node]
+        verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign, left, alone)
+        if verdict.verdict in (Verdict.HANG, Verdict.STALLED) and not watched.live:
+            # Its ranks here all gone: does Slurm still run their step?  Asked
+            # again when the answer kept is a minute old (then acted on at once).
+            step = self._step(job, watched, now)
+            if step is not None:
+                verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign, left, alone,
+                                     step)  # fmt: skip
+            watched.done = step is StepState.OVER and not listed
         verdict.evidence["switches"] = watched.activity.switches()
         reports[job] = JobReport(job, str(verdict.verdict), len(views), None,
                                  verdict.explanation, verdict.stalled_s)  # fmt: skip
@@ -240,6 +281,14 @@ class SignalWatch:
                 reports[job].explanation += f" (not acted on: {why})"
                 return []
         return self._act(watched, verdict, now)
+
+    def _step(self, job: str, watched: Watched, now: float) -> StepState | None:
+        """Once the job's ranks here are all gone (on a job of several
+        nodes), whether Slurm still runs their step (``progress_steps``)."""
+        p = self.owner
+        if watched.live or hostlist.expand(watched.info.nodes or "")[:2] == [p.node]:
+            return None
+        return self.steps.state(p.slurm, p.engine.slurm, job, now, RECHECK_S)
 
     def _act(self, watched: Watched, v: HangVerdict, now: float) -> list[Any]:
         """Check with Slurm that the job still runs here, in the same run, then act."""
@@ -273,4 +322,6 @@ class SignalWatch:
             return []
         if p._named_elsewhere(now_info):
             return []
-        return p._hang(now_info, v, base=(Provenance.USER_PROCESS,))
+        acted = p._hang(now_info, v, base=(Provenance.USER_PROCESS,))
+        watched.done = True
+        return acted

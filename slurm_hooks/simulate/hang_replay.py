@@ -42,13 +42,14 @@ from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.judge import (
     CAUSES,
     ProcState,
+    StepState,
     TrustedSign,
     Verdict,
     judge_hang,
     judge_stragglers,
 )
 from slurm_hooks.detect.progress.records import RankView
-from slurm_hooks.detect.progress.settings import ProgressConfig
+from slurm_hooks.detect.progress.settings import STEP_RECHECK_S, ProgressConfig
 from slurm_hooks.simulate.trace import EPOCH
 from slurm_hooks.simulate.workload import (
     EXITED,
@@ -159,6 +160,16 @@ class _Watcher:
     departures: Departures = field(default_factory=Departures)
     #: The job runs on this node only (``Setup.one_node``).
     alone: bool = True
+    #: What Slurm would answer about the step of this node's ranks, asked
+    #: once they are all gone (``agent/progress_steps.py``): over once the
+    #: training step ended (every rank of the job left), else running.
+    step: StepState = StepState.RUNNING
+    #: Step reads the pass would have made, and when the last answer came
+    #: (the pass keeps it: a step over for good, a running one a minute).
+    step_reads: int = 0
+    asked_at: float | None = None
+    #: The client lists steps (the CLI backend); False: Slurm is never asked.
+    asks: bool = True
     #: The longest stall judged a hang or a stall, per culprit cause (what a
     #: threshold per cause would have to stay above), this job's runs.
     stalls: dict[str, float] = field(default_factory=dict)
@@ -201,6 +212,20 @@ class _Watcher:
             left = self.departures.look(str(self.job), views, procs, now)
             v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign, departed=left,
                            alone=self.alone)  # fmt: skip
+            gone = bool(procs) and all(x is ProcState.GONE for x in procs.values())
+            if (
+                v.verdict in (Verdict.HANG, Verdict.STALLED)
+                and gone
+                and not self.alone
+                and self.asks
+            ):
+                # As the pass does: only then asks Slurm whether their step runs.
+                if self.asked_at is None or (
+                    self.step is StepState.RUNNING and now - self.asked_at > STEP_RECHECK_S
+                ):
+                    self.step_reads, self.asked_at = self.step_reads + 1, now
+                v = judge_hang(str(self.job), views, procs, now, s.hang, trusted=sign,
+                               departed=left, alone=self.alone, step=self.step)  # fmt: skip
         else:
             self._looks = 0
         hung = v is not None and v.verdict in (Verdict.HANG, Verdict.STALLED)
@@ -270,6 +295,9 @@ class Setup:
     #: them); False: the ranks replayed are one node's share of a job on
     #: several nodes, whose other nodes this watcher cannot see.
     one_node: bool = True
+    #: The watcher can ask Slurm whether a job's step still runs (the CLI
+    #: backend); False: never asked (another backend), as before it could.
+    asks_steps: bool = True
 
     def validate(self) -> None:
         self.progress.validate()
@@ -282,7 +310,7 @@ class Setup:
         s = self.progress
         fold = RecordFold(shape.ranks, (s.slow_windows + _SPARE_WINDOWS) * s.window_steps)
         w = _Watcher(job, 0, s, self.policy, fold, rng.random() < 0.5, rng)
-        w.alone = self.one_node
+        w.alone, w.asks = self.one_node, self.asks_steps
         return shape, w
 
 
@@ -310,6 +338,8 @@ def _passes(
         if ev.step == EXITED:
             w.procs = {r: ProcState.GONE if r in ev.gone else ProcState.RUNNING
                        for r in range(fold.n)}  # fmt: skip
+            # Every rank of the job left: Slurm lists the step no more.
+            w.step = StepState.OVER if len(ev.gone) == fold.n else StepState.RUNNING
             continue
         if ev.step < 0:
             return
@@ -334,6 +364,8 @@ class HealthyResult:
     #: The longest stall judged a hang, per culprit cause (``NO_CULPRIT``:
     #: a stall).  Replayed at a short ``hang_s``, what each cause would need.
     longest_stall_s: dict[str, float] = field(default_factory=dict)
+    #: Reads of a job's steps the passes would have made (Slurm asked).
+    step_reads: int = 0
 
     @property
     def per_10k_job_hours(self) -> float:
@@ -353,7 +385,7 @@ def replay_healthy(job_hours: float, seed: int, setup: Setup | None = None) -> H
     gaps: dict[str, float] = {}
     stalls: dict[str, float] = {}
     total = 0.0
-    jobs = runs = passes = 0
+    jobs = runs = passes = step_reads = 0
     while total < job_hours * 3600.0:
         jobs += 1
         shape, w = setup.job(jobs, rng)
@@ -362,6 +394,7 @@ def replay_healthy(job_hours: float, seed: int, setup: Setup | None = None) -> H
             runs += 1
             # Each verdict acts once per job run (job, restart count).
             w.run, w.restart, w.procs, w.acted = restart, restart, {}, set()
+            w.step, w.asked_at = StepState.RUNNING, None
             w.departures = Departures()
             length = run_length_s(rng, wp)
             requeued = rng.random() < wp.requeue_share and total + length < job_hours * 3600.0
@@ -375,9 +408,11 @@ def replay_healthy(job_hours: float, seed: int, setup: Setup | None = None) -> H
                 break
             start = end + rng.uniform(60.0, 1800.0)  # pending, then running again
         passes += w.passes
+        step_reads += w.step_reads
         for cause, stalled in w.stalls.items():
             stalls[cause] = max(stalls.get(cause, 0.0), stalled)
-    return HealthyResult(seed, total / 3600.0, jobs, runs, passes, alarms, gaps, stalls)
+    return HealthyResult(seed, total / 3600.0, jobs, runs, passes, alarms, gaps, stalls,
+                         step_reads)  # fmt: skip
 
 
 # -- hung jobs ----------------------------------------------------------------------------

@@ -104,6 +104,15 @@ class JobsSignal(Protocol):
 
 
 @runtime_checkable
+class JobSteps(Protocol):
+    """A client that lists one job's steps (``slurm/steps.py``): step id ->
+    Slurm's state of it; JobGone when the job is no longer known.  The hang
+    judge asks it only when a node's ranks of the job are gone."""
+
+    def job_steps(self, job_id: str) -> dict[str, str]: ...
+
+
+@runtime_checkable
 class NodeComments(Protocol):
     """A client that can set a node's ``Comment`` (held faults are marked there)."""
 

@@ -27,7 +27,7 @@ from slurm_hooks.core.errors import (
 )
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
-from slurm_hooks.slurm import parse, parse_config, scancel
+from slurm_hooks.slurm import parse, parse_config, scancel, steps
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.refusals import (
     ALREADY_DONE,
@@ -68,7 +68,7 @@ def _op_of(argv: Sequence[str]) -> tuple[Op, str]:
             return Op.NODE_UPDATE, value
     if rest[:1] == ["requeue"]:
         return Op.JOB_REQUEUE, words[-1]
-    if rest[:2] == ["show", "job"]:
+    if rest[:2] in (["show", "job"], ["show", "step"]):
         return Op.JOB_READ, rest[2] if len(rest) > 2 else ""
     if rest[:2] == ["show", "node"]:
         return Op.NODE_READ, rest[2] if len(rest) > 2 else ""
@@ -392,6 +392,15 @@ class CliClient:
         if jobs:
             return jobs[0]
         raise JobGone(jid)
+
+    def job_steps(self, job_id: str) -> dict[str, str]:
+        """The job's steps and their states (``slurm/steps.py``): one read
+        of that job's steps alone.  A plain job id only: an array task's
+        steps are listed under its own job id."""
+        jid = check_job_id(job_id)
+        if not jid.isdigit():
+            raise SlurmError(f"job steps of {jid!r}: a plain job id is needed")
+        return steps.parse_steps(self._call(steps.steps_argv(jid)).stdout, jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
         """One job: :meth:`signal_jobs` of it alone (a refusal is named on

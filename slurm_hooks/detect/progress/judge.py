@@ -20,6 +20,10 @@ A rank's process gone is read with when it went (``departed``: when the
 watcher first saw it gone, ``departures``), because healthy jobs end that
 way too:
 
+* every rank of this node gone and Slurm, asked then, lists their step no
+  more (``step``: ``StepState.OVER``): the step ended, on every node.  Not
+  a hang.  Slurm still running it: its ranks elsewhere go on or wait, and
+  the rules below apply.
 * every rank of a job that runs on this node alone gone, all at the same
   last step: the step ended (training over,
   ``torchrun`` tore its workers down after ``destroy_process_group``; the
@@ -74,6 +78,15 @@ class ProcState(enum.StrEnum):
     GONE = "gone"
     REMOTE = "remote"
     UNKNOWN = "unknown"
+
+
+class StepState(enum.StrEnum):
+    """Whether the job step this node's ranks ran in still runs, as Slurm
+    says when asked (``agent/progress_steps.py``): a fact gathered only once
+    the node's ranks of the job are gone."""
+
+    RUNNING = "running"
+    OVER = "over"
 
 
 class Verdict(enum.StrEnum):
@@ -165,12 +178,14 @@ def judge_hang(
     trusted: TrustedSign | None = None,
     departed: Mapping[int, float] | None = None,
     alone: bool = False,
+    step: StepState | None = None,
 ) -> HangVerdict:
     """The job's verdict.  ``procs`` holds this node's ranks' states (other
     nodes' ranks absent or ``REMOTE``); ``trusted`` what root sees on this
     node beside the stall (None: nothing); ``departed`` when each gone rank
     was first seen gone (a rank missing: not known); ``alone``: the job runs
-    on this node only (its ranks here are all of them)."""
+    on this node only (its ranks here are all of them); ``step``: whether
+    Slurm still runs the step of this node's ranks (None: not asked)."""
     if not ranks:
         return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
     firsts = [v.first_step_time for v in ranks.values() if v.first_step_time is not None]
@@ -193,6 +208,11 @@ def judge_hang(
     known = sorted(r for r, s in procs.items() if r in ranks and s not in _UNSEEN)
     gone = [r for r in known if procs[r] is ProcState.GONE]
     alive = [r for r in known if procs[r] is not ProcState.GONE]
+    if gone and not alive and step is StepState.OVER:
+        return HangVerdict(Verdict.HEALTHY, job,
+                           f"its {len(gone)} rank(s) here exited and Slurm lists their step no "
+                           f"more ({stalled:.0f}s since the last step): the step ended", stalled,
+                           evidence=evidence)  # fmt: skip
     if alone and gone and not alive and len(set(steps.values())) == 1:
         return HangVerdict(Verdict.HEALTHY, job,
                            f"its {len(gone)} rank(s) exited after the same last step "

@@ -10,6 +10,10 @@ from slurm_hooks.detect.progress.judge import HangSettings, SlowSettings
 #: ended (DRAINING: the job keeps running, nothing new starts); drain now and
 #: requeue the job like any fault.
 SLOW_POLICIES = ("report", "drain_at_end", "drain_now")
+#: Slurm's answer about a job's step (asked once the node's ranks of it are
+#: all gone: agent/progress_steps.py) is asked again before a hang is acted
+#: on when it is older than this.
+STEP_RECHECK_S = 60.0
 
 
 @dataclass(frozen=True)
