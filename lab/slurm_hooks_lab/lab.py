@@ -936,7 +936,11 @@ class Lab:
         write_atomic(self.slurm_conf, self._render_conf(state, extra_conf))
         self._write_state(state)
         marks = {n: self._log_size(n) for n in state["nodes"]}
-        self.client().reconfigure()
+        # From 24.11 slurmctld answers a reconfigure only once the process it
+        # re-execs is up, which on a loaded 2-core CI machine (three labs at
+        # once) took more than the client's 10 s three times in a row: one
+        # patient ask, not three hasty ones (each retry is another restart).
+        self.client(timeout=max(timeout, 60.0), retries=1).reconfigure()
         try:
             self.wait_for(
                 lambda: all(self._log_size(n) > marks[n] for n in state["nodes"]),
