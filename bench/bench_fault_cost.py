@@ -36,9 +36,12 @@ reads; ``jt_bytes`` is job-table reads times one table as ``scontrol show
 job`` prints it.  Then it measures the signal step alone on one node's K
 jobs: one ``scancel --signal`` per job (what the evacuation sent before
 issue #31), one for all of them without ``--ctld``, and
-``CliClient.signal_jobs`` (what it sends now, through
-``SlurmDoor.signal_many``: one ``scancel --ctld`` for all of them, which
-from Slurm 24.05 is one ``REQUEST_KILL_JOBS`` and no table read).
+``CliClient.signal_jobs`` with ``slurm_signal = "scancel"`` (one
+``scancel --ctld`` for all of them, which from Slurm 24.05 is one
+``REQUEST_KILL_JOBS`` and no table read) and with the default ``auto``
+(what the hooks send through ``SlurmDoor.signal_many``: the same scancel
+from 24.05; below it libslurm's ``slurm_kill_job2``, one ``REQUEST_KILL_JOB``
+per job and no table read).
 
 ``--records N``: a lab of ``--record-base`` real nodes plus N node records
 with no slurmd (``Lab(extra_records=N)``: DOWN, in a partition of their
@@ -149,8 +152,10 @@ def signal_step(lab: Lab, ids: list[str]) -> dict[str, dict]:
     signalled with it a moment before, and scancel 22.05 then waits 5 s
     and asks again): one ``scancel``
     per job (before issue #31), one ``scancel`` for all without ``--ctld``
-    (before it went to slurmctld in one request), and ``signal_jobs`` (what
-    ``SlurmDoor.signal_many`` sends now: ``scancel --ctld``)."""
+    (before it went to slurmctld in one request), ``signal_jobs`` with
+    ``slurm_signal = "scancel"`` (``scancel --ctld``) and with the default
+    ``auto`` (what ``SlurmDoor.signal_many`` sends from the hooks: below
+    24.05 libslurm's ``slurm_kill_job2`` per job, no table read)."""
     client = lab.client()
     out = {}
     before = rpc_counts(lab)
@@ -162,7 +167,10 @@ def signal_step(lab: Lab, ids: list[str]) -> dict[str, dict]:
     out["one scancel, no --ctld"] = _rpc_delta(lab, before)
     before = rpc_counts(lab)
     client.signal_jobs(ids, WINCH, SignalTarget.BATCH)
-    out["signal_jobs (scancel --ctld)"] = _rpc_delta(lab, before)
+    out["signal_jobs via scancel (scancel --ctld)"] = _rpc_delta(lab, before)
+    before = rpc_counts(lab)
+    lab.client(signal_via="auto").signal_jobs(ids, WINCH, SignalTarget.BATCH)
+    out["signal_jobs via auto (the default: libslurm below 24.05)"] = _rpc_delta(lab, before)
     return out
 
 

@@ -68,12 +68,17 @@ def test_jobs_on_node_reads_no_node_table(fresh_lab, sbatch, job_dir) -> None:  
 
 
 @pytest.mark.slurm
-def test_signal_jobs_reads_the_job_table_once_then_not_at_all(fresh_lab, sbatch, job_dir) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("via", ["scancel", "auto"])
+def test_signal_jobs_reads_the_job_table_once_then_not_at_all(
+    fresh_lab, sbatch, job_dir, via
+) -> None:  # type: ignore[no-untyped-def]
     """One ``scancel --ctld`` for a node's jobs: from 24.05 one
     REQUEST_KILL_JOBS and no job-table read, up to 23.11 one table read
     (scancel loads it for any ``--signal``); a job that ended is JobGone
-    either way (scancel exits 0 on the one-request path: its line tells)."""
-    c = fresh_lab.client()
+    either way (scancel exits 0 on the one-request path: its line tells).
+    ``auto`` below 24.05: libslurm's slurm_kill_job2, one REQUEST_KILL_JOB
+    per job and no table read, the ended job JobGone from its line."""
+    c = fresh_lab.client(signal_via=via)
     done = job_dir / "true.sh"
     done.write_text("#!/bin/sh\ntrue\n")
     ended = sbatch(done, "-w", "n2", "-n1", "-o", "/dev/null")
@@ -90,6 +95,8 @@ def test_signal_jobs_reads_the_job_table_once_then_not_at_all(fresh_lab, sbatch,
     assert isinstance(out[ended], JobGone)
     if c.version() >= (24, 5, 0):
         assert delta["REQUEST_JOB_INFO"] == 0 and delta["REQUEST_KILL_JOBS"] == 1
+    elif via == "auto":
+        assert delta["REQUEST_JOB_INFO"] == 0 and delta["REQUEST_KILL_JOB"] == 3
     else:
         assert delta["REQUEST_JOB_INFO"] == 1
     with pytest.raises(JobGone):

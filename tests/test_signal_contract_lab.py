@@ -64,12 +64,12 @@ def _start(lab, job_dir: Path, on_usr1: str) -> tuple[str, str]:  # type: ignore
     return job_id, job.batch_host or job.nodes
 
 
-def _engine(lab, tmp_path: Path, grace_s: float, **kw) -> Engine:  # type: ignore[no-untyped-def]
+def _engine(lab, tmp_path: Path, grace_s: float, via: str = "scancel", **kw) -> Engine:  # type: ignore[no-untyped-def]
     # The defaults of [policy] signal_batch / signal_steps: what the hook sends.
     policy = PolicyConfig(grace_seconds=grace_s, breaker_max_share=1.0, breaker_max_nodes=4)
     assert (policy.signal_batch, policy.signal_steps) == ("USR1", "TERM")
     return Engine(
-        lab.client(), policy, StateStore(tmp_path / "state"), AuditLog(tmp_path / "audit.jsonl"),
+        lab.client(signal_via=via), policy, StateStore(tmp_path / "state"), AuditLog(tmp_path / "audit.jsonl"),
         Notifier([]), worker_env={"SLURM_CONF": str(lab.slurm_conf)}, **kw,
     )  # fmt: skip
 
@@ -85,11 +85,14 @@ def _cleanup(lab, job_id: str) -> None:  # type: ignore[no-untyped-def]
     lab.reset()
 
 
-def test_batch_shell_gets_usr1_and_steps_get_term(fresh_lab, job_dir, tmp_path):
+@pytest.mark.parametrize("via", ["scancel", "auto"])
+def test_batch_shell_gets_usr1_and_steps_get_term(fresh_lab, job_dir, tmp_path, via):
+    """``auto``: below 24.05 the signals go through libslurm's
+    slurm_kill_job2 (no job-table read); the contract is the same."""
     lab = fresh_lab
     job_id, node = _start(lab, job_dir, on_usr1=":")
     try:
-        eng = _engine(lab, tmp_path, grace_s=300, spawn=None)
+        eng = _engine(lab, tmp_path, grace_s=300, via=via, spawn=None)
         (d,) = eng.handle(node, [XID79])
         assert d.kind is DecisionKind.DRAIN
         batch, step = job_dir / f"batch.{job_id}", job_dir / f"step.{job_id}"

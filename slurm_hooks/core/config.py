@@ -149,6 +149,11 @@ class GeneralConfig:
     #: Slurm's commands; needs ``slurm_rest_url`` or ``slurm_rest_socket``) or
     #: "pyslurm".
     slurm_backend: str = "cli"
+    #: How the cli backend signals jobs: "auto" (below Slurm 24.05, where
+    #: ``scancel --signal`` reads the whole job table first, through
+    #: libslurm's ``slurm_kill_job2``, the call scancel makes after that
+    #: read, when the library is found; else scancel) or "scancel" (always).
+    slurm_signal: str = "auto"
     #: Log decisions without acting on them.
     observe_only: bool = False
     #: Seconds any one scontrol/sinfo call or slurmrestd request may take.
@@ -182,6 +187,8 @@ class GeneralConfig:
                 f"log_level must be a logging level name (DEBUG, INFO, WARNING, ERROR,"
                 f" CRITICAL), got {self.log_level!r}"
             )
+        if self.slurm_signal not in ("auto", "scancel"):
+            raise InvalidKey("slurm_signal", f"must be auto or scancel, got {self.slurm_signal!r}")
         if self.slurm_backend not in SLURM_BACKENDS:
             raise InvalidKey(
                 "slurm_backend",

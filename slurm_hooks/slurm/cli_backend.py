@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -27,7 +28,7 @@ from slurm_hooks.core.errors import (
 )
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
-from slurm_hooks.slurm import parse, parse_config, scancel, steps
+from slurm_hooks.slurm import libslurm_signal, parse, parse_config, scancel, steps
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.refusals import (
     ALREADY_DONE,
@@ -121,6 +122,8 @@ def check_signal(signal: str) -> str:
     return text
 
 
+#: How :meth:`CliClient.signal_jobs` sends signals (``[general] slurm_signal``).
+SIGNAL_VIA = ("auto", "scancel")
 #: Job ids per ``scancel`` of :meth:`CliClient.signal_jobs` (bounds argv;
 #: up to 23.11 each invocation reads the job table once).
 SIGNAL_BATCH = 256
@@ -160,9 +163,17 @@ class CliClient:
         sleep: Callable[[float], None] = time.sleep,
         deadline_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        signal_via: str = "scancel",
     ) -> None:
         if node_source not in ("scontrol", "json"):
             raise SlurmError(f"unknown node_source {node_source!r} (scontrol or json)")
+        if signal_via not in SIGNAL_VIA:
+            raise SlurmError(f"unknown signal_via {signal_via!r} ({' or '.join(SIGNAL_VIA)})")
+        #: ``auto``: below Slurm 24.05, where scancel reads the whole job
+        #: table for any ``--signal``, signals go through libslurm's
+        #: ``slurm_kill_job2`` (:mod:`~slurm_hooks.slurm.libslurm_signal`)
+        #: when the library is here; ``scancel``: always scancel.
+        self.signal_via = signal_via
         self.timeout = timeout
         self.retries = max(0, retries)
         self.backoff = backoff
@@ -429,7 +440,7 @@ class CliClient:
         SlurmUnavailable as their outcome (what went out before stays
         known)."""
         ids = [check_job_id(j) for j in job_ids]
-        head = scancel.signal_argv(check_signal(signal), target)
+        head = self._signal_head(check_signal(signal), target)
         out: dict[str, SlurmError | None] = {}
         for start in range(0, len(ids), SIGNAL_BATCH):
             chunk = ids[start : start + SIGNAL_BATCH]
@@ -493,11 +504,22 @@ class CliClient:
             return scancel.outcomes(argv, chunk, failed, res.rc)
         raise self._unreachable(argv, tried, last, ", nothing sent")
 
+    def _signal_head(self, signal: str, target: SignalTarget) -> list[str]:
+        """The command line before the job ids: scancel's, or (``auto``,
+        below 24.05, with the library here) the libslurm signaller's, which
+        sends the same per-job requests without the table read first and
+        answers in scancel's words."""
+        if self.signal_via == "auto" and not self._one_request():
+            if libslurm_signal.find_library() is not None:
+                return libslurm_signal.signal_argv(sys.executable, signal, target)
+        return scancel.signal_argv(signal, target)
+
     def _one_request(self) -> bool:
         """Whether this release's ``scancel --ctld`` asks slurmctld at once
-        (:data:`scancel.ONE_REQUEST_SIGNAL`), read only when a signal went wrong.
-        A version that cannot be read counts as yes: then no silence is
-        taken for "nothing sent"."""
+        (:data:`scancel.ONE_REQUEST_SIGNAL`): read before a signal with
+        ``signal_via = "auto"``, else only when a signal went wrong.  A
+        version that cannot be read counts as yes: then no silence is taken
+        for "nothing sent", and scancel is used."""
         try:
             return self.version() >= scancel.ONE_REQUEST_SIGNAL
         except SlurmError as exc:

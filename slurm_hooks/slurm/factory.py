@@ -53,6 +53,8 @@ def client_from_config(
     gen = general if general is not None else cfg.general
     backend = gen.slurm_backend
     kwargs: dict[str, Any] = {"timeout": gen.slurm_timeout}
+    if backend == "cli":
+        kwargs["signal_via"] = gen.slurm_signal
     if backend == "rest":
         if bool(gen.slurm_rest_url) == bool(gen.slurm_rest_socket):
             both = "not both" if gen.slurm_rest_url else "one of them is required"
