@@ -32,6 +32,7 @@ from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, SlurmError
 from slurm_hooks.core.identifiers import uid_of
 from slurm_hooks.core.model import JobInfo, Provenance
+from slurm_hooks.detect.progress import sockets
 from slurm_hooks.detect.progress import tasks as tasklist
 from slurm_hooks.detect.progress.activity import JobActivity, RankSample
 from slurm_hooks.detect.progress.departures import Departures
@@ -135,6 +136,8 @@ class SignalWatch:
     departures: Departures = field(default_factory=Departures)
     #: Whether the step of a job's departed ranks still runs (Slurm, asked then).
     steps: StepWatch = field(default_factory=StepWatch)
+    #: This pass's look at the ranks' TCP connections (the node's networks kept).
+    socket_look: sockets.SocketLook | None = None
 
     def refresh(self) -> None:
         """This pass's listing of the node's job processes (one local call)."""
@@ -164,6 +167,9 @@ class SignalWatch:
             k = self.turn % len(order)
             order = order[k:] + order[:k]
         gpu = self.gpu_procs() if self.gpu_procs else None
+        self.socket_look = sockets.SocketLook(
+            p.proc, self.socket_look.networks if self.socket_look else None
+        )
         left, reads, out = p.s.max_pids, 0, []
         for i, job in enumerate(order):
             if left <= 0:
@@ -227,6 +233,9 @@ class SignalWatch:
         p = self.owner
         samples = {t.pid: s for t in listed if (s := tasklist.sample(t.pid, p.proc)) is not None}
         ranks = tasklist.ranks_of(listed, samples)
+        # Each rank's own task holds its collective's connections.
+        look = self.socket_look or sockets.SocketLook(p.proc)
+        cut = look.unacked(pids[0] for pids in ranks.values() if pids[0] in samples)
         looked = {}
         for rank, pids in ranks.items():
             got = [samples[x] for x in pids if x in samples]
@@ -237,7 +246,9 @@ class SignalWatch:
                 states=tuple(s.state for s in got),
                 switches=sum(s.voluntary + s.involuntary for s in got),
                 gpu_util=util,
-            )
+                unacked=tuple(f"{u.peer} ({u.retransmits} retransmissions, {u.queued} bytes)"
+                              for u in sorted(cut.get(pids[0], ()), key=lambda u: -u.retransmits)),
+            )  # fmt: skip
         watched.activity.update(looked, now)
         views = watched.activity.views(p.node, watched.info.restart_count)
         if not views:
@@ -261,14 +272,16 @@ class SignalWatch:
                 hints = read_hints(p.s.ras_path, p.s.flight_recorder_path, job, uid=uid)
         left = self.departures.look(job, views, procs, now)
         alone = hostlist.expand(watched.info.nodes or "")[:2] == [p.node]
-        verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign, left, alone)
+        unacked = watched.activity.unacked()
+        verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign, left, alone,
+                             unacked=unacked)  # fmt: skip
         if verdict.verdict in (Verdict.HANG, Verdict.STALLED) and not watched.live:
             # Its ranks here all gone: does Slurm still run their step?  Asked
             # again when the answer kept is a minute old (then acted on at once).
             step = self._step(job, watched, now)
             if step is not None:
                 verdict = judge_hang(job, views, procs, now, p.s.hang, hints, sign, left, alone,
-                                     step)  # fmt: skip
+                                     step, unacked)  # fmt: skip
             watched.done = step is StepState.OVER and not listed
         verdict.evidence["switches"] = watched.activity.switches()
         reports[job] = JobReport(job, str(verdict.verdict), len(views), None,

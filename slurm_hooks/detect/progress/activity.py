@@ -23,7 +23,10 @@ wait again (a heartbeat, a timeout loop) switches without progressing.
 
 Blind spots (docs/progress.md): a rank that waits by spinning (NCCL's
 kernels and proxy threads, MPI's busy polling) looks active; progress
-records, the flight recorder and NCCL's own timeout cover those jobs.
+records, the flight recorder and NCCL's own timeout cover those jobs, and
+where the collective runs over TCP, the kernel's count of a connection's
+unacknowledged retransmissions (``sockets``, ``unacked``): a rank whose
+peer stopped acknowledging is judged on that, whatever its CPU shows.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ class RankSample:
     #: Highest GPU utilisation (percent) NVML reported for them since the
     #: last look (None: no GPU view).
     gpu_util: int | None = None
+    #: Its connections to peers that stopped acknowledging (``sockets``),
+    #: the worst first: empty when none.
+    unacked: tuple[str, ...] = ()
 
 
 def rank_state(states: tuple[str, ...]) -> ProcState:
@@ -78,6 +84,18 @@ class _Rank:
     switches: int
     #: When it was last looked at.
     seen: float
+    #: Since when, looked at without a break, a connection of it has gone
+    #: unacknowledged, and the worst one last seen (None: not now).
+    unacked_since: float | None = None
+    unacked_peer: str = ""
+
+    def note_unacked(self, peers: tuple[str, ...], now: float) -> None:
+        if not peers:
+            self.unacked_since, self.unacked_peer = None, ""
+            return
+        if self.unacked_since is None:
+            self.unacked_since = now
+        self.unacked_peer = peers[0]
 
 
 @dataclass
@@ -104,7 +122,9 @@ class JobActivity:
             if prev is None or prev.pid != s.pid:
                 # First sight (or a new process): no delta yet, the clock starts.
                 self.ranks[rank] = _Rank(s.pid, s.cpu_s, now, state, s.switches, now)
+                self.ranks[rank].note_unacked(s.unacked, now)
                 continue
+            prev.note_unacked(s.unacked, now)
             span = now - prev.seen
             busy = span > 0 and s.cpu_s - prev.cpu_s >= ACTIVE_SHARE * span
             if busy or bool(s.gpu_util):
@@ -119,6 +139,7 @@ class JobActivity:
         for rank, r in self.ranks.items():
             if rank not in samples:
                 r.state = ProcState.GONE
+                r.note_unacked((), now)
 
     def views(self, node: str, restart: int) -> dict[int, RankView]:
         """The ranks as the judge reads records: the last active look is the
@@ -138,6 +159,12 @@ class JobActivity:
             )  # fmt: skip
             for rank, r in sorted(self.ranks.items())
         }
+
+    def unacked(self) -> dict[int, tuple[float, str]]:
+        """Rank -> (since when, which peer) for each rank whose connection to
+        a peer has gone unacknowledged at every look since then."""
+        return {rank: (r.unacked_since, r.unacked_peer) for rank, r in sorted(self.ranks.items())
+                if r.unacked_since is not None and r.state is not ProcState.GONE}  # fmt: skip
 
     def procs(self) -> dict[int, ProcState]:
         return {rank: r.state for rank, r in sorted(self.ranks.items())}

@@ -122,6 +122,9 @@ class HangSettings:
     #: A stall with a rank of this node gone this long while peers other than
     #: a lone rank 0 are alive is a hang (when shorter than ``hang_s``).
     exited_s: float = 120.0
+    #: A rank of this node whose connection to a peer went unacknowledged
+    #: this long is a hang, whatever its activity (``unacked`` of judge_hang).
+    unacked_s: float = 120.0
 
 
 #: Consecutive looks (watcher passes) that must see the same trusted sign:
@@ -179,13 +182,17 @@ def judge_hang(
     departed: Mapping[int, float] | None = None,
     alone: bool = False,
     step: StepState | None = None,
+    unacked: Mapping[int, tuple[float, str]] | None = None,
 ) -> HangVerdict:
     """The job's verdict.  ``procs`` holds this node's ranks' states (other
     nodes' ranks absent or ``REMOTE``); ``trusted`` what root sees on this
     node beside the stall (None: nothing); ``departed`` when each gone rank
     was first seen gone (a rank missing: not known); ``alone``: the job runs
     on this node only (its ranks here are all of them); ``step``: whether
-    Slurm still runs the step of this node's ranks (None: not asked)."""
+    Slurm still runs the step of this node's ranks (None: not asked);
+    ``unacked``: per rank of this node, since when a connection of it to a
+    peer has gone unacknowledged, and which (the kernel's view: a rank that
+    busy-polls in a partitioned collective looks active)."""
     if not ranks:
         return HangVerdict(Verdict.NO_RECORDS, job, "no progress records: job did not opt in")
     firsts = [v.first_step_time for v in ranks.values() if v.first_step_time is not None]
@@ -217,6 +224,9 @@ def judge_hang(
         return HangVerdict(Verdict.HEALTHY, job,
                            f"its {len(gone)} rank(s) exited after the same last step "
                            f"({stalled:.0f}s ago): the step ended", stalled, evidence=evidence)  # fmt: skip
+    cut = _unacked(job, ranks, unacked or {}, now, allowed_at, settings, evidence)
+    if cut is not None:
+        return cut
     stopped = sorted(r for r, s in procs.items() if s is ProcState.STOPPED and r in ranks)
     if stopped and now >= allowed_at and settings.stopped_s <= stalled < settings.hang_s:
         v = ranks[stopped[0]]
@@ -277,6 +287,37 @@ def judge_hang(
         Verdict.STALLED, job,
         f"job {job} made no progress for {stalled:.0f}s; no culprit among the "
         f"{len(ranks)} rank(s) visible here (all at step {low})", stalled, evidence=evidence,
+    )  # fmt: skip
+
+
+def _unacked(
+    job: str,
+    ranks: Mapping[int, RankView],
+    unacked: Mapping[int, tuple[float, str]],
+    now: float,
+    allowed_at: float,
+    settings: HangSettings,
+    evidence: dict[str, Any],
+) -> HangVerdict | None:
+    """A rank whose connection to a peer has had no acknowledgement for
+    ``unacked_s``: a hang naming it and the peer (None: no such rank)."""
+    if now < allowed_at:
+        return None
+    long = sorted((since, r, peer) for r, (since, peer) in unacked.items()
+                  if r in ranks and now - since >= settings.unacked_s)  # fmt: skip
+    if not long:
+        return None
+    since, rank, peer = long[0]
+    v = ranks[rank]
+    silent = now - since
+    evidence["unacked"] = {str(r): {"peer": p, "s": round(now - t, 1)}
+                           for r, (t, p) in sorted(unacked.items())}  # fmt: skip
+    cause = f"connection to {peer} unacknowledged"
+    return HangVerdict(
+        Verdict.HANG, job,
+        f"job {job}: rank {v.rank} on {v.node}: its connection to {peer} has had no "
+        f"acknowledgement for {silent:.0f}s (a network partition or its peer's host gone)",
+        silent, v.rank, v.node, cause, evidence,
     )  # fmt: skip
 
 

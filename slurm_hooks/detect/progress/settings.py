@@ -46,6 +46,16 @@ class ProgressConfig:
     #: Acts like ``stopped_s``: the owner and the admins told, an opted-in job
     #: requeued, no drain.
     exited_s: float = 120.0
+    #: A rank of this node whose TCP connection to a peer on this node's
+    #: networks has had no acknowledgement for this long (the kernel's
+    #: retransmission count, ``detect/progress/sockets.py``) is a hang
+    #: whatever its CPU shows: a network partition, or its peer's host gone,
+    #: while ranks that busy-poll look busy.  Healthy traffic recovers a lost
+    #: segment within seconds, and TCP gives up on the connection after about
+    #: 15 minutes (``tcp_retries2``), when the evidence goes with it.  Acts
+    #: like ``stopped_s``: the owner and the admins told, an opted-in job
+    #: requeued, no drain (the owner can cause it; the node is not to blame).
+    unacked_s: float = 120.0
     #: No hang is judged before this long after the job's first completed step.
     first_step_allowance_s: float = 60.0
     #: A job stalled this long while this node shows trusted evidence (a GPU
@@ -116,7 +126,7 @@ class ProgressConfig:
             raise ValueError(f"slow_policy must be one of {', '.join(SLOW_POLICIES)}")
         if not self.dir.startswith("/"):
             raise ValueError("dir must be an absolute path")
-        for name in ("hang_s", "stopped_s", "exited_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
+        for name in ("hang_s", "stopped_s", "exited_s", "unacked_s", "interval_s", "trusted_confirm_s", "slow_percent", "tail_bytes", "jobs_cache_s",
                      "max_dirs", "max_files", "max_bytes", "max_cpu_s", "max_job_reads", "max_pids"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -137,6 +147,7 @@ class ProgressConfig:
             self.trusted_confirm_s,
             self.stopped_s,
             self.exited_s,
+            self.unacked_s,
         )
 
     @property
