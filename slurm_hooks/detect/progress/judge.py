@@ -315,7 +315,7 @@ def _unacked(
     cause = f"connection to {peer} unacknowledged"
     return HangVerdict(
         Verdict.HANG, job,
-        f"job {job}: rank {v.rank} on {v.node}: its connection to {peer} has had no "
+        f"rank {v.rank} on {v.node}: its connection to {peer} has had no "
         f"acknowledgement for {silent:.0f}s (a network partition or its peer's host gone)",
         silent, v.rank, v.node, cause, evidence,
     )  # fmt: skip
