@@ -191,6 +191,8 @@ class Facts:
 
     proc: str = "/proc"
     sys: str = "/sys"
+    #: Where a run may remember what it worked out (empty: nowhere).
+    state_dir: str = ""
     run: Callable[..., Any] = _default_run
     statvfs: Callable[[str], Any] = os.statvfs
     stat: Callable[[str], os.stat_result] = os.lstat
