@@ -284,8 +284,11 @@ def gather(a: NhcFunction, f: Facts) -> Outcome:
     channel and output in a private directory.  Raises UntrustedScripts or
     ShimStopped (the check is UNKNOWN) when it did not run; CommandError
     when bash cannot be started."""
-    scripts = bounded(lambda: check_trust(a.scripts_dir), 5.0, f"stat {a.scripts_dir}")
-    only = bounded(lambda: to_source(a, scripts, f.state_dir), 5.0, f"read {a.scripts_dir}")
+    # One bounded call (one thread) for the trust check and the choice of
+    # scripts: both read the directory.
+    only = bounded(
+        lambda: to_source(a, check_trust(a.scripts_dir), f.state_dir), 5.0, f"stat {a.scripts_dir}"
+    )
     run_dir = private_dir()
     try:
         try:
