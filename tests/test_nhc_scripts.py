@@ -39,6 +39,11 @@ def test_an_exported_environment_variable_is_always_sourced() -> None:
     assert "f_path.nhc" in (needed(s, "check_site_oom", []) or set())
 
 
+def test_a_function_exported_to_programs_is_always_sourced() -> None:
+    s = _scripts(a_site=SITE, b_helper=HELPER, c_defaults=DEFAULTS, h_exp="export -f site_x\n")
+    assert "h_exp.nhc" in (needed(s, "check_site_oom", []) or set())
+
+
 def test_a_redefinition_in_another_file_is_sourced_too() -> None:
     s = _scripts(
         a_site=SITE, b_helper=HELPER, c_defaults=DEFAULTS, z_over="function die() { :; }\n"
@@ -99,3 +104,27 @@ def test_a_run_sources_what_the_function_needs_and_remembers_it(tmp_path) -> Non
     os.utime(scripts / "unused.nhc", ns=(1, 1))
     again = gather(a, Facts(state_dir=str(state)))
     assert (again.loaded, again.died) == (2, first.died)
+
+
+def test_a_left_out_default_whose_variable_enters_the_environment_is_sourced(
+    tmp_path, monkeypatch
+) -> None:
+    from pathlib import Path
+
+    from slurm_hooks.detect.site.args import NhcFunction
+    from slurm_hooks.detect.site.gather import Facts
+    from slurm_hooks.detect.site.nhc_function import gather
+
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    site = Path(__file__).parent / "data" / "nhc" / "scripts" / "site_checks.nhc"
+    (scripts / "site_checks.nhc").write_text(site.read_text())
+    (scripts / "zz_default.nhc").write_text("SHK_TEST_ONLY_DEFAULT=1\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.delenv("SHK_TEST_ONLY_DEFAULT", raising=False)
+    a = NhcFunction(function="check_site_marker", args=("/",), scripts_dir=str(scripts))
+    assert gather(a, Facts(state_dir=str(state))).loaded == 1
+    assert gather(a, Facts(state_dir=str(state))).loaded == 1  # remembered
+    monkeypatch.setenv("SHK_TEST_ONLY_DEFAULT", "0")  # now the file's line reaches programs
+    assert gather(a, Facts(state_dir=str(state))).loaded == 2

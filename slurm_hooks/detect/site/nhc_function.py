@@ -35,6 +35,7 @@ import logging
 import math
 import os
 from collections.abc import Collection
+from typing import Any
 
 from slurm_hooks.core.errors import CommandTimeout
 from slurm_hooks.core.record import record
@@ -238,10 +239,12 @@ def to_source(
     every one (:mod:`.nhc_scripts`).  Reading and analysing NHC's own 150
     kB of scripts costs more than sourcing them, so the answer is
     remembered in ``state_dir`` (a cache: one that cannot be read or
-    written costs the analysis, never the verdict)."""
+    written costs the analysis, never the verdict), with the variables the
+    files left out set: one of them in the environment now (where it would
+    reach the function's programs) makes the analysis run again."""
     key = _memo_key(a, scripts)
     path = os.path.join(state_dir, MEMO) if state_dir else ""
-    memo: dict[str, list[str] | None] = {}
+    memo: dict[str, Any] = {}
     if path:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -250,9 +253,13 @@ def to_source(
                 memo = loaded
         except (OSError, ValueError):
             pass
-        if key in memo:
-            answer = memo[key]
-            return None if answer is None else [str(n) for n in answer]
+        hit = memo.get(key)
+        hit = hit if isinstance(hit, dict) else {}
+        unset = hit.get("unset")
+        if isinstance(unset, list) and not any(str(v) in os.environ for v in unset):
+            only = hit.get("only")
+            if only is None or isinstance(only, list):
+                return None if only is None else [str(n) for n in only]
     from slurm_hooks.detect.site.nhc_scripts import needed, read_script
 
     parsed = []
@@ -265,9 +272,12 @@ def to_source(
     words = [*a.args, *a.env.keys(), *a.env.values()]
     chosen = needed(parsed, a.function, words)
     answer = None if chosen is None else sorted(chosen)
+    unset = sorted(
+        {v for p in parsed if chosen is not None and p.name not in chosen for v in p.sets}
+    )
     if path and os.path.isdir(state_dir):
         memo.pop(key, None)
-        memo[key] = answer
+        memo[key] = {"only": answer, "unset": unset}
         while len(memo) > MEMO_MAX:
             memo.pop(next(iter(memo)))
         from slurm_hooks.store.atomicfile import write_atomic

@@ -89,7 +89,7 @@ def _code(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def _top_level(name: str, lines: Sequence[str]) -> tuple[set[str], bool]:
+def _top_level(lines: Sequence[str]) -> tuple[set[str], bool]:
     """The variables the file's top level sets, and whether that top level is
     inert (see the module's docstring); braces are counted outside quotes
     and ``${...}``, and a count that goes below zero or does not end at
@@ -128,6 +128,8 @@ def _inert_line(s: str, sets: set[str]) -> bool:
         return _harmless(m.group(1))
     m = _DECLARE.match(s)
     if m:
+        if any(w.startswith("-") and "f" in w for w in m.group(2).split()):
+            return False  # export -f: a function reaches the programs it runs
         names = [w.split("=", 1)[0] for w in m.group(2).split() if not w.startswith("-")]
         names = [n for n in names if _WORD.fullmatch(n)]
         sets.update(names)
@@ -148,7 +150,7 @@ def _harmless(var: str) -> bool:
 def read_script(name: str, text: str) -> Script:
     lines = _code(text)
     body = "\n".join(lines)
-    sets, inert = _top_level(name, lines)
+    sets, inert = _top_level(lines)
     return Script(
         name=name,
         defines=frozenset(a or b for a, b in DEFINITION.findall(body)),
