@@ -1,9 +1,13 @@
 # slurm-hooks: run one of a site's LBNL NHC check functions without NHC's driver.
 #
 # Run by slurm_hooks/detect/site/nhc_function.py as
-#   bash --noprofile --norc -- nhc_shim.bash RUN DIR TIMEOUT N NAME=VALUE... FUNCTION ARG...
+#   bash --noprofile --norc -- nhc_shim.bash RUN DIR ONLY TIMEOUT N NAME=VALUE... FUNCTION ARG...
 # RUN: a private directory of the caller's for this run; DIR: the scripts
-# directory (NHC's $INCDIR), every *.nhc in it is sourced; TIMEOUT: whole
+# directory (NHC's $INCDIR), whose *.nhc are sourced in bash's glob order, as
+# NHC sources them; ONLY: "*" (every one) or the names of those to source,
+# each between slashes ("/site.nhc/common.nhc/": the caller left out the files
+# whose loading cannot change what the function does, see
+# slurm_hooks/detect/site/nhc_scripts.py); TIMEOUT: whole
 # seconds (NHC's $TIMEOUT; the caller kills the process group past it); N: how
 # many NAME=VALUE words follow (variables set before the scripts are sourced and
 # again after, as /etc/sysconfig/nhc and nhc.conf settings are); then the
@@ -42,8 +46,9 @@ shift
 exec </dev/null >>"$__shk_run/output" 2>&1
 function __shk_say() { printf '%s\n' "$*" >>"$__shk_run/channel"; }
 __shk_name='^[A-Za-z_][A-Za-z0-9_]*$'
-__shk_dir=$1 __shk_timeout=$2 __shk_n=$3
-shift 3
+__shk_dir=$1 __shk_only=$2 __shk_timeout=$3 __shk_n=$4
+shift 4
+[[ "$__shk_only" == "*" || "$__shk_only" == /* ]] || { echo "slurm-hooks: bad file list" >&2; exit 70; }
 __shk_env=()
 while ((__shk_n > 0)); do
     [[ "$1" == *=* && "${1%%=*}" =~ $__shk_name ]] || { echo "slurm-hooks: bad variable" >&2; exit 70; }
@@ -117,7 +122,7 @@ function __shk_load() {
     files=("$INCDIR"/*.nhc)
     set -f
     for f in "${files[@]}"; do
-        if [[ -e "$f" ]]; then
+        if [[ -e "$f" && ("$__shk_only" == "*" || "$__shk_only" == *"/${f##*/}/"*) ]]; then
             # shellcheck disable=SC1090  # the site's own scripts
             . "$f"
             loaded=$((loaded + 1))

@@ -95,6 +95,9 @@ def facts_for(ctx: CheckContext) -> Facts:
         "proc": ctx.services.get("proc_root", "/proc"),
         "sys": ctx.services.get("sysfs_root", "/sys"),
     }
+    config = ctx.services.get("config")
+    if config is not None:
+        kw["state_dir"] = config.general.state_dir
     run = ctx.services.get("run_command")
     if run is not None:
         kw["run"] = lambda argv, timeout: run(argv, timeout=timeout, check=False)

@@ -30,14 +30,18 @@ fails (NHC's watchdog: "Script timed out").
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-import re
+import os
+from collections.abc import Collection
+from typing import Any
 
 from slurm_hooks.core.errors import CommandTimeout
 from slurm_hooks.core.record import record
 from slurm_hooks.detect.site.args import NhcFunction
 from slurm_hooks.detect.site.gather import Facts, bounded
+from slurm_hooks.detect.site.nhc_scripts import DEFINITION
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +86,6 @@ def shim_path() -> str:
     """Where the installed package keeps :data:`SHIM` (a file bash reads:
     the package is installed as files, so no importlib.resources, whose
     import costs every healthcheck more than this lookup)."""
-    import os
-
     import slurm_hooks
 
     return os.path.join(os.path.dirname(slurm_hooks.__file__), "data", SHIM)
@@ -98,8 +100,6 @@ def private_dir() -> str:
     mkdir, which never follows or reuses what is there), under $TMPDIR or
     /tmp: tempfile's rule, without importing tempfile and shutil (about 4
     ms of each run's start)."""
-    import os
-
     base = os.environ.get("TMPDIR") or "/tmp"
     for _ in range(100):
         path = os.path.join(base, f"slurm-hooks-nhc-{os.urandom(8).hex()}")
@@ -115,8 +115,6 @@ def remove_dir(path: str) -> None:
     """Remove the run directory: the shim's two files, then the directory;
     anything else in it (a process left behind wrote there) through
     shutil."""
-    import os
-
     for name in (CHANNEL, OUTPUT):
         try:
             os.unlink(os.path.join(path, name))
@@ -130,11 +128,13 @@ def remove_dir(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def argv(a: NhcFunction, run_dir: str) -> list[str]:
-    """``bash SHIM`` with every value in its own positional slot."""
+def argv(a: NhcFunction, run_dir: str, only: Collection[str] | None = None) -> list[str]:
+    """``bash SHIM`` with every value in its own positional slot; ``only``:
+    the names of the ``*.nhc`` to source (None: every one)."""
     env = [f"{k}={v}" for k, v in a.env.items()]
+    files = "*" if only is None else "/" + "".join(f"{n}/" for n in sorted(only))
     return [
-        "bash", "--noprofile", "--norc", "--", shim_path(), run_dir, a.scripts_dir,
+        "bash", "--noprofile", "--norc", "--", shim_path(), run_dir, a.scripts_dir, files,
         str(max(1, math.ceil(a.timeout_s))), str(len(env)), *env, a.function, *a.args,
     ]  # fmt: skip
 
@@ -169,17 +169,11 @@ def _read(path: str, tail: int | None = None) -> str:
         return ""
 
 
-_DEFINITION = re.compile(
-    r"^\s*(?:function\s+([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\))", re.M
-)
-
-
 def defined_here(scripts_dir: str) -> set[str] | None:
     """The functions the ``*.nhc`` of ``scripts_dir`` define, read as text
     (nothing is run), or None when there is no such directory on this host:
     ``nhc import`` warns about a site function it would not find."""
     import glob
-    import os
 
     if not os.path.isdir(scripts_dir):
         return None
@@ -190,24 +184,25 @@ def defined_here(scripts_dir: str) -> set[str] | None:
                 text = f.read()
         except OSError:
             continue
-        names.update(a or b for a, b in _DEFINITION.findall(text))
+        names.update(a or b for a, b in DEFINITION.findall(text))
     return names
 
 
-def check_trust(scripts_dir: str) -> None:
+def check_trust(scripts_dir: str) -> list[tuple[str, os.stat_result]]:
     """The rule the config file has (core/config.py ``_check_owner``), for
     the directory and each ``*.nhc`` bash will source (symlinks followed, as
     bash follows them).  A missing directory passes: nothing is sourced,
     and the verdict says the function is not defined."""
     import glob
-    import os
 
     paths = [scripts_dir, *sorted(glob.glob(os.path.join(glob.escape(scripts_dir), "*.nhc")))]
+    seen: list[tuple[str, os.stat_result]] = []
     for path in paths:
         try:
             st = os.stat(path)
         except FileNotFoundError:
             continue  # nothing there to source (the verdict says so)
+        seen.append((path, st))
         if st.st_mode & 0o002:
             raise UntrustedScripts(
                 f"{path} is world-writable (mode {st.st_mode & 0o7777:04o}): anyone could "
@@ -218,6 +213,80 @@ def check_trust(scripts_dir: str) -> None:
                 f"{path} is owned by uid {st.st_uid}, not root: that user could make root "
                 "run anything; chown root it"
             )
+    return seen[1:] if seen and seen[0][0] == scripts_dir else seen
+
+
+#: The state dir's file that remembers which scripts each function needs.
+MEMO = "nhc-scripts.json"
+#: Answers kept (one per function, arguments and scripts' versions).
+MEMO_MAX = 64
+
+
+def _memo_key(a: NhcFunction, scripts: list[tuple[str, os.stat_result]]) -> str:
+    """The function, its words, and each script's identity and version (a
+    changed, added or removed file makes a new key)."""
+    files = [
+        [os.path.basename(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        for p, st in scripts
+    ]
+    return json.dumps([a.scripts_dir, a.function, list(a.args), sorted(a.env.items()), files])
+
+
+def to_source(
+    a: NhcFunction, scripts: list[tuple[str, os.stat_result]], state_dir: str
+) -> list[str] | None:
+    """The names of the ``*.nhc`` the function needs sourced, or None for
+    every one (:mod:`.nhc_scripts`).  Reading and analysing NHC's own 150
+    kB of scripts costs more than sourcing them, so the answer is
+    remembered in ``state_dir`` (a cache: one that cannot be read or
+    written costs the analysis, never the verdict), with the variables the
+    files left out set: one of them in the environment now (where it would
+    reach the function's programs) makes the analysis run again."""
+    key = _memo_key(a, scripts)
+    path = os.path.join(state_dir, MEMO) if state_dir else ""
+    memo: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                loaded = json.load(fh)
+            if isinstance(loaded, dict):
+                memo = loaded
+        except (OSError, ValueError):
+            pass
+        hit = memo.get(key)
+        hit = hit if isinstance(hit, dict) else {}
+        unset = hit.get("unset")
+        if isinstance(unset, list) and not any(str(v) in os.environ for v in unset):
+            only = hit.get("only")
+            if only is None or isinstance(only, list):
+                return None if only is None else [str(n) for n in only]
+    from slurm_hooks.detect.site.nhc_scripts import needed, read_script
+
+    parsed = []
+    for p, _st in scripts:
+        try:
+            with open(p, encoding="utf-8", errors="replace") as fh:
+                parsed.append(read_script(os.path.basename(p), fh.read()))
+        except OSError:
+            return None  # cannot tell what it holds: source every one, as NHC
+    words = [*a.args, *a.env.keys(), *a.env.values()]
+    chosen = needed(parsed, a.function, words)
+    answer = None if chosen is None else sorted(chosen)
+    unset = sorted(
+        {v for p in parsed if chosen is not None and p.name not in chosen for v in p.sets}
+    )
+    if path and os.path.isdir(state_dir):
+        memo.pop(key, None)
+        memo[key] = {"only": answer, "unset": unset}
+        while len(memo) > MEMO_MAX:
+            memo.pop(next(iter(memo)))
+        from slurm_hooks.store.atomicfile import write_atomic
+
+        try:
+            write_atomic(path, json.dumps(memo), durable=False)
+        except OSError:
+            log.debug("could not remember the scripts %s needs in %s", a.function, path)
+    return answer
 
 
 def gather(a: NhcFunction, f: Facts) -> Outcome:
@@ -225,13 +294,15 @@ def gather(a: NhcFunction, f: Facts) -> Outcome:
     channel and output in a private directory.  Raises UntrustedScripts or
     ShimStopped (the check is UNKNOWN) when it did not run; CommandError
     when bash cannot be started."""
-    import os
-
-    bounded(lambda: check_trust(a.scripts_dir), 5.0, f"stat {a.scripts_dir}")
+    # One bounded call (one thread) for the trust check and the choice of
+    # scripts: both read the directory.
+    only = bounded(
+        lambda: to_source(a, check_trust(a.scripts_dir), f.state_dir), 5.0, f"stat {a.scripts_dir}"
+    )
     run_dir = private_dir()
     try:
         try:
-            r = f.run(argv(a, run_dir), timeout=a.timeout_s)
+            r = f.run(argv(a, run_dir, only), timeout=a.timeout_s)
         except CommandTimeout:
             return Outcome(None, timed_out=True)
         outcome = parse(
