@@ -35,7 +35,7 @@ def test_lost_gpu_is_one_finding_and_slurmd_stops_logging_failures(fresh_lab):
         assert (ours.code, ours.component) == ("GPU_LOST", "gpu1")
         # At least three more health checks see the same lost GPU under our drain.
         lab.wait_for(
-            lambda: _absorbed(hooks, node) >= 3, 30, what="3 health checks after the drain"
+            lambda: _absorbed(hooks, node) >= 3, 90, what="3 health checks after the drain"
         )
         with slurmd_log.open("rb") as fh:
             fh.seek(start)

@@ -268,7 +268,10 @@ def test_rank_stopped_by_its_owner_requeues_only_that_job_when_opted_in(rig, job
         culprit, pid = _stop_rank1(lab, pdir, job)
         lab.wait_for(lambda: any(e.get("action") == "job_requeue" and e.get("job") == job
                                  for e in hooks.audit(culprit)), 60, what="the job's requeue")  # fmt: skip
-        entry = told(hooks, culprit, job)
+        # The alert is audited just after the engine's own entries (the
+        # requeue): wait for it rather than race it.
+        entry = lab.wait_for(lambda: told(hooks, culprit, job), 30,
+                             what="the owner's alert as audited")  # fmt: skip
         assert entry["decision"] == "requeue_job" and "process stopped" in entry["why"], entry
         req = [e for e in hooks.audit(culprit) if e.get("action") == "job_requeue"][-1]
         assert req["outcome"] == "requeued" and req["user"] == TEST_USER, req
@@ -307,7 +310,10 @@ def test_hung_rank_with_its_gpu_lost_drains_its_node_and_requeues_the_job(rig, j
         lab.wait_for(lambda: lab.client().get_job(job).restart_count >= 1, 60, what="requeue")
         others = [n for n in lab.node_names if n != culprit]
         assert not any(lab.client().get_node(n).drained for n in others)
-        entry = told(hooks, culprit, job)
+        # The alert is audited just after the engine's own entries (the
+        # requeue): wait for it rather than race it.
+        entry = lab.wait_for(lambda: told(hooks, culprit, job), 30,
+                             what="the owner's alert as audited")  # fmt: skip
         assert entry["decision"] == "drain" and "nvml" in entry["provenance"], entry
     finally:
         run(["scancel", job], timeout=30, env=lab.env(), check=False)
@@ -356,7 +362,10 @@ def test_a_plain_job_without_records_stopped_by_its_owner_is_requeued_from_its_p
         run(["runuser", "-u", TEST_USER, "--", "kill", "-STOP", str(pid)], timeout=10)
         lab.wait_for(lambda: any(e.get("action") == "job_requeue" and e.get("job") == job
                                  for e in hooks.audit(culprit)), 60, what="the job's requeue")  # fmt: skip
-        entry = told(hooks, culprit, job)
+        # The alert is audited just after the engine's own entries (the
+        # requeue): wait for it rather than race it.
+        entry = lab.wait_for(lambda: told(hooks, culprit, job), 30,
+                             what="the owner's alert as audited")  # fmt: skip
         assert entry["decision"] == "requeue_job", entry
         assert "rank 1 on" in entry["why"] and "process stopped" in entry["why"], entry
         assert entry["provenance"] == ["user_process"], entry
