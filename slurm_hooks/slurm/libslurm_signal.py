@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import glob
 import re
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -70,21 +71,6 @@ PROG = "libslurm_signal"
 MODULE = "slurm_hooks.slurm.libslurm_signal"
 
 _JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
-_SIGNALS = {
-    "HUP": 1,
-    "INT": 2,
-    "QUIT": 3,
-    "KILL": 9,
-    "USR1": 10,
-    "USR2": 12,
-    "ALRM": 14,
-    "TERM": 15,
-    "CONT": 18,
-    "STOP": 19,
-    "TSTP": 20,
-    "URG": 23,
-    "XCPU": 24,
-}
 
 
 class UsageError(ValueError):
@@ -106,9 +92,10 @@ def signal_number(text: str) -> int:
     name = text.strip().upper().removeprefix("SIG")
     if name.isdigit() and 0 < int(name) < 65:
         return int(name)
-    if name in _SIGNALS:
-        return _SIGNALS[name]
-    raise UsageError(f"invalid signal {text!r}")
+    try:
+        return int(signal.Signals[f"SIG{name}"])
+    except KeyError:
+        raise UsageError(f"invalid signal {text!r}") from None
 
 
 def parse_args(argv: Sequence[str]) -> tuple[int, int, str, list[str]]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 #: fd links read per rank at most (a rank of NCCL opens a few hundred).
@@ -200,9 +200,3 @@ class SocketLook:
             if mine:
                 out[pid] = tuple(mine)
         return out
-
-
-def worst(found: Mapping[int, Sequence[Unacked]]) -> Unacked | None:
-    """The connection with the most unanswered timeouts (None: none)."""
-    every = [u for us in found.values() for u in us]
-    return max(every, key=lambda u: (u.retransmits, u.queued, u.peer)) if every else None
