@@ -35,7 +35,7 @@ def test_lost_gpu_is_one_finding_and_slurmd_stops_logging_failures(fresh_lab):
     try:
         start = slurmd_log.stat().st_size if slurmd_log.exists() else 0
         hooks.lose_gpu(node, 1)
-        ours = parse_reason(wait_drained(lab, node, timeout=30))
+        ours = parse_reason(wait_drained(lab, node, timeout=90))
         assert (ours.code, ours.component) == ("GPU_LOST", "gpu1")
         # At least three more health checks see the same lost GPU under our drain.
         lab.wait_for(
