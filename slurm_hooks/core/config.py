@@ -29,6 +29,9 @@ ENV_CONFIG = "SLURM_HOOKS_CONFIG"
 
 T = TypeVar("T")
 
+#: Values of ``[general] slurm_signal`` (how the cli backend signals jobs;
+#: ``slurm.cli_backend.CliClient(signal_via=)`` takes the same).
+SLURM_SIGNAL_WAYS = ("auto", "scancel")
 #: Values of ``[general] slurm_backend`` (slurm_hooks.slurm.factory.BACKENDS
 #: is the same tuple; kept here so loading a config imports no backend code).
 SLURM_BACKENDS = ("cli", "rest", "pyslurm")
@@ -187,7 +190,7 @@ class GeneralConfig:
                 f"log_level must be a logging level name (DEBUG, INFO, WARNING, ERROR,"
                 f" CRITICAL), got {self.log_level!r}"
             )
-        if self.slurm_signal not in ("auto", "scancel"):
+        if self.slurm_signal not in SLURM_SIGNAL_WAYS:
             raise InvalidKey("slurm_signal", f"must be auto or scancel, got {self.slurm_signal!r}")
         if self.slurm_backend not in SLURM_BACKENDS:
             raise InvalidKey(

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from slurm_hooks.core import hostlist
+from slurm_hooks.core.config import SLURM_SIGNAL_WAYS
 from slurm_hooks.core.errors import (
     CommandError,
     CommandTimeout,
@@ -122,8 +123,6 @@ def check_signal(signal: str) -> str:
     return text
 
 
-#: How :meth:`CliClient.signal_jobs` sends signals (``[general] slurm_signal``).
-SIGNAL_VIA = ("auto", "scancel")
 #: Job ids per ``scancel`` of :meth:`CliClient.signal_jobs` (bounds argv;
 #: up to 23.11 each invocation reads the job table once).
 SIGNAL_BATCH = 256
@@ -167,8 +166,10 @@ class CliClient:
     ) -> None:
         if node_source not in ("scontrol", "json"):
             raise SlurmError(f"unknown node_source {node_source!r} (scontrol or json)")
-        if signal_via not in SIGNAL_VIA:
-            raise SlurmError(f"unknown signal_via {signal_via!r} ({' or '.join(SIGNAL_VIA)})")
+        if signal_via not in SLURM_SIGNAL_WAYS:
+            raise SlurmError(
+                f"unknown signal_via {signal_via!r} ({' or '.join(SLURM_SIGNAL_WAYS)})"
+            )
         #: ``auto``: below Slurm 24.05, where scancel reads the whole job
         #: table for any ``--signal``, signals go through libslurm's
         #: ``slurm_kill_job2`` (:mod:`~slurm_hooks.slurm.libslurm_signal`)
