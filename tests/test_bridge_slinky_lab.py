@@ -10,6 +10,7 @@ import time
 
 import pytest
 from slurm_hooks_lab.k8s_standin import StandinServer
+from slurm_hooks_lab.lab import TEST_USER
 from slurm_hooks_lab.nodeset_controller import NodeSetController, machine
 
 from slurm_hooks.bridge import slinky_plan as sp
@@ -18,6 +19,7 @@ from slurm_hooks.bridge.settings import BridgeConfig
 from slurm_hooks.bridge.slinky_exec import Verdict
 from slurm_hooks.core.ownership import node_ownership
 from slurm_hooks.core.reason import DrainReason, format_reason
+from slurm_hooks.detect.probes.commands import run
 from slurm_hooks.k8s.client import KubeClient
 from slurm_hooks.slurm.door import SlurmDoor
 
@@ -91,14 +93,17 @@ def finished(api, lab, hosts) -> bool:
     )
 
 
-def drive(lab, api, ctl, make_bridge, hosts, *, timeout=60.0, restart_operator_at=None):
+def drive(lab, api, ctl, make_bridge, hosts, *, timeout=60.0, restart_operator_at=None, lag=0.0):
     """Alternate operator and bridge passes until the incidents on ``hosts``
-    are finished; ``make_bridge()`` may be called again after a kill."""
+    are finished; ``make_bridge()`` may be called again after a kill.
+    ``lag``: seconds from an operator pass to the bridge's (two loops that
+    do not wait for each other)."""
     b = make_bridge()
     deadline = time.monotonic() + timeout
     passes = 0
     while time.monotonic() < deadline:
         ctl.reconcile_once()
+        time.sleep(lag)
         try:
             b.reconcile_once()
         except Killed:
@@ -136,6 +141,8 @@ def assert_clean(lab, api, host, faulty, spare):
     assert old["spec"]["unschedulable"] is True
     assert [t["key"] for t in old["spec"]["taints"]] == [CFG.taint_key]
     assert old["metadata"]["annotations"][sp.NODE_CORDON_REASON].startswith("slurm-hooks/1 XID79")
+    # The reservation that held the node through the move is gone.
+    assert not SlurmDoor(lab.client()).reservations()
 
 
 def test_replacement_moves_the_slurmd_pod_and_leaves_foreign_drains(slinky):
@@ -205,7 +212,7 @@ def test_bridge_killed_after_every_write_and_operator_restarted(slinky):
     assert_clean(lab, api, "n3", "m3", "m5")
     assert api.count("DELETE", "/pods/gpu-2") == 1
     assert len(api.items("nodereplacements")) == 1
-    assert {"Reassert", "Accept", "Release"} <= killed_in_rmw
+    assert {"Reserve", "Reassert", "Accept", "Release"} <= killed_in_rmw
     # Acceptance re-runs only where its journal write was lost (once here).
     assert acceptance.runs == [("n3", "m5")] * 2
 
@@ -228,10 +235,45 @@ def test_two_faults_at_once_use_both_spares(slinky):
     )
 
 
+def test_a_waiting_job_does_not_start_on_the_new_machine_before_acceptance(slinky):
+    """A user's job that can run only on n2 waits while n2 is held.  When the
+    moved pod's slurmd registers, the operator sets the node IDLE (its status
+    sync, at the end of a reconcile) and drains it for the pod's mark only in
+    its next reconcile: Slurm may start the job in between, on a machine
+    nobody has accepted yet.  The job must still be pending when acceptance
+    runs, and start on n2 once it is back."""
+    lab, api, ctl = slinky
+    SlurmDoor(lab.client()).drain("n2", ours("dd000002"))
+    res = run(["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-w", "n2", "-N1",
+               "--chdir=/tmp", "-o", "/dev/null", "--wrap", "sleep 600"],
+              timeout=30, env=lab.env())  # fmt: skip
+    job = res.stdout.strip().split(";")[0]
+    seen: list[str] = []
+
+    class Watching(Acceptance):
+        def __call__(self, slurm_node: str, machine_name: str) -> Verdict:
+            seen.append(lab.client().get_job(job).state)
+            return super().__call__(slurm_node, machine_name)
+
+    acceptance = Watching()
+    try:
+        drive(lab, api, ctl, lambda: bridge(lab, api, acceptance), ["n2"], timeout=90, lag=3)
+        assert acceptance.runs == [("n2", "m5")]
+        assert seen == ["PENDING"], f"job {job} was {seen} at acceptance: {ctl.events}"
+        assert_clean(lab, api, "n2", "m2", "m5")
+        deadline = time.monotonic() + 30
+        while lab.client().get_job(job).state != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        started = lab.client().get_job(job)
+        assert started.state == "RUNNING" and started.nodes == "n2", started
+    finally:
+        run(["scancel", "--", job], timeout=30, env=lab.env(), check=False)
+
+
 # -- helpers --------------------------------------------------------------------------
 
 #: Steps whose journal write follows their side effect.
-JOURNALLED_AFTER = ("Reassert", "Accept", "Release", "RequestReplacement")
+JOURNALLED_AFTER = ("Reserve", "Reassert", "Accept", "Release", "RequestReplacement")
 
 
 def _res():

@@ -3,6 +3,8 @@ order of the steps, and what it leaves alone."""
 
 from __future__ import annotations
 
+import pytest
+
 from slurm_hooks.bridge import slinky_plan as sp
 from slurm_hooks.bridge.settings import BridgeConfig
 from slurm_hooks.core.model import NodeState
@@ -76,8 +78,70 @@ def test_fresh_fault_holds_the_machine_with_slinkys_reason_then_moves_when_idle(
     busy = sp.plan([node("n1", "allocated", {"DRAIN"}, REASON)], [held], pods, CFG)
     assert busy.steps == () and "jobs still running" in busy.deferred[0].why
     idle = sp.plan(states, [held], pods, CFG)
-    assert [type(s).__name__ for s in idle.steps] == ["MarkPod", "MovePod"]
-    assert idle.steps[1].uid == "u1"
+    assert [type(s).__name__ for s in idle.steps] == ["MarkPod", "Reserve", "MovePod"]
+    reserve, move = idle.steps[1:]
+    assert reserve.slurm_node == "n1" and reserve.name == sp.hold_name("n1", hold.cordon.incident)
+    assert move.uid == "u1"
+
+
+def test_the_reservation_is_made_once_before_the_move_and_dropped_with_the_reassert():
+    """The reservation keeps jobs off through the operator's migration IDLE;
+    journalled (made or refused), it is not asked for again, and only a made
+    one is dropped, when our reason is back (or when the incident ends
+    before the move)."""
+    pods = pods_of(pod("gpu-0", "n1", "m1", "u1"))
+    states = [node("n1", flags={"DRAIN"}, reason=REASON)]
+    base = {K.incident: "aa000001", K.slurm_node: "n1", K.reason: REASON, K.cordoned: "true"}
+    for key in (K.reserved, K.reserve_failed):
+        f = machine("m1", {**base, key: "aa000001"}, unschedulable=True)
+        steps = sp.plan(states, [f], pods, CFG).steps
+        assert [type(s).__name__ for s in steps] == ["MarkPod", "MovePod"], key
+    # An earlier incident's reservation key does not count for this one.
+    f = machine("m1", {**base, K.reserved: "ffff0000"}, unschedulable=True)
+    assert "Reserve" in [type(s).__name__ for s in sp.plan(states, [f], pods, CFG).steps]
+    # Ended before the move (an admin resumed it): the reservation goes too.
+    f = machine("m1", {**base, K.reserved: "aa000001"}, unschedulable=True)
+    (abandon,) = sp.plan([node("n1")], [f], pods, CFG).steps
+    assert isinstance(abandon, sp.Abandon) and abandon.unreserve == sp.hold_name("n1", "aa000001")
+    f = machine("m1", {**base, K.reserve_failed: "aa000001"}, unschedulable=True)
+    (abandon,) = sp.plan([node("n1")], [f], pods, CFG).steps
+    assert abandon.unreserve is None
+    # After the move: the reassert drops a made one, and only a made one.
+    moved = {**base, K.moved_uid: "u1"}
+    marked = pod(
+        "gpu-0", "n1", "m5", "u9",
+        ann={sp.POD_CORDON: "true", f"{CFG.annotation_prefix}/incident": "aa000001"},
+    )  # fmt: skip
+    for extra, want in (
+        ({K.reserved: "aa000001"}, sp.hold_name("n1", "aa000001")),
+        ({K.reserve_failed: "aa000001"}, None),
+        ({}, None),
+    ):
+        f = machine("m1", {**moved, **extra}, unschedulable=True)
+        steps = sp.plan([node("n1", "idle")], [f, machine("m5")], pods_of(marked), CFG).steps
+        (reassert,) = [s for s in steps if isinstance(s, sp.Reassert)]
+        assert reassert.unreserve == want, extra
+    # A new incident on the machine clears the last one's reservation keys.
+    old = machine("m1", {**moved, K.reserved: "aa000001", K.reserve_failed: "aa000001"})
+    (hold,) = sp.plan(states, [machine("m1")], pods, CFG).steps
+    body = sp.hold_patch(old, hold, CFG,
+                         __import__("datetime").datetime(2025, 1, 1))  # fmt: skip
+    ann = body["metadata"]["annotations"]
+    assert ann[K.reserved] is None and ann[K.reserve_failed] is None
+
+
+def test_hold_names_are_reservation_names():
+    from slurm_hooks.core.errors import ConfigError
+    from slurm_hooks.slurm.reservation import check_name, create_argv
+
+    assert check_name(sp.hold_name("gpu-017.rack2", "aa000001")) == (
+        "slurm-hooks-move-gpu-017.rack2-aa000001"
+    )
+    for bad in ("", "a b", "n1,n2", "x=y", "-lead", "n[1-2]", "a;b"):
+        with pytest.raises(ConfigError):
+            create_argv(bad, "n1", 5)
+        with pytest.raises(ConfigError):
+            create_argv("ok", bad, 5)
 
 
 def test_after_the_move_mark_then_reassert_then_unmark_before_any_resume():

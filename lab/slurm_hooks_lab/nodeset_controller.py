@@ -17,6 +17,11 @@ github.com/SlinkyProject/slurm-operator), as far as the bridge meets it:
   slurmd has registered (SlurmdStartTime moved).
 * **Migration**: a registered pod on another machine than before makes the
   operator set the Slurm node IDLE (slurmcontrol.UpdateNodeWithPodInfo).
+  That runs in the status sync at the end of a reconcile (``Sync`` ->
+  ``sync`` -> ``syncStatus`` -> ``syncSlurmStatus``), after the cordon sync:
+  a drain the pod's cordon asks for comes only with the next reconcile, so
+  for one reconcile interval the node is IDLE and Slurm may start jobs on
+  it.  The lab keeps that order.
 * **Cordon** (syncCordon): a reason not starting ``slurm-operator:`` is
   external and never touched; else a cordoned machine -> ``pod-cordon=true``
   and a drain (the machine's ``node-cordon-reason``, or the default text);
@@ -124,6 +129,7 @@ class NodeSetController:
     def reconcile_once(self) -> None:
         pods = {p["metadata"]["name"]: p for p in self._pods()}
         last = self._load_last()
+        migrated: list[str] = []
         for i, host in enumerate(self.hostnames):
             pname = f"{self.name}-{i}"
             pod = pods.get(pname)
@@ -131,10 +137,15 @@ class NodeSetController:
                 pod = self._recreate(i, host, last)
                 if pod is None:
                     continue
-            self._sync_ready(i, host, pod, last)
+            if self._sync_ready(i, host, pod, last):
+                migrated.append(host)
         self._save_last(last)
         for pod in self._pods():
             self._sync_cordon(pod)
+        # The status sync, last (UpdateNodeWithPodInfo): the migration IDLE.
+        for host in migrated:
+            self._scontrol(host, "state=idle")
+            self.events.append((time.time(), host, "migration: state=idle"))
 
     def _recreate(self, i: int, host: str, last: dict[str, Any]) -> Obj | None:
         entry = last.get(str(i)) or {}
@@ -159,14 +170,16 @@ class NodeSetController:
         self.events.append((time.time(), host, f"pod on {target}"))
         return created
 
-    def _sync_ready(self, i: int, host: str, pod: Obj, last: dict[str, Any]) -> None:
+    def _sync_ready(self, i: int, host: str, pod: Obj, last: dict[str, Any]) -> bool:
+        """True: the pod's slurmd registered on another machine than before
+        (the status sync then sets the node IDLE)."""
         entry = last.get(str(i)) or {}
         conds = (pod.get("status") or {}).get("conditions") or []
         if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
-            return
+            return False
         start = self._slurmd_start(host)
         if not start or start == entry.get("start"):
-            return  # not registered yet
+            return False  # not registered yet
         node = pod["spec"]["nodeName"]
         moved = entry.get("node") not in (None, node)
         entry.update({"start": start, "node": node})
@@ -174,9 +187,7 @@ class NodeSetController:
         last[str(i)] = entry
         self._patch_pod(pod, {"status": _ready_status()})
         self.events.append((time.time(), host, "slurmd registered"))
-        if moved and self.migration_idle:
-            self._scontrol(host, "state=idle")
-            self.events.append((time.time(), host, "migration: state=idle"))
+        return moved and self.migration_idle
 
     def _sync_cordon(self, pod: Obj) -> None:
         host = pod["spec"].get("hostname")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from slurm_hooks.bridge import slinky_plan as sp
 from slurm_hooks.bridge._exec import Obj, StepResult, log_step
 from slurm_hooks.bridge.plan import annotate_patch
-from slurm_hooks.core.errors import ConflictError, KubernetesError
+from slurm_hooks.core.errors import ConflictError, KubernetesError, SlurmError
 from slurm_hooks.k8s.client import pods_path
 from slurm_hooks.slurm.door import SlurmDoor
 
@@ -118,6 +118,8 @@ def execute(
             return missed
         log.info("pod=%s %s", step.pod, "cordoned (Slinky)" if step.mark else "marks removed")
         return StepResult(step, "done")
+    if isinstance(step, sp.Reserve):
+        return _reserve(bridge, step, current, keys)
     if isinstance(step, sp.MovePod):
         if sp.ann_of(current[step.node]).get(keys.moved_uid) != step.uid:
             bridge._rmw(step.node, current, lambda n: annotate_patch(n, {keys.moved_uid: step.uid}))
@@ -148,6 +150,10 @@ def execute(
         SlurmDoor(bridge.slurm).drain(
             step.slurm_node, step.reason, foreign_prefixes=(sp.OPERATOR_PREFIX,)
         )
+        if step.unreserve is not None:
+            # Our reason holds the node now; dropped before the journal, so
+            # a crash in between only repeats this (the drop then finds none).
+            SlurmDoor(bridge.slurm).drop_reservation(step.unreserve)
         bridge._rmw(
             step.node, current, lambda n: annotate_patch(n, {keys.reasserted: step.incident})
         )
@@ -185,6 +191,8 @@ def execute(
     if isinstance(step, sp.Abandon):
         # The machine first, then the pod: with neither cordoned, Slinky
         # lifts any drain of its own it wrote meanwhile.
+        if step.unreserve is not None:
+            SlurmDoor(bridge.slurm).drop_reservation(step.unreserve)
         bridge._rmw(step.node, current, lambda n: sp.abandon_patch(n, cfg))
         if step.pod is not None:
             ns, name = _split(step.pod)
@@ -197,3 +205,28 @@ def execute(
         log_step(log, step, "ended before the move: released")
         return StepResult(step, "done")
     return bridge._execute(step, current)
+
+
+def _reserve(
+    bridge: Bridge, step: sp.Reserve, current: dict[str, Obj], keys: sp.SlinkyKeys
+) -> StepResult:
+    """Make the reservation that holds the node through the move, or journal
+    that it could not be made: the move goes on without it (as it would on
+    a bridge with no ``scontrol``), so the outcome is never ``failed``."""
+    try:
+        SlurmDoor(bridge.slurm).ensure_reservation(step.name, step.slurm_node, sp.HOLD_MINUTES)
+    except SlurmError as exc:
+        bridge._rmw(
+            step.node, current, lambda n: annotate_patch(n, {keys.reserve_failed: step.incident})
+        )
+        log.warning(
+            "slurm_node=%s incident=%s no reservation before the move (%s): Slurm may start "
+            "a job on the new machine before acceptance",
+            step.slurm_node,
+            step.incident,
+            exc,
+        )
+        return StepResult(step, "skipped", f"no reservation: {exc}")
+    bridge._rmw(step.node, current, lambda n: annotate_patch(n, {keys.reserved: step.incident}))
+    log.info("slurm_node=%s reservation %s holds it through the move", step.slurm_node, step.name)
+    return StepResult(step, "done")

@@ -17,17 +17,24 @@ agrees with us at every step (docs/slinky.md has the table):
    taint.  Our ``slurm-hooks/1`` reason already holds the Slurm node, so
    the operator leaves it alone.
 2. Once the incident's jobs are settled: **mark** the slurmd pod
-   (``pod-cordon=true`` + our incident), then **move** it: the pod's uid is
+   (``pod-cordon=true`` + our incident), **reserve** the Slurm node (a MAINT
+   reservation, see 3), then **move** it: the pod's uid is
    journalled on F first, then the pod is deleted with a uid precondition
    (never the recreated pod).  Slinky's preStop writes
    ``slurm-operator: Pod is terminating`` (DOWN) over our reason, and on
    registration elsewhere the operator sets the node IDLE (a migration).
 3. The recreated pod on a spare machine is **marked** as soon as it is seen,
-   so the operator holds its Slurm node drained after that IDLE.
+   so the operator drains its Slurm node after that IDLE.  But the IDLE
+   comes from the operator's status sync, at the end of a reconcile, and the
+   drain only with its next one: in between, Slurm would start a waiting
+   job on a machine nobody has accepted.  The reservation made before the
+   move keeps every job off the node through that window (a state update
+   does not end a reservation).  Without ``scontrol`` (or refused) the move
+   goes on without it, as before, with a warning.
 4. Once its slurmd has registered: **reassert** our reason over the
-   ``slurm-operator:`` one we caused (the door allows exactly that), then
-   **unmark** the new pod (our reason holds the node now; the operator
-   skips foreign reasons, so nothing undrains it).
+   ``slurm-operator:`` one we caused (the door allows exactly that) and drop
+   the reservation (our reason holds the node now), then **unmark** the new
+   pod (the operator skips foreign reasons, so nothing undrains it).
 5. **Accept** (a runner given to the bridge) and **release**: resume
    through the door, journal ``done``.  Without a runner the engine's own
    acceptance resumes the node and the bridge only journals ``done``.
@@ -80,6 +87,15 @@ POD_HOSTNAME_LABEL = "nodeset.slinky.slurm.net/pod-hostname"
 SCALING_MODE_LABEL = "nodeset.slinky.slurm.net/scaling-mode"
 #: The prefix of every reason the operator writes (slurmcontrol.go).
 OPERATOR_PREFIX = "slurm-operator:"
+#: How long the reservation made before a move may last: it only has to
+#: outlive the new slurmd's registration (it is dropped then), and a lost
+#: bridge must not leave the node reserved for ever.
+HOLD_MINUTES = 24 * 60
+
+
+def hold_name(slurm_node: str, incident: str) -> str:
+    """The name of the reservation that holds ``slurm_node`` during a move."""
+    return f"slurm-hooks-move-{slurm_node}-{incident}"
 
 
 class SlinkyKeys(Keys):
@@ -93,6 +109,10 @@ class SlinkyKeys(Keys):
         self.pod = f"{prefix}/slinky-pod"
         #: uid of the pod we delete, written before the delete.
         self.moved_uid = f"{prefix}/slinky-moved-uid"
+        #: Incident whose reservation was made before the move.
+        self.reserved = f"{prefix}/slinky-reserved"
+        #: Incident whose reservation could not be made (moved without it).
+        self.reserve_failed = f"{prefix}/slinky-reserve-failed"
         #: Incident whose reason we wrote back after the move.
         self.reasserted = f"{prefix}/slinky-reasserted"
         #: Incident whose acceptance passed on the new machine.
@@ -219,6 +239,17 @@ class MarkPod:
 
 
 @dataclass(frozen=True)
+class Reserve:
+    """A MAINT reservation ``name`` on the Slurm node, before the move: it
+    keeps jobs off through the operator's migration IDLE."""
+
+    node: str
+    slurm_node: str
+    incident: str
+    name: str
+
+
+@dataclass(frozen=True)
 class MovePod:
     """Journal the uid on F, then delete the pod with a uid precondition."""
 
@@ -231,12 +262,14 @@ class MovePod:
 
 @dataclass(frozen=True)
 class Reassert:
-    """Our reason back over the ``slurm-operator:`` drain our move caused."""
+    """Our reason back over the ``slurm-operator:`` drain our move caused;
+    then the reservation ``unreserve`` (if one was made) is dropped."""
 
     node: str
     slurm_node: str
     incident: str
     reason: str
+    unreserve: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,9 +302,12 @@ class Abandon:
     slurm_node: str
     incident: str
     pod: str | None
+    unreserve: str | None = None
 
 
-SlinkyStep = Hold | MarkPod | MovePod | Reassert | Accept | Release | Abandon | RequestReplacement
+SlinkyStep = (
+    Hold | MarkPod | Reserve | MovePod | Reassert | Accept | Release | Abandon | RequestReplacement
+)
 
 
 @dataclass(frozen=True)
@@ -379,10 +415,11 @@ def plan(
         spods = pods.get(s, ())
         moved = ann.get(keys.moved_uid)
         trig = trigger(state, cfg)
+        hold = hold_name(s, inc) if ann.get(keys.reserved) == inc else None
         if moved is None:
             if trig is None or trig.incident != inc:
                 cur = live_pod(spods)
-                steps.append(Abandon(fname, s, inc, cur.ref if cur else None))
+                steps.append(Abandon(fname, s, inc, cur.ref if cur else None, hold))
                 continue
             cur = live_pod(spods)
             if cur is None or cur.node != fname:
@@ -395,6 +432,8 @@ def plan(
                 cur.annotations.get(keys.incident) != inc
             ):
                 steps.append(MarkPod(fname, s, inc, cur.ref, cur.uid))
+            if inc not in (ann.get(keys.reserved), ann.get(keys.reserve_failed)):
+                steps.append(Reserve(fname, s, inc, hold_name(s, inc)))
             steps.append(MovePod(fname, s, inc, cur.ref, cur.uid))
             continue
 
@@ -448,7 +487,7 @@ def plan(
             # Over the preStop's DOWN, the operator's drain of our mark or the
             # migration IDLE (all caused by our move), or our reason already
             # there (the door then writes nothing): journalled.
-            steps.append(Reassert(fname, s, inc, reason))
+            steps.append(Reassert(fname, s, inc, reason, hold))
             ours_now = True
         held = ours_now and (_out_of_service(state) or not reasserted)
         if marked:
@@ -520,7 +559,15 @@ def hold_patch(node: Obj, step: Hold, cfg: BridgeConfig, now: datetime) -> dict[
     keys = SlinkyKeys(cfg.annotation_prefix)
     body = cordon_patch(node, step.cordon, cfg, now)
     ann = body["metadata"]["annotations"]
-    for k in (keys.moved_uid, keys.reasserted, keys.accepted, keys.accept_failed, keys.done):
+    for k in (
+        keys.moved_uid,
+        keys.reserved,
+        keys.reserve_failed,
+        keys.reasserted,
+        keys.accepted,
+        keys.accept_failed,
+        keys.done,
+    ):
         if k in ann_of(node):
             ann[k] = None
     ann[keys.slurm_node] = step.cordon.slurm_node
@@ -537,6 +584,8 @@ def abandon_patch(node: Obj, cfg: BridgeConfig) -> dict[str, Any]:
         keys.slurm_node,
         keys.pod,
         keys.moved_uid,
+        keys.reserved,
+        keys.reserve_failed,
         keys.reasserted,
         keys.accepted,
         keys.accept_failed,

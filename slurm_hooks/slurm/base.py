@@ -127,6 +127,17 @@ class NodeExtra(Protocol):
 
 
 @runtime_checkable
+class Reservations(Protocol):
+    """A client that makes and lists MAINT reservations with its own Slurm
+    set-up (``slurm/reservation.py``); the door falls back to ``scontrol``
+    in the process's environment for the others."""
+
+    def reservation_names(self) -> set[str]: ...
+    def create_reservation(self, name: str, node: str, minutes: int) -> None: ...
+    def delete_reservation(self, name: str) -> None: ...
+
+
+@runtime_checkable
 class NodeReboot(Protocol):
     """A client that can ask Slurm to reboot a node (``scontrol reboot ASAP``)."""
 

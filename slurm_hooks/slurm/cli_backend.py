@@ -353,6 +353,24 @@ class CliClient:
              f"reason={check_reason(reason)}", name]
         )  # fmt: skip
 
+    def reservation_names(self) -> set[str]:
+        from slurm_hooks.slurm.reservation import list_argv, names_in
+
+        return names_in(self._call(list_argv()).stdout)
+
+    def create_reservation(self, name: str, node: str, minutes: int) -> None:
+        """Not retried: a create that went through before a lost answer
+        would be refused as a duplicate (``SlurmDoor.ensure_reservation``
+        looks first)."""
+        from slurm_hooks.slurm.reservation import create_argv
+
+        self._call(create_argv(name, node, minutes), retry=False)
+
+    def delete_reservation(self, name: str) -> None:
+        from slurm_hooks.slurm.reservation import delete_argv
+
+        self._call(delete_argv(name), retry=False)
+
     def set_node_comment(self, name: str, comment: str) -> None:
         """Set the node's ``Comment`` (empty string: clear it)."""
         self._update_node(name, f"Comment={check_comment(comment)}")

@@ -45,10 +45,11 @@ from slurm_hooks.slurm.base import (
     JobsSignal,
     NodeComments,
     NodeReboot,
+    Reservations,
     SignalTarget,
     SlurmClient,
 )
-from slurm_hooks.slurm.reservation import create_argv, delete_argv
+from slurm_hooks.slurm.reservation import create_argv, delete_argv, list_argv, names_in
 
 log = logging.getLogger(__name__)
 
@@ -343,6 +344,42 @@ class SlurmDoor:
     @staticmethod
     def delete_reservation(name: str, *, timeout: float = 30) -> None:
         SlurmDoor._scontrol(delete_argv(name), timeout, f"delete reservation {name}")
+
+    def reservations(self, *, timeout: float = 30) -> set[str]:
+        """The names of the reservations slurmctld has now (a read, here
+        because only the reservation writes below need it).  Through the
+        client where it can (its SLURM_CONF), else ``scontrol`` as is."""
+        if isinstance(self.client, Reservations):
+            return self.client.reservation_names()
+        from slurm_hooks.core.errors import CommandError
+        from slurm_hooks.detect.probes.commands import run
+
+        try:
+            return names_in(run(list_argv(), timeout=timeout).stdout)
+        except CommandError as exc:
+            raise SlurmError(f"cannot list reservations: {exc}") from exc
+
+    def ensure_reservation(self, name: str, node: str, minutes: int) -> bool:
+        """A MAINT reservation ``name`` on ``node`` unless it exists already
+        (a step repeated after a crash); True when it was made now."""
+        if name in self.reservations():
+            return False
+        if isinstance(self.client, Reservations):
+            self.client.create_reservation(name, node, minutes)
+        else:
+            SlurmDoor.create_reservation(name, node, minutes)
+        return True
+
+    def drop_reservation(self, name: str) -> bool:
+        """Delete reservation ``name`` if it exists (it may have ended, or
+        been deleted before a crash); True when it was deleted now."""
+        if name not in self.reservations():
+            return False
+        if isinstance(self.client, Reservations):
+            self.client.delete_reservation(name)
+        else:
+            SlurmDoor.delete_reservation(name)
+        return True
 
     @staticmethod
     def _scontrol(argv: list[str], timeout: float, what: str) -> None:
