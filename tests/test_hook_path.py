@@ -171,10 +171,23 @@ def test_bad_cache_files_are_ignored(tmp_path: Path, text: str, fresh_answers: A
     assert profiles._answers.valid == set() and profiles._answers.contains == {}
 
 
-def test_cache_never_creates_the_state_dir(tmp_path: Path, fresh_answers: Any) -> None:
+def test_cache_creates_the_state_dir_as_the_lock_does(tmp_path: Path, fresh_answers: Any) -> None:
+    """A node's first prolog asks ClusterShell before anything has made the
+    state dir: its answers are kept all the same (0700, as the lock's)."""
     profiles.check_hostlist("n[1-2]")
-    assert not profiles.save_hostlist_cache(str(tmp_path / "absent"))
-    assert not (tmp_path / "absent").exists()
+    state = tmp_path / "absent" / "state"
+    assert profiles.save_hostlist_cache(str(state))
+    assert (state / profiles.HOSTLIST_CACHE).is_file()
+    assert (state.stat().st_mode & 0o777) == 0o700
+    profiles.forget_hostlist_answers()
+    profiles.load_hostlist_cache(str(state))
+    assert "n[1-2]" in profiles._answers.valid
+
+
+def test_cache_that_cannot_be_written_is_not_an_error(tmp_path: Path, fresh_answers: Any) -> None:
+    profiles.check_hostlist("n[1-2]")
+    (tmp_path / "file").write_text("")
+    assert not profiles.save_hostlist_cache(str(tmp_path / "file" / "state"))
 
 
 def test_remembered_answers_select_the_same_profile(tmp_path: Path, fresh_answers: Any) -> None:

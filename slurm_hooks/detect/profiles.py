@@ -310,12 +310,15 @@ def load_hostlist_cache(state_dir: str) -> None:
 
 def save_hostlist_cache(state_dir: str) -> bool:
     """Write this process's answers to ``state_dir`` (atomically: temp file
-    and rename) when ClusterShell was asked something new.  Never creates
-    the state dir and never raises: it is a cache.  True when written."""
+    and rename) when ClusterShell was asked something new.  Creates the
+    state dir as the lock does (0700): the prolog asks before anything else
+    has made it, and a node's first prolog would otherwise leave its answers
+    for the second to ask again.  Never raises: it is a cache.  True when
+    written."""
     import json
 
     a = _answers
-    if not a.dirty or not os.path.isdir(state_dir):
+    if not a.dirty:
         return False
     valid, contains = a.valid, a.contains
     if len(valid) + len(contains) > _CACHE_MAX:
@@ -326,9 +329,10 @@ def save_hostlist_cache(state_dir: str) -> bool:
         "valid": sorted(valid),
         "contains": [[spec, node, answer] for (spec, node), answer in sorted(contains.items())],
     }
-    from slurm_hooks.store.atomicfile import write_atomic
+    from slurm_hooks.store.atomicfile import ensure_dir, write_atomic
 
     try:
+        ensure_dir(state_dir, 0o700)
         # A cache: losing it to a power cut costs one ClusterShell import.
         write_atomic(
             os.path.join(state_dir, HOSTLIST_CACHE),
