@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -240,6 +241,14 @@ def test_config_raises_only_config_error(pairs, junk):
             config.parse(doc)
         except ConfigError:
             pass
+
+
+def test_config_an_integer_too_long_for_python_is_a_config_error():
+    """tomllib turns a 5000-digit integer into int(), which raises a plain
+    ValueError past Python's digit limit (found by the fuzz test above)."""
+    for doc in ("Command=" + "1" * 5000, "[watch]\nretry_s = " + "9" * 4301):
+        with pytest.raises(ConfigError, match="invalid TOML"):
+            config.parse(doc)
 
 
 def test_config_reports_every_error_at_once_and_bounds_numbers():

@@ -471,7 +471,9 @@ def parse(text: str, *, path: str | None = None, validate: bool = True) -> Confi
         raise ConfigError(f"file larger than {MAX_CONFIG_BYTES} characters", path=path)
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:
+        # TOMLDecodeError, and the plain ValueError int() raises for an
+        # integer past Python's 4300-digit limit (tomllib lets it through).
         raise ConfigError(f"invalid TOML: {exc}", path=path) from exc
     except RecursionError as exc:
         raise ConfigError("invalid TOML: arrays or tables nested too deep", path=path) from exc
