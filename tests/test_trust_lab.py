@@ -1,7 +1,8 @@
 """Evidence a user cannot forge (issue 27), on the real lab: an unprivileged
 user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
-naming other jobs and other nodes, an XID line through ``logger`` - beside a
+naming other jobs and other nodes, an XID line through ``logger``, a
+connection cut off in a network namespace of their own - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
 drained (sinfo), the other user's job untouched (running, restart count 0,
 no signal), the owner told (audit).  The real case still drains: a hung rank
@@ -9,11 +10,13 @@ whose node's GPU NVML reports lost."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +40,14 @@ PROGRESS = {"hang_s": 4.0, "first_step_allowance_s": 2.0, "interval_s": 0.5,
 WATCH = {"nvml_interval_s": 3600.0}
 
 
-@pytest.fixture
-def rig(fresh_lab, job_dir):
-    lab = fresh_lab
+@contextlib.contextmanager
+def _rigged(lab, job_dir: Path, progress: dict) -> Iterator[tuple]:
+    """The hooks installed with ``progress`` and a watcher on every node."""
     ensure_user(VICTIM_USER)
     pdir = job_dir / "progress"
     pdir.mkdir(mode=0o1777)
     os.chmod(pdir, 0o1777)
-    hooks = install(lab, grace_s=3.0, progress={**PROGRESS, "dir": str(pdir)}, watch=WATCH)
+    hooks = install(lab, grace_s=3.0, progress={**progress, "dir": str(pdir)}, watch=WATCH)
     try:
         for node in lab.node_names:
             hooks.start_watcher(node)
@@ -53,6 +56,12 @@ def rig(fresh_lab, job_dir):
         hooks.close(reconfigure=False)
         lab.reset()
         hooks.reset_state()
+
+
+@pytest.fixture
+def rig(fresh_lab, job_dir):
+    with _rigged(fresh_lab, job_dir, PROGRESS) as rigged:
+        yield rigged
 
 
 def submit(lab, script: Path, *args: str, user: str = TEST_USER, env=None) -> str:
@@ -442,3 +451,154 @@ def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
     finally:
         stand_in.close()
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+# -- a connection the user cuts off in a network namespace of their own ---------------------
+
+#: The unacked connection is judged after 10 s (the product's 120 s would
+#: make the test slow); the rest as the other tests.
+PROGRESS_UNACKED = {**PROGRESS, "unacked_s": 10.0}
+
+#: The hostile job's one process, plain Python as the user, nothing of
+#: slurm-hooks: inside the network namespace its batch script made, a
+#: loopback connection that worked, then ``lo`` taken down (the user is
+#: root of that namespace) and data sent that nobody can acknowledge.  It
+#: says where it is (pid, the peer's port), then polls for the answer the
+#: way a collective does (working a little each 50 ms: busy, never a stall).
+CUT_PY = """
+import os, socket, subprocess, sys, time
+out, ip = sys.argv[1], sys.argv[2]
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+conn = socket.create_connection(srv.getsockname())
+peer, _ = srv.accept()
+conn.sendall(b"x")
+assert peer.recv(1) == b"x"
+subprocess.run([ip, "link", "set", "lo", "down"], check=True)
+conn.sendall(b"y" * 100)
+with open(out + ".tmp", "w") as f:
+    f.write("%d %d" % (os.getpid(), srv.getsockname()[1]))
+os.rename(out + ".tmp", out)
+while True:
+    end = time.time() + 0.01
+    while time.time() < end:
+        pass
+    time.sleep(0.04)
+"""
+
+
+def _ip() -> str:
+    for path in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"):
+        if os.access(path, os.X_OK):
+            return path
+    pytest.skip("no ip(8) to take the namespace's loopback down")
+
+
+def _own_netns_or_skip(ip: str) -> None:
+    """What the kernel lets the unprivileged user do here: a user and network
+    namespace of their own (refused, e.g., to a process in a chroot, or where
+    unprivileged user namespaces are off): skip, saying why."""
+    res = run(["runuser", "-u", TEST_USER, "--", "unshare", "-rn", "--", ip, "link", "set", "lo",
+               "up"], timeout=30, check=False)  # fmt: skip
+    if not res.ok:
+        pytest.skip(f"{TEST_USER} cannot make a network namespace here (unshare -rn: rc {res.rc}, "
+                    f"{(res.stderr or res.stdout).strip()!r})")  # fmt: skip
+
+
+def _retransmitting(pid: int, port: int) -> int:
+    """The lab's truth, read by root: the unanswered retransmissions of
+    ``pid``'s connection to 127.0.0.1:``port`` in its namespace's table
+    (``/proc/PID/net/tcp``: ESTABLISHED, retransmission timer running; 0:
+    no such row)."""
+    try:
+        rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return 0
+    for row in rows:
+        f = row.split()
+        if f[2] == f"0100007F:{port:04X}" and f[3] == "01" and f[5].startswith("01:"):
+            return int(f[6], 16)
+    return 0
+
+
+def test_a_connection_cut_in_the_users_own_namespace_reports_and_requeues_only_their_job(
+    fresh_lab, job_dir
+):
+    """The unacked-connection signal, forged by the job's owner without root.
+    ``unshare -rn`` (an unprivileged user namespace with a network namespace)
+    gives the user a loopback of their own; a connection over it that worked,
+    then ``lo`` down and data sent: the kernel retransmits with no answer, as
+    for a partition.  The watcher does see it: it reads each rank's
+    ``/proc/PID/net/tcp``, which is the table of that process's own
+    namespace, and 127.0.0.1 is on one of the node's networks (its
+    loopback); the socket is held by the rank's own task (the batch script
+    execs into the process, as a rank's collective does).  So two hostile
+    jobs of ``sltest``, each a single busy process (several tasks
+    allocated: a job the watcher judges on its own evidence), each beside
+    a job of ``sltest2`` on the same node: after
+    ``unacked_s`` the owner is told of a hang naming the connection, on
+    the owner's evidence (``user_process``); the job that opted in is
+    requeued, the other only reported; no node drained, the other user's
+    jobs untouched, nothing else requeued."""
+    ip = _ip()
+    _own_netns_or_skip(ip)
+    with _rigged(fresh_lab, job_dir, PROGRESS_UNACKED) as (lab, hooks, pdir):
+        out = job_dir / "cut"
+        out.mkdir(mode=0o777)
+        os.chmod(out, 0o777)
+        prog = job_dir / "cut.py"
+        prog.write_text(CUT_PY)
+        prog.chmod(0o644)
+        nodes = {"opted": lab.node_names[0], "plain": lab.node_names[1]}
+        victims = [victim(lab, job_dir, n) for n in nodes.values()]
+        jobs: dict[str, str] = {}
+        peers: dict[str, str] = {}
+        try:
+            for name, node in nodes.items():
+                s = script(job_dir / f"cut-{name}.sh",
+                           f"exec unshare -rn -- /bin/bash -c '{ip} link set lo up && "
+                           f"exec {USER_PYTHON} {prog} {out}/{name} {ip}'\n")  # fmt: skip
+                # Two tasks on one CPU (--overcommit): a job of several tasks,
+                # leaving the node's other CPU to the victim.
+                opt = ["--comment", "slurm-hooks:requeue-on-hang"] if name == "opted" else []
+                jobs[name] = submit(lab, s, "-w", node, "-N1", "-n2", "--overcommit", "--requeue",
+                                    *opt, f"--output={job_dir}/cut-{name}.out")  # fmt: skip
+            for name in nodes:
+                said = lab.wait_for(lambda n=name: (out / n).exists() and (out / n).read_text(),
+                                    60, what=f"the {name} job's connection cut")  # fmt: skip
+                pid, port = (int(x) for x in said.split())
+                # The evidence is real: the kernel retransmits, unanswered.
+                lab.wait_for(lambda p=pid, q=port: _retransmitting(p, q) >= 3, 30,
+                             what="the connection's retransmissions")  # fmt: skip
+                peers[name] = f"127.0.0.1:{port}"
+            opted, plain = jobs["opted"], jobs["plain"]
+            lab.wait_for(lambda: any(e.get("action") == "job_requeue" and e.get("job") == opted
+                                     for e in hooks.audit(nodes["opted"])), 60,
+                         what="the opted-in job's requeue")  # fmt: skip
+            for name, decision in (("opted", "requeue_job"), ("plain", "report_job")):
+                entry = lab.wait_for(lambda n=name: told(hooks, nodes[n], jobs[n]), 30,
+                                     what=f"the {name} job's owner told")  # fmt: skip
+                assert entry["user"] == TEST_USER and entry["decision"] == decision, entry
+                assert entry["provenance"] == ["user_process"], entry
+                why = f"rank 0 on {nodes[name]}: its connection to {peers[name]} ("
+                assert why in entry["why"] and "has had no acknowledgement" in entry["why"], entry
+            # Only the opted-in job was requeued, anywhere (a rerun of it may
+            # cut its connection again: requeued again, still only it).
+            req = [e for n in lab.node_names for e in hooks.audit(n)
+                   if e.get("action") == "job_requeue"]  # fmt: skip
+            assert {(e["job"], e["outcome"], e["user"]) for e in req} == {
+                (opted, "requeued", TEST_USER)}, req  # fmt: skip
+            lab.wait_for(lambda: lab.client().get_job(opted).restart_count >= 1, 60,
+                         what="the opted-in job requeued")  # fmt: skip
+            time.sleep(3 * PROGRESS["interval_s"] + 1)  # a few more passes
+            info = lab.client().get_job(plain)
+            assert (info.state, info.restart_count) == ("RUNNING", 0), info
+            assert_untouched(lab, hooks, victims)
+        except AssertionError:
+            for n in nodes.values():
+                dump(lab, hooks, pdir, n)
+            raise
+        finally:
+            run(["scancel", *jobs.values(), *[j for j, _ in victims]], timeout=30, env=lab.env(),
+                check=False)  # fmt: skip
