@@ -122,6 +122,19 @@ class SlinkyKeys(Keys):
         #: Incident finished: resumed, marks removed; F stays cordoned.
         self.done = f"{prefix}/slinky-done"
 
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The keys an incident's steps write: cleared for the next one."""
+        return (
+            self.moved_uid,
+            self.reserved,
+            self.reserve_failed,
+            self.reasserted,
+            self.accepted,
+            self.accept_failed,
+            self.done,
+        )
+
 
 # -- the live mapping ------------------------------------------------------------
 
@@ -559,15 +572,7 @@ def hold_patch(node: Obj, step: Hold, cfg: BridgeConfig, now: datetime) -> dict[
     keys = SlinkyKeys(cfg.annotation_prefix)
     body = cordon_patch(node, step.cordon, cfg, now)
     ann = body["metadata"]["annotations"]
-    for k in (
-        keys.moved_uid,
-        keys.reserved,
-        keys.reserve_failed,
-        keys.reasserted,
-        keys.accepted,
-        keys.accept_failed,
-        keys.done,
-    ):
+    for k in keys.steps:
         if k in ann_of(node):
             ann[k] = None
     ann[keys.slurm_node] = step.cordon.slurm_node
@@ -580,17 +585,7 @@ def abandon_patch(node: Obj, cfg: BridgeConfig) -> dict[str, Any]:
     keys = SlinkyKeys(cfg.annotation_prefix)
     body = uncordon_patch(node, cfg)
     ann = body["metadata"]["annotations"]
-    for k in (
-        keys.slurm_node,
-        keys.pod,
-        keys.moved_uid,
-        keys.reserved,
-        keys.reserve_failed,
-        keys.reasserted,
-        keys.accepted,
-        keys.accept_failed,
-        keys.done,
-    ):
+    for k in (keys.slurm_node, keys.pod, *keys.steps):
         if k in ann_of(node):
             ann[k] = None
     if NODE_CORDON_REASON in ann_of(node):
