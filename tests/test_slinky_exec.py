@@ -8,7 +8,7 @@ import pytest
 
 from slurm_hooks.bridge import slinky_plan as sp
 from slurm_hooks.bridge._exec import StepResult
-from slurm_hooks.bridge.slinky_exec import _on_pod, _reserve
+from slurm_hooks.bridge.slinky_exec import HOLD_MINUTES, _on_pod, _reserve
 from slurm_hooks.core.errors import ConflictError, KubernetesError, SlurmError
 from slurm_hooks.slurm.door import SlurmDoor
 
@@ -84,7 +84,7 @@ def test_the_reservation_is_made_once_and_journalled() -> None:
     for _ in range(2):  # repeated after a crash before the journal: made once
         res = _reserve(bridge, _step(), current, keys)  # type: ignore[arg-type]
         assert res.outcome == "done"
-    assert slurm.created == [(_step().name, "n1", sp.HOLD_MINUTES)]
+    assert slurm.created == [(_step().name, "n1", HOLD_MINUTES)]
     assert bridge.patched == [{keys.reserved: "aa000001"}] * 2
     assert SlurmDoor(slurm).drop_reservation(_step().name) is True  # type: ignore[arg-type]
     assert SlurmDoor(slurm).drop_reservation(_step().name) is False  # type: ignore[arg-type]

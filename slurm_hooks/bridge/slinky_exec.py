@@ -39,6 +39,11 @@ class Verdict:
     detail: str = ""
 
 
+#: How long the reservation made before a move may last: it only has to
+#: outlive the new slurmd's registration (it is dropped then), and a lost
+#: bridge must not leave the node reserved for ever.
+HOLD_MINUTES = 24 * 60
+
 #: Runs acceptance for a Slurm node on the machine its slurmd now runs on.
 #: Raises SlurmHooksError when it could not run (tried again next pass).
 AcceptanceRunner = Callable[[str, str], Verdict]
@@ -214,7 +219,7 @@ def _reserve(
     that it could not be made: the move goes on without it (as it would on
     a bridge with no ``scontrol``), so the outcome is never ``failed``."""
     try:
-        SlurmDoor(bridge.slurm).ensure_reservation(step.name, step.slurm_node, sp.HOLD_MINUTES)
+        SlurmDoor(bridge.slurm).ensure_reservation(step.name, step.slurm_node, HOLD_MINUTES)
     except SlurmError as exc:
         bridge._rmw(
             step.node, current, lambda n: annotate_patch(n, {keys.reserve_failed: step.incident})

@@ -87,10 +87,6 @@ POD_HOSTNAME_LABEL = "nodeset.slinky.slurm.net/pod-hostname"
 SCALING_MODE_LABEL = "nodeset.slinky.slurm.net/scaling-mode"
 #: The prefix of every reason the operator writes (slurmcontrol.go).
 OPERATOR_PREFIX = "slurm-operator:"
-#: How long the reservation made before a move may last: it only has to
-#: outlive the new slurmd's registration (it is dropped then), and a lost
-#: bridge must not leave the node reserved for ever.
-HOLD_MINUTES = 24 * 60
 
 
 def hold_name(slurm_node: str, incident: str) -> str:
