@@ -99,3 +99,12 @@ def test_a_refused_reservation_is_journalled_and_the_move_goes_on() -> None:
     res = _reserve(bridge, _step(), current, keys)  # type: ignore[arg-type]
     assert res.outcome == "skipped" and "permission denied" in res.detail
     assert bridge.patched == [{keys.reserve_failed: "aa000001"}]
+
+
+def test_a_client_without_reservation_calls_falls_back_to_scontrol(monkeypatch, tmp_path) -> None:
+    """REST and pyslurm clients make no reservations themselves: the door asks
+    ``scontrol`` as the process finds it, and its absence is a SlurmError
+    (which the Reserve step journals, moving on without the hold)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SlurmError, match="list reservations"):
+        SlurmDoor(object()).ensure_reservation("r1", "n1", 5)  # type: ignore[arg-type]

@@ -345,49 +345,42 @@ class SlurmDoor:
     def delete_reservation(name: str, *, timeout: float = 30) -> None:
         SlurmDoor._scontrol(delete_argv(name), timeout, f"delete reservation {name}")
 
-    def reservations(self, *, timeout: float = 30) -> set[str]:
-        """The names of the reservations slurmctld has now (a read, here
-        because only the reservation writes below need it).  Through the
-        client where it can (its SLURM_CONF), else ``scontrol`` as is."""
-        if isinstance(self.client, Reservations):
-            return self.client.reservation_names()
-        from slurm_hooks.core.errors import CommandError
-        from slurm_hooks.detect.probes.commands import run
+    def _reservations(self) -> Reservations:
+        """The client where it makes reservations itself (its SLURM_CONF),
+        else ``scontrol`` as this process finds it."""
+        return self.client if isinstance(self.client, Reservations) else _ScontrolReservations()
 
-        try:
-            return names_in(run(list_argv(), timeout=timeout).stdout)
-        except CommandError as exc:
-            raise SlurmError(f"cannot list reservations: {exc}") from exc
+    def reservations(self) -> set[str]:
+        """The names of the reservations slurmctld has now (a read, here
+        because only the reservation writes below need it)."""
+        return self._reservations().reservation_names()
 
     def ensure_reservation(self, name: str, node: str, minutes: int) -> bool:
         """A MAINT reservation ``name`` on ``node`` unless it exists already
         (a step repeated after a crash); True when it was made now."""
-        if name in self.reservations():
+        r = self._reservations()
+        if name in r.reservation_names():
             return False
-        if isinstance(self.client, Reservations):
-            self.client.create_reservation(name, node, minutes)
-        else:
-            SlurmDoor.create_reservation(name, node, minutes)
+        r.create_reservation(name, node, minutes)
         return True
 
     def drop_reservation(self, name: str) -> bool:
         """Delete reservation ``name`` if it exists (it may have ended, or
         been deleted before a crash); True when it was deleted now."""
-        if name not in self.reservations():
+        r = self._reservations()
+        if name not in r.reservation_names():
             return False
-        if isinstance(self.client, Reservations):
-            self.client.delete_reservation(name)
-        else:
-            SlurmDoor.delete_reservation(name)
+        r.delete_reservation(name)
         return True
 
     @staticmethod
-    def _scontrol(argv: list[str], timeout: float, what: str) -> None:
+    def _scontrol(argv: list[str], timeout: float, what: str) -> str:
+        """Run ``argv``; its output, or SlurmError naming ``what``."""
         from slurm_hooks.core.errors import CommandError
         from slurm_hooks.detect.probes.commands import run
 
         try:
-            run(argv, timeout=timeout)
+            return run(argv, timeout=timeout).stdout
         except CommandError as exc:
             raise SlurmError(f"cannot {what}: {exc}") from exc
 
@@ -414,3 +407,17 @@ class SlurmDoor:
         if merged.changed:
             self.client.set_node_extra(name, merged.value)
         return True
+
+
+class _ScontrolReservations:
+    """``slurm.base.Reservations`` through ``scontrol`` as this process finds
+    it, for the clients with no Slurm set-up of their own (REST, pyslurm)."""
+
+    def reservation_names(self) -> set[str]:
+        return names_in(SlurmDoor._scontrol(list_argv(), 30, "list reservations"))
+
+    def create_reservation(self, name: str, node: str, minutes: int) -> None:
+        SlurmDoor.create_reservation(name, node, minutes)
+
+    def delete_reservation(self, name: str) -> None:
+        SlurmDoor.delete_reservation(name)
