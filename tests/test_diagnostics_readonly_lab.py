@@ -65,6 +65,4 @@ def test_check_xid_scan_and_policy_explain_leave_the_hooks_state_alone(fresh_lab
         state = lab.client().get_node(node)
         assert state.drained and parse_reason(state.reason).code == "XID79"
     finally:
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)

@@ -53,6 +53,4 @@ def test_lost_gpu_is_one_finding_and_slurmd_stops_logging_failures(fresh_lab):
         assert not [e for e in entries if e.get("code") == "CHECK_UNKNOWN"]
         assert len([e for e in entries if e["action"] == "drain"]) == 1
     finally:
-        hooks.close()
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish()

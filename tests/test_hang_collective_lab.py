@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REQUIRE_LAB
+from mpi_job import (
+    MPI_TRAIN,
+    first_records,
+    proc_sample,
+    records,
+    require_mpi,
+    steps,
+    submit,
+    workspace,
+)
 from slurm_hooks_lab.hooks import LabHooks, install
 from slurm_hooks_lab.lab import TEST_USER, Lab
 
@@ -31,57 +40,18 @@ from slurm_hooks.detect.progress.settings import ProgressConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-TRAIN_DIR = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train"
-MPI_TRAIN = TRAIN_DIR / "mpi_train.py"
-USER_PYTHON = "/usr/bin/python3"
 #: The job's checkpoint grace: the one setting the test chooses (issue 30).
 GRACE_S = 10.0
 STOP_AT_STEP = 5
 #: Steps of 0.2 s at least: the job still runs when its rank stops (past the
 #: first-step allowance) and finishes soon after its requeue.
 MAX_STEPS = 500
-OPT_IN = "slurm-hooks:requeue-on-hang"
-#: Every lab node is 127.0.0.1: Open MPI's TCP transport on the loopback
-#: (Open MPI 5 finds no "reachable pairing" between the host's interfaces).
-LAB_MPI_ENV = {"OMPI_MCA_btl_tcp_if_include": "lo"}
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
-def steps(path: Path, restart: int | None = None) -> list[dict[str, Any]]:
-    return [r for r in records(path) if r["event"] == "step"
-            and (restart is None or r["restart"] == restart)]  # fmt: skip
-
-
-def proc_sample(pid: int) -> tuple[str, int]:
-    """(state letter, CPU ticks) of ``pid`` from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return fields[0], int(fields[11]) + int(fields[12])
 
 
 def allreduce_line() -> int:
     """The line of mpi_train.py that calls MPI_Allreduce."""
     lines = MPI_TRAIN.read_text().splitlines()
     return next(i for i, text in enumerate(lines, 1) if "comm.Allreduce(" in text)
-
-
-def _prerequisites(lab: Lab) -> None:
-    plugins = run(["srun", "--mpi=list"], timeout=30, env=lab.env(), check=False)
-    if "pmix" not in (plugins.stdout + plugins.stderr):
-        pytest.skip(f"this Slurm has no pmix MPI plugin (srun --mpi=list: {plugins.stdout!r})")
-    probe = run(["runuser", "-u", TEST_USER, "--", USER_PYTHON, "-c", "import mpi4py, numpy"],
-                timeout=30, check=False)  # fmt: skip
-    if not probe.ok:
-        why = (
-            f"{USER_PYTHON} of {TEST_USER} lacks mpi4py or numpy (tools/bootstrap.sh installs them)"
-        )
-        if REQUIRE_LAB:
-            pytest.fail(why, False)
-        pytest.skip(why)
 
 
 @dataclass
@@ -106,29 +76,16 @@ class Stopped:
 
 @pytest.fixture(scope="module")
 def stopped(lab: Lab) -> Iterator[Stopped]:
-    _prerequisites(lab)
+    require_mpi(lab)
     lab.reset()
-    work = lab.shared_dir / "hang-collective"
-    pdir = work / "progress"
-    pdir.mkdir(parents=True, exist_ok=True)
-    for d in (work, pdir):
-        d.chmod(0o1777)
-    # The product's defaults, but for the job's grace; the records directory
-    # is this test's own (the job writes none: a default dir shared with
-    # other runs on the host would only add their files to the watchers').
+    work, pdir = workspace(lab, "hang-collective")
+    # The product's defaults, but for the job's grace.
     hooks = install(lab, grace_s=GRACE_S, progress={"dir": str(pdir)})
     job = ""
     try:
         for node in lab.node_names:
             hooks.start_watcher(node)
-        ckpt, out = work / "ckpt", work / "mpi-train.out"
-        env = {**lab.env(), **LAB_MPI_ENV, "PYTHON": USER_PYTHON, "MPI_TRAIN_PY": str(MPI_TRAIN),
-               "CKPT_DIR": str(ckpt)}  # fmt: skip
-        argv = ["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-N2",
-                "--comment", OPT_IN, f"--output={out}", f"--chdir={work}",
-                str(TRAIN_DIR / "mpi_train.sbatch"), "--max-steps", str(MAX_STEPS),
-                "--step-seconds", "0.2", "--ckpt-every", "3"]  # fmt: skip
-        job = run(argv, timeout=30, env=env).stdout.strip().split(";")[0]
+        job, ckpt, out = submit(lab, work, "ckpt", ["--max-steps", str(MAX_STEPS)])
         submitted = time.monotonic()
         rank1 = ckpt / "metrics.rank1.jsonl"
         # The job works past the first-step allowance before its rank stops:
@@ -142,7 +99,7 @@ def stopped(lab: Lab) -> Iterator[Stopped]:
         except Exception:
             print(out.read_text()[-3000:] if out.exists() else "no job output")
             raise
-        first = {r: records(ckpt / f"metrics.rank{r}.jsonl")[0] for r in (0, 1)}
+        first = first_records(ckpt)
         pids = {r: rec["pid"] for r, rec in first.items()}
         nodes = {r: rec["node"] for r, rec in first.items()}
         culprit = nodes[1]
@@ -172,9 +129,7 @@ def stopped(lab: Lab) -> Iterator[Stopped]:
     finally:
         if job:
             run(["scancel", job], timeout=30, env=lab.env(), check=False)
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)
 
 
 @dataclass

@@ -63,7 +63,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REQUIRE_LAB
+from mpi_job import (
+    MPI_TRAIN,
+    USER_PYTHON,
+    first_records,
+    proc_sample,
+    records,
+    require_mpi,
+    workspace,
+)
+from mpi_job import submit as submit_mpi
 from slurm_hooks_lab import partition
 from slurm_hooks_lab.hooks import LabHooks, install
 from slurm_hooks_lab.lab import TEST_USER, Lab
@@ -74,12 +83,7 @@ from slurm_hooks.detect.progress.settings import ProgressConfig
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.one_slurm, pytest.mark.soak]
 
-TRAIN_DIR = Path(__file__).resolve().parent.parent / "lab/slurm_hooks_lab/train"
-MPI_TRAIN = TRAIN_DIR / "mpi_train.py"
-USER_PYTHON = "/usr/bin/python3"
 GRACE_S = 10.0
-OPT_IN = "slurm-hooks:requeue-on-hang"
-LAB_MPI_ENV = {"OMPI_MCA_btl_tcp_if_include": "lo"}
 #: Steps of 0.2 s at least: the crash comes after the first-step allowance
 #: (60 s), and the requeued run (from the last checkpoint) ends soon after.
 EXIT_AT_STEP = 400
@@ -90,12 +94,6 @@ PART_MAX_STEPS = 100_000
 PART_PORTS = partition.PortRange(46080, 16)
 
 
-def records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
 def last_step(ckpt: Path, rank: int, restart: int = 0) -> int:
     steps = [r["step"] for r in records(ckpt / f"metrics.rank{rank}.jsonl")
              if r["event"] == "step" and r["restart"] == restart]  # fmt: skip
@@ -103,18 +101,11 @@ def last_step(ckpt: Path, rank: int, restart: int = 0) -> int:
 
 
 def proc_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
+    return proc_sample(pid)[0]
 
 
 def proc_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return -1
-    return int(fields[11]) + int(fields[12])
+    return proc_sample(pid)[1]
 
 
 def open_mpi_major() -> int:
@@ -133,21 +124,6 @@ def limit_s() -> float:
     host ``no_culprit_report_s`` later; one more pass for our polling."""
     cfg = ProgressConfig()
     return cfg.hang_s + 2 * cfg.interval_s + cfg.no_culprit_report_s
-
-
-def _prerequisites(lab: Lab) -> None:
-    plugins = run(["srun", "--mpi=list"], timeout=30, env=lab.env(), check=False)
-    why = ""
-    if "pmix" not in (plugins.stdout + plugins.stderr):
-        why = f"this Slurm has no pmix MPI plugin (srun --mpi=list: {plugins.stdout!r})"
-    probe = run(["runuser", "-u", TEST_USER, "--", USER_PYTHON, "-c", "import mpi4py, numpy"],
-                timeout=30, check=False)  # fmt: skip
-    if not probe.ok:
-        why = f"{USER_PYTHON} of {TEST_USER} lacks mpi4py or numpy (tools/bootstrap.sh)"
-    if why:
-        if REQUIRE_LAB:
-            pytest.fail(why, False)
-        pytest.skip(why)
 
 
 @dataclass
@@ -198,14 +174,7 @@ class Scene:
 
 def _submit(lab: Lab, work: Path, name: str, nodes: list[str], env_extra: dict[str, str],
             args: list[str]) -> Job:  # fmt: skip
-    ckpt, out = work / name, work / f"{name}.out"
-    env = {**lab.env(), **LAB_MPI_ENV, **env_extra, "PYTHON": USER_PYTHON,
-           "MPI_TRAIN_PY": str(MPI_TRAIN), "CKPT_DIR": str(ckpt)}  # fmt: skip
-    argv = ["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-N2",
-            f"--nodelist={','.join(nodes)}", "--comment", OPT_IN, f"--output={out}",
-            f"--chdir={work}", str(TRAIN_DIR / "mpi_train.sbatch"), "--step-seconds", "0.2",
-            "--ckpt-every", "3", *args]  # fmt: skip
-    job = run(argv, timeout=30, env=env).stdout.strip().split(";")[0]
+    job, ckpt, out = submit_mpi(lab, work, name, args, nodes=nodes, env=env_extra)
     return Job(name, job, nodes, ckpt, out)
 
 
@@ -221,14 +190,10 @@ def _crash(job: Job) -> dict[str, Any] | None:
 
 @pytest.fixture(scope="module")
 def scene(lab: Lab) -> Iterator[Scene]:
-    _prerequisites(lab)
+    require_mpi(lab)
     open_mpi = open_mpi_major()
     lab.reset()
-    work = lab.shared_dir / "hang-exit-partition"
-    pdir = work / "progress"
-    pdir.mkdir(parents=True, exist_ok=True)
-    for d in (work, pdir):
-        d.chmod(0o1777)
+    work, pdir = workspace(lab, "hang-exit-partition")
     hooks = install(lab, grace_s=GRACE_S, progress={"dir": str(pdir)})
     jobs: list[Job] = []
     try:
@@ -250,7 +215,7 @@ def scene(lab: Lab) -> Iterator[Scene]:
                 print(j.out.read_text()[-3000:] if j.out.exists() else f"no output of {j.name}")
             raise
         for j in jobs:
-            first = {r: records(j.ckpt / f"metrics.rank{r}.jsonl")[0] for r in (0, 1)}
+            first = first_records(j.ckpt)
             j.pids = {r: rec["pid"] for r, rec in first.items()}
         ex.event_at, ex.event_step = crash["time"], crash["step"]
         s = Scene(lab, hooks, ex, pa, open_mpi)
@@ -288,9 +253,7 @@ def scene(lab: Lab) -> Iterator[Scene]:
         partition.heal()
         for j in jobs:
             run(["scancel", j.id], timeout=30, env=lab.env(), check=False)
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)
 
 
 def _state(client: Any, job: str) -> str:

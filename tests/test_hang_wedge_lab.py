@@ -25,18 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mpi_job import first_records, proc_sample, records, require_mpi, steps, submit, workspace
 from slurm_hooks_lab.hooks import SCENARIO_NAME, LabHooks, install
-from slurm_hooks_lab.lab import TEST_USER, Lab
-from test_hang_collective_lab import (
-    LAB_MPI_ENV,
-    MPI_TRAIN,
-    TRAIN_DIR,
-    USER_PYTHON,
-    _prerequisites,
-    proc_sample,
-    records,
-    steps,
-)
+from slurm_hooks_lab.lab import Lab
 
 from slurm_hooks.core.reason import parse_reason
 from slurm_hooks.detect.probes.commands import run
@@ -48,8 +39,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 GRACE_S = 10.0
 WEDGE_AT_STEP = 5
 MAX_STEPS = 300
-CKPT_EVERY = 3
-OPT_IN = "slurm-hooks:requeue-on-hang"
 #: How long the fixture watches after the wedge: a bound on the wait, not
 #: the goal (issue 30's minute is measured by bench/bench_hang.py
 #: --collective; tests assert no timings).
@@ -97,30 +86,17 @@ WEDGES = ("silent",)
 
 @pytest.fixture(scope="module", params=WEDGES)
 def wedged(lab: Lab, request: pytest.FixtureRequest) -> Iterator[Wedged]:
-    _prerequisites(lab)
+    require_mpi(lab)
     lab.reset()
-    work = lab.shared_dir / "hang-wedge"
-    pdir = work / "progress"
-    pdir.mkdir(parents=True, exist_ok=True)
-    for d in (work, pdir):
-        d.chmod(0o1777)
-    # The product's defaults, but for the job's grace; the records directory
-    # is this test's own (the job writes none: a default dir shared with
-    # other runs on the host would only add their files to the watchers').
+    work, pdir = workspace(lab, "hang-wedge")
+    # The product's defaults, but for the job's grace.
     hooks = install(lab, grace_s=GRACE_S, progress={"dir": str(pdir)})
     job = ""
     try:
         for node in lab.node_names:
             hooks.start_watcher(node)
-        ckpt, out = work / "ckpt", work / "mpi-train.out"
-        env = {**lab.env(), **LAB_MPI_ENV, "PYTHON": USER_PYTHON, "MPI_TRAIN_PY": str(MPI_TRAIN),
-               "CKPT_DIR": str(ckpt)}  # fmt: skip
-        argv = ["runuser", "-u", TEST_USER, "--", "sbatch", "--parsable", "-N2",
-                "--comment", OPT_IN, f"--output={out}", f"--chdir={work}",
-                str(TRAIN_DIR / "mpi_train.sbatch"), "--max-steps", str(MAX_STEPS),
-                "--step-seconds", "0.2", "--ckpt-every", str(CKPT_EVERY),
-                "--gpu-scenario", _scenario_template(lab)]  # fmt: skip
-        job = run(argv, timeout=30, env=env).stdout.strip().split(";")[0]
+        job, ckpt, out = submit(lab, work, "ckpt", ["--max-steps", str(MAX_STEPS),
+                                "--gpu-scenario", _scenario_template(lab)])  # fmt: skip
         rank1 = ckpt / "metrics.rank1.jsonl"
         # The job works a few watcher passes before its GPU wedges, as a
         # training job does: a job never seen active is never judged (one
@@ -133,7 +109,7 @@ def wedged(lab: Lab, request: pytest.FixtureRequest) -> Iterator[Wedged]:
         except Exception:
             print(out.read_text()[-3000:] if out.exists() else "no job output")
             raise
-        first = {r: records(ckpt / f"metrics.rank{r}.jsonl")[0] for r in (0, 1)}
+        first = first_records(ckpt)
         pids = {r: rec["pid"] for r, rec in first.items()}
         nodes = {r: rec["node"] for r, rec in first.items()}
         culprit = nodes[1]
@@ -173,9 +149,7 @@ def wedged(lab: Lab, request: pytest.FixtureRequest) -> Iterator[Wedged]:
     finally:
         if job:
             run(["scancel", job], timeout=30, env=lab.env(), check=False)
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)
 
 
 def test_the_gpu_wedges_rank_1_and_rank_0_blocks_in_allreduce(wedged):

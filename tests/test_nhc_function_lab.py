@@ -70,6 +70,4 @@ def test_a_site_function_drains_its_node_with_the_message_it_died_with(fresh_lab
             if other.name != NODE:
                 assert not (other.drained and is_ours(other.reason)), other
     finally:
-        hooks.close()
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish()

@@ -46,9 +46,7 @@ def nhc(fresh_lab, tmp_path):
         try:
             yield lab, hooks, hook, state
         finally:
-            hooks.close()
-            lab.reset()
-            hooks.reset_state()
+            hooks.finish()
 
 
 def reason(lab, node):

@@ -44,9 +44,7 @@ def side_by_side(fresh_lab, tmp_path):
         )
         yield lab, hooks, state, flag
     finally:
-        hooks.close()
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish()
 
 
 def disagreements(hooks) -> list[str]:

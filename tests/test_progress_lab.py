@@ -50,9 +50,7 @@ def rig(fresh_lab, job_dir):
             hooks.start_watcher(node)
         yield lab, hooks, pdir
     finally:
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)
 
 
 def sbatch(lab, job_dir: Path, pdir: Path | None, *train_args: str, nodes: int = 2) -> str:

@@ -32,9 +32,7 @@ def rig(fresh_lab):
         try:
             yield lab, hooks, tickets
         finally:
-            hooks.close(reconfigure=False)
-            lab.reset()
-            hooks.reset_state()
+            hooks.finish(reconfigure=False)
 
 
 def _code(lab, node):

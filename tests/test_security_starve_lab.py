@@ -92,9 +92,7 @@ def rig(fresh_lab, job_dir):
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGTERM)
                 proc.wait(15)
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)
 
 
 def test_stalled_directories_and_bombs_neither_starve_nor_crash_the_watcher(rig, job_dir, sbatch):

@@ -46,9 +46,7 @@ def rig(fresh_lab):
         try:
             yield lab, hooks, hook
         finally:
-            hooks.close(reconfigure=False)
-            lab.reset()
-            hooks.reset_state()
+            hooks.finish(reconfigure=False)
 
 
 def start_job(lab, job_dir: Path, *args: str) -> tuple[str, list[str]]:
@@ -226,9 +224,7 @@ def test_healthcheck_program_run_by_slurmd_drains(fresh_lab, job_dir):
         # the audit record follows the breaker's claim, confirmed after the drain shows
         wait_audit(lab, hooks, node, action="drain", actor="slurm-hooks/healthcheck")
     finally:
-        hooks.close()
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish()
 
 
 def test_watcher_polls_nvml_and_drains_a_lost_gpu(fresh_lab):
@@ -246,6 +242,4 @@ def test_watcher_polls_nvml_and_drains_a_lost_gpu(fresh_lab):
         drains = [e for e in hooks.audit(node) if e["action"] == "drain"]
         assert len(drains) == 1
     finally:
-        hooks.close()
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish()

@@ -53,9 +53,7 @@ def _rigged(lab, job_dir: Path, progress: dict) -> Iterator[tuple]:
             hooks.start_watcher(node)
         yield lab, hooks, pdir
     finally:
-        hooks.close(reconfigure=False)
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish(reconfigure=False)
 
 
 @pytest.fixture

@@ -94,6 +94,4 @@ def test_lost_gpu_among_unknowns_is_drained_within_two_health_checks(fresh_lab, 
         decisions = {(e["code"], e.get("component")) for e in entries if e["action"] == "decision"}
         assert ("GPU_LOST", "gpu1") in decisions and ("CHECK_UNKNOWN", "gpu3") in decisions
     finally:
-        hooks.close()
-        lab.reset()
-        hooks.reset_state()
+        hooks.finish()

@@ -397,6 +397,14 @@ class LabHooks:
             if self.lab.extra_conf == self.extra_conf:
                 self.lab.reconfigure("")
 
+    def finish(self, *, reconfigure: bool = True) -> None:
+        """A module's last step: close (``reconfigure=False`` leaves our lines
+        in slurm.conf for the next module's install to replace, saving a
+        slurmctld restart), then the lab and our state back to fresh."""
+        self.close(reconfigure=reconfigure)
+        self.lab.reset()
+        self.reset_state()
+
     def __enter__(self) -> LabHooks:
         return self
 

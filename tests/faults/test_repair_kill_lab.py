@@ -80,9 +80,7 @@ def rig(lab):  # type: ignore[no-untyped-def]
         try:
             yield hooks, tickets
         finally:
-            hooks.close(reconfigure=False)
-            lab.reset()
-            hooks.reset_state()
+            hooks.finish(reconfigure=False)
 
 
 def run(hooks, node: str, step: str, process: str, *args: str) -> int:  # type: ignore[no-untyped-def]
