@@ -40,6 +40,14 @@ USER_LINES = [
     f"14,4712,9370042163,-;{BODY}",
     f"user  :warn  : [ 123.456] {BODY}",  # dmesg --decode of such a record
     f"Nov 29 11:35:27 host sltest: {BODY} {BODY}",  # glued copies
+    # The kernel's own records quote user text: fs/exec.c (Linux 5.18+) logs,
+    # once a boot, pr_warn_once("process '%s' launched '%s' with NULL argv:
+    # empty string added") with the path a user passed to execve().
+    f"4,9921,9370042162,-;process 'sh' launched '/tmp/u/{BODY}' with NULL argv: empty string added",
+    f"[ 5123.456789] process 'sh' launched '/tmp/u/{BODY}' with NULL argv: empty string added",
+    f"Nov 29 11:35:27 n2 kernel: [ 5123.456789] process 'sh' launched '/tmp/u/{BODY}'",
+    f"kern  :warn  : [ 123.456] process 'sh' launched '/tmp/u/{BODY}'",
+    f"[ 5123.456789] [ 5123.456790] x {BODY}",
 ]
 KERNEL_LINES = [
     BODY,
@@ -84,6 +92,16 @@ def test_journal_records_of_other_transports_are_ignored(transport):
     res = scan_text(json.dumps(rec) + "\n")
     assert res.stats.events == 0 and res.stats.not_kernel == 1
     rec["_TRANSPORT"] = "kernel"
+    assert isinstance(classify_line(json.dumps(rec)), XidEvent)
+
+
+def test_a_kernel_journal_record_quoting_an_xid_is_not_one():
+    # The transport is the kernel's, but the XID is the user's file name.
+    quoted = f"process 'sh' launched '/tmp/u/{BODY}' with NULL argv: empty string added"
+    rec = {"__CURSOR": "s=1", "MESSAGE": quoted, "_TRANSPORT": "kernel", "PRIORITY": "4"}
+    assert classify_line(json.dumps(rec)) == NOT_KERNEL
+    assert scan_text(json.dumps(rec) + "\n").stats.events == 0
+    rec["MESSAGE"] = BODY
     assert isinstance(classify_line(json.dumps(rec)), XidEvent)
 
 

@@ -1,7 +1,8 @@
 """Evidence a user cannot forge (issue 27), on the real lab: an unprivileged
 user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
-naming other jobs and other nodes, an XID line through ``logger``, a
+naming other jobs and other nodes, an XID line through ``logger``, an
+XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
 drained (sinfo), the other user's job untouched (running, restart count 0,
@@ -448,6 +449,79 @@ def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
         assert_untouched_victims(lab, victims)
     finally:
         stand_in.close()
+        run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+# -- an XID in a kernel record that quotes the user's words --------------------------------
+
+#: The user's whole part: execve() with an empty argv, from plain Python.
+#: Linux 5.18+ (fs/exec.c) then logs at kernel facility, once a boot,
+#: ``process '%s' launched '%s' with NULL argv: empty string added`` with
+#: the file name the user chose.
+EXEC_NULL_ARGV = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+none = (ctypes.c_char_p * 1)(None)
+libc.execve(sys.argv[1].encode(), none, none)
+sys.exit("execve: errno %d" % ctypes.get_errno())
+"""
+QUOTED_XID = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus."
+
+
+def _kmsg_null_argv() -> str | None:
+    """The kernel's NULL-argv record of this boot that quotes an XID, as
+    ``/dev/kmsg`` gives it (``prio,seq,usec,-;message``), if there is one."""
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    found = None
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                return found
+            except BrokenPipeError:  # overwritten under us: read on
+                continue
+            if "with NULL argv" in rec and QUOTED_XID in rec:
+                found = rec.split("\n", 1)[0]
+    finally:
+        os.close(fd)
+
+
+def test_an_xid_the_kernel_quotes_from_a_users_file_name_drains_nothing(rig, job_dir):
+    lab, hooks, _ = rig
+    node = lab.node_names[0]
+    victims = [victim(lab, job_dir, node)]
+    try:
+        if _kmsg_null_argv() is None:
+            # The user makes the kernel write it: a file of theirs named
+            # as an XID, run with no arguments.
+            home = job_dir / "exec"
+            home.mkdir(mode=0o777)
+            os.chmod(home, 0o777)
+            target = home / QUOTED_XID
+            run(["runuser", "-u", TEST_USER, "--", "cp", "/bin/true", str(target)], timeout=10)
+            res = run(["runuser", "-u", TEST_USER, "--", USER_PYTHON, "-c", EXEC_NULL_ARGV,
+                       str(target)], timeout=10, check=False)  # fmt: skip
+            assert res.ok, res.stderr
+        record = _kmsg_null_argv()
+        if record is None:
+            pytest.skip("the kernel's once-a-boot NULL-argv warning was used by another program")
+        assert int(record.split(",", 1)[0]) >> 3 == 0, record  # the kernel's own facility
+        # The node's kernel log gets the record as rsyslog writes kern.log.
+        head, message = record.split(";", 1)
+        usec = int(head.split(",")[2])
+        line = f"{time.strftime('%b %e %H:%M:%S')} {node} kernel: [{usec / 1e6:12.6f}] {message}"
+        with open(hooks.node(node).kern_log, "a") as fh:
+            fh.write(line + "\n")
+        time.sleep(3)  # the watcher follows the file every 50 ms
+        assert_untouched(lab, hooks, victims)
+        assert not [e for e in hooks.audit(node) if str(e.get("code", "")).startswith("XID")]
+        # The same file, the same watcher: the driver's own record drains.
+        idle = lab.node_names[2]
+        hooks.inject_xid(idle, 79)
+        assert parse_reason(wait_drained(lab, idle, timeout=30)).code.startswith("XID")
+        assert_untouched_victims(lab, victims)
+    finally:
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 

@@ -138,28 +138,44 @@ _DECODE_FACILITIES = frozenset(
 )
 
 
+#: What may stand between a kernel record's header and its ``NVRM: Xid``:
+#: time stamps (``[secs]``, ``[ctime]``, ISO), nothing else.
+_STAMPS_ONLY = re.compile(
+    r"\s*(?:(?:\[[^\[\]]{1,64}\]|[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,]+"
+    r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?)\s*)*",
+    re.ASCII,
+)
+
+
 def _kernel_prefix(prefix: str) -> bool:
-    """Whether the text before ``NVRM: Xid`` is a kernel record's."""
-    if not prefix.strip():
-        return True  # dmesg -t, or a bare message handed to us
+    """Whether the text before ``NVRM: Xid`` is a kernel record's header and
+    stamps, and nothing else.  The kernel's own records quote user text (a
+    file name in ``process '%s' launched '%s' with NULL argv``): an XID
+    quoted inside one is the user's words, not the driver's."""
+    after = _after_kernel_header(prefix)
+    return after is not None and _STAMPS_ONLY.fullmatch(after) is not None
+
+
+def _after_kernel_header(prefix: str) -> str | None:
+    """The prefix after a kernel record's header (kmsg, ``dmesg --decode``,
+    syslog with tag ``kernel``); None for a record of another facility or
+    tag."""
     km = _KMSG_RE.match(prefix)
     if km is not None:
-        return int(km["prio"]) >> 3 == 0  # facility 0 = kernel
+        return prefix[km.end() :] if int(km["prio"]) >> 3 == 0 else None  # 0 = kernel
     text = prefix.lstrip()
     dm = _DECODE_RE.match(text)
     if dm is not None and dm["fac"] in _DECODE_FACILITIES:
-        return dm["fac"] == "kern"
+        return text[dm.end() :] if dm["fac"] == "kern" else None
     sm = _SYSLOG_HEAD_RE.match(text)
     if sm is not None:
         if sm["pri"] is not None and int(sm["pri"]) >> 3 != 0:
-            return False
-        return sm["tag"] == "kernel" and sm["pid"] is None
-    if text.startswith("[") or text[:1].isdigit():
-        return True  # dmesg stamps: [secs], [ctime], ISO
+            return None
+        return text[sm.end() :] if sm["tag"] == "kernel" and sm["pid"] is None else None
     tm = _BARE_TAG_RE.match(text)
-    if tm is not None:
-        return tm["tag"] == "kernel" and tm["pid"] is None
-    return True
+    if tm is not None and not text.startswith("["):
+        return text[tm.end() :] if tm["tag"] == "kernel" and tm["pid"] is None else None
+    return text  # dmesg: stamps or nothing before the message
 
 
 def parse_line(line: str, *, year: int | None = None) -> XidEvent | None:
@@ -238,7 +254,10 @@ def _parse_text(
             name = None if value in ("<unknown>", "'<unknown>'", "") else value
             rest = rest[nm.end() :]
     prefix = line[:at]
-    if check_origin and not _kernel_prefix(prefix):
+    # A record whose origin the transport vouches for (the journal's
+    # MESSAGE) still has to start with the driver's words.
+    kernel = _kernel_prefix(prefix) if check_origin else _STAMPS_ONLY.fullmatch(prefix) is not None
+    if not kernel:
         return NOT_KERNEL
     if prefix:
         mono2, wall2, seq2 = _parse_prefix(prefix, year)
@@ -346,7 +365,7 @@ def _parse_json(text: str, year: int | None, max_line: int = MAX_LINE) -> XidEve
     return _parse_text(
         msg,
         year,
-        check_origin=False,  # the transport said kernel; MESSAGE has no prefix
+        check_origin=False,  # the transport said kernel; MESSAGE has no header
         mono=mono / 1e6 if mono is not None else None,
         wall=wall / 1e6 if wall is not None else None,
         boot_id=boot if isinstance(boot, str) else None,
