@@ -208,6 +208,27 @@ def test_drain_signal_grace_requeue_cancel(env):
     assert slurm.count("requeue") == 1 and slurm.count("drain") == 1
 
 
+def test_a_listed_job_whose_record_is_elsewhere_or_anothers_is_not_touched(env):
+    """The listing names a job its own record puts on another node, and one
+    it says is another user's: neither is signalled nor requeued."""
+    slurm, _, _, make, tmp_path = env
+    slurm.jobs["201"] = JobInfo("201", "carol", "RUNNING", "n7", "n7", True)
+    slurm.jobs["202"] = JobInfo("202", "dave", "RUNNING", "n1", "n1", True)
+    listed = {"201": JobInfo("201", "carol", "RUNNING", "n1"),
+              "202": JobInfo("202", "alice", "RUNNING", "n1")}  # fmt: skip
+    real_listing = slurm.jobs_on_node
+    slurm.jobs_on_node = lambda name: [
+        *[j for j in real_listing(name) if j.job_id not in listed],
+        *listed.values(),
+    ]
+    (d,) = make(PolicyConfig(grace_seconds=0)).handle("n1", [xid79()])
+    touched = {c[1] for c in slurm.calls if c[0] in ("signal", "requeue", "cancel")}
+    assert touched == {"101", "102"}
+    assert (slurm.jobs["201"].restart_count, slurm.jobs["202"].restart_count) == (0, 0)
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert sorted(doc["jobs"]) == ["101", "102"]
+
+
 def test_grace_zero_requeues_inline(env):
     slurm, _, _, make, _ = env
     make(PolicyConfig(grace_seconds=0)).handle("n1", [xid79()])

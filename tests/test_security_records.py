@@ -131,6 +131,37 @@ def test_get_job_raises_a_typed_error_for_a_shadowed_record():
     assert isinstance(info.value, SlurmError)
 
 
+@pytest.mark.parametrize("where", USER_FIELDS)
+def test_get_job_believes_no_record_beside_one_a_name_broke(where):
+    """A name whose newlines hold a whole record of the asked id, owned by
+    another user (``UserId=root(0)``, ``Restarts=5``), then a line that
+    takes up the rest of the real record: the real one is refused, and so is
+    the forged one beside it, never read as the job."""
+    forged = "JobId=1 JobName=y " + _fake_middle() + " Command=/x"
+    rec = _with(TEMPLATE, where, f"a\n{forged}\nJobId=99999 JobName=c")
+    from slurm_hooks.detect.probes.commands import CommandResult
+    from slurm_hooks.slurm.cli_backend import CliClient
+
+    def runner(argv, **kw):
+        return CommandResult(tuple(argv), 0, rec + "\n", "", 0.01)
+
+    client = CliClient(runner=runner, sleep=lambda s: None)
+    with pytest.raises(parse.ShadowedRecord):
+        client.get_job("1")
+
+
+def test_get_job_refuses_two_records_of_one_id():
+    from slurm_hooks.detect.probes.commands import CommandResult
+    from slurm_hooks.slurm.cli_backend import CliClient
+
+    def runner(argv, **kw):
+        return CommandResult(tuple(argv), 0, f"{TEMPLATE}\n{TEMPLATE}\n", "", 0.01)
+
+    client = CliClient(runner=runner, sleep=lambda s: None)
+    with pytest.raises(parse.ShadowedRecord):
+        client.get_job(TRUTH.job_id)
+
+
 def test_captures_still_parse():
     jobs = {j.job_id: j for j in parse.parse_scontrol_jobs((DATA / "22.05-jobs.txt").read_text())}
     assert jobs["1"].name == "my job name=x" and jobs["1"].comment == "ckpt every 10m Key=V"

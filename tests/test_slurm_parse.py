@@ -177,17 +177,37 @@ def test_squeue_delimited() -> None:
         ("3", "PENDING", "", None),
         ("2", "RUNNING", "n[3-4]", "n3"),
     ]
-    assert jobs[0].name == "my job name=x"
+    assert jobs[0].partition == "debug" and jobs[0].name is None
 
 
 def test_squeue_skips_and_counts_malformed() -> None:
     good = read("22.05-squeue.txt").splitlines()[0]
     jobs, bad = parse.parse_squeue(f"{good}\ngarbage line\n\n")
     assert len(jobs) == 1 and bad == 1
-    # a job name holding the separator does not shift the columns
-    weird = good.rsplit(parse.SQUEUE_SEP, 1)[0] + parse.SQUEUE_SEP + "a\x1fb"
-    (job,), _ = parse.parse_squeue(weird)
-    assert job.name == "a\x1fb" and job.partition == "debug"
+    # A row with one column more (a job name of the old format) is refused,
+    # never read with its columns shifted.
+    jobs, bad = parse.parse_squeue(good + parse.SQUEUE_SEP + "a\x1fb")
+    assert (jobs, bad) == ([], 1)
+
+
+def test_a_job_name_cannot_add_rows_of_other_users_jobs() -> None:
+    """squeue prints ``%j`` as the user wrote it, newlines and all: a name
+    can hold whole rows naming any job on any node.  The listing asks for
+    no free text, so what it reads is Slurm's alone."""
+    from slurm_hooks.detect.probes.commands import CommandResult
+    from slurm_hooks.slurm.cli_backend import CliClient
+
+    seen: list[list[str]] = []
+
+    def runner(argv, **kw):
+        seen.append(list(argv))
+        fields = ["7", "sltest", "RUNNING", "n1", "n1", "debug", "1"]
+        return CommandResult(tuple(argv), 0, parse.SQUEUE_SEP.join(fields) + "\n", "", 0.01)
+
+    client = CliClient(runner=runner, sleep=lambda s: None)
+    assert [j.job_id for j in client.jobs_on_node("n1")] == ["7"]
+    fmt = seen[0][seen[0].index("-o") + 1]
+    assert "%j" not in fmt and "%k" not in fmt and "%o" not in fmt
 
 
 def test_show_config() -> None:

@@ -1,7 +1,8 @@
 """Evidence a user cannot forge (issue 27), on the real lab: an unprivileged
 user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
-naming other jobs and other nodes, an XID line through ``logger``, an
+naming other jobs and other nodes, a job name holding rows of another
+user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
@@ -450,6 +451,45 @@ def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
     finally:
         stand_in.close()
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+# -- a job name that holds rows of another user's job ------------------------------------
+
+
+def test_a_job_name_naming_another_users_job_on_a_faulty_node_moves_only_its_own(rig, job_dir):
+    """squeue prints a job's name as its user wrote it, newlines and all.
+    sltest's job on n1 is named so that the rows after its own say
+    sltest2's job (on n2) runs on n1 too; then n1 really fails (XID 79).
+    Only sltest's own job is evacuated; sltest2's is not signalled,
+    requeued or named in any audit entry."""
+    lab, hooks, _ = rig
+    faulty, other = lab.node_names[0], lab.node_names[1]
+    victims = [victim(lab, job_dir, other)]
+    vid = victims[0][0]
+    part = lab.client().get_job(vid).partition or ""
+    # The row as the listing's format was (id user state nodes batch
+    # partition count name), and as it is now (no name).
+    rows = [f"{vid}\x1f{VICTIM_USER}\x1fRUNNING\x1f{faulty}\x1f{faulty}\x1f{part}\x1f1{tail}"
+            for tail in ("\x1fy", "")]  # fmt: skip
+    name = "x\n" + "\n".join(rows)
+    s = script(job_dir / "named.sh", "sleep 600\n")
+    mine = submit(lab, s, "-w", faulty, "-n1", f"--job-name={name}", f"--output={job_dir}/n.out")
+    try:
+        lab.wait_job(mine, lambda j: j.state == "RUNNING", timeout=60)
+        shown = run(["squeue", "-h", "-j", mine, "-o", "%j"], timeout=30, env=lab.env()).stdout
+        assert f"{vid}\x1f{VICTIM_USER}" in shown, "Slurm kept the name's newlines"
+        hooks.inject_xid(faulty, 79)
+        assert parse_reason(wait_drained(lab, faulty, timeout=30)).code == "XID79"
+        lab.wait_for(lambda: [e for e in hooks.audit(faulty)
+                              if e.get("action") == "signal" and e.get("job") == mine],
+                     30, what="the signal to the job on the faulty node")  # fmt: skip
+        time.sleep(4)  # past the 3 s grace: any requeue has happened
+        assert_untouched_victims(lab, victims)
+        assert not lab.client().get_node(other).drained
+        for n in lab.node_names:
+            assert not [e for e in hooks.audit(n) if e.get("job") == vid], n
+    finally:
+        run(["scancel", mine, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
 # -- an XID in a kernel record that quotes the user's words --------------------------------

@@ -104,7 +104,9 @@ def evacuate(ctx: Context, incident: str) -> Next:
         if doc.get("jobs") is None:
             jobs: dict[str, Any] = {}
             for job in ctx.slurm.jobs_on_node(doc["node"]):
-                jobs[job.job_id] = job_record(ctx, job)
+                rec = job_record(ctx, job, doc["node"])
+                if rec is not None:
+                    jobs[job.job_id] = rec
             doc["jobs"] = jobs
             doc["status"] = IncidentStatus.EVACUATING
             doc.setdefault("steps", []).append({"step": "jobs_listed", "at": iso(ctx.clock())})
@@ -139,8 +141,10 @@ def evacuate(ctx: Context, incident: str) -> Next:
     return Next.WAIT if ctx.spawn is None else Next.SPAWN
 
 
-def job_record(ctx: Context, job: JobInfo) -> dict[str, Any]:
-    """The job as it was before we touched it (owner, restart count)."""
+def job_record(ctx: Context, job: JobInfo, node: str) -> dict[str, Any] | None:
+    """The job as it was before we touched it (owner, restart count); None
+    when the job's own record says it is not on ``node`` or is another
+    user's than the listing said: not this node's to signal or requeue."""
     try:
         full = ctx.slurm.get_job(job.job_id)
     except JobGone as exc:
@@ -148,6 +152,10 @@ def job_record(ctx: Context, job: JobInfo) -> dict[str, Any]:
         # a guessed 0 would make a job requeued before look requeued already.
         log.warning("cannot read job %s: %s", job.job_id, exc)
         full = job
+    if (full.nodes and not full.runs_on(node)) or (job.user and full.user not in (None, job.user)):
+        log.warning("job %s: listed on %s as %s's; its record says %s, %s's",
+                    job.job_id, node, job.user, full.nodes, full.user)  # fmt: skip
+        return None
     return {
         "user": full.user or job.user,
         "name": full.name or job.name,

@@ -78,3 +78,13 @@ class JobInfo:
     name: str | None = None
     partition: str | None = None
     num_nodes: int | None = None
+
+    def runs_on(self, node: str) -> bool:
+        """Whether the job's node list (``n[1-3],n7``) names ``node``; a list
+        without brackets is compared name by name, without folding."""
+        nodes = self.nodes or ""
+        if "[" not in nodes:
+            return node in nodes.split(",")
+        from slurm_hooks.core import hostlist  # only for a bracketed list
+
+        return hostlist.contains(nodes, node)

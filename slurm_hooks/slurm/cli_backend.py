@@ -129,12 +129,8 @@ SIGNAL_BATCH = 256
 
 
 def runs_on(job: JobInfo, name: str) -> bool:
-    """Whether ``job``'s node list (squeue ``%N``) names ``name``; a list
-    without brackets is compared name by name, without folding."""
-    nodes = job.nodes or ""
-    if "[" not in nodes:
-        return name in nodes.split(",")
-    return hostlist.contains(nodes, name)
+    """Whether ``job``'s node list (squeue ``%N``) names ``name``."""
+    return job.runs_on(name)
 
 
 class CliClient:
@@ -413,12 +409,16 @@ class CliClient:
         skipped: list[str] = []
         out = self._call(["scontrol", "-o", "show", "job", jid]).stdout
         jobs = parse.parse_scontrol_jobs(out, skipped=skipped)
-        for job in jobs:
-            if job.job_id == jid:
-                return job
         if skipped:
-            # A record user text made ambiguous: never guessed, never "gone".
+            # A record user text made ambiguous: never guessed, never "gone",
+            # and no record beside it believed (a job name with newlines can
+            # hold a whole record of another user's job with this id).
             raise parse.ShadowedRecord("; ".join(skipped)[:500])
+        same = [job for job in jobs if job.job_id == jid]
+        if len(same) > 1:
+            raise parse.ShadowedRecord(f"{len(same)} records of job {jid}")
+        if same:
+            return same[0]
         if jobs:
             return jobs[0]
         raise JobGone(jid)

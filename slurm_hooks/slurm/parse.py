@@ -85,11 +85,12 @@ _REASON_TAIL_RE = re.compile(
 )
 
 #: The ASCII unit separator: no Slurm-generated field (ids, users, states,
-#: hostlists, partitions, counts) can contain it.  The only free text, the job
-#: name, goes last and is split off with maxsplit, so even a name containing
-#: it cannot shift the other columns.
+#: hostlists, partitions, counts) can contain it.
 SQUEUE_SEP = "\x1f"
-#: (squeue -o directive, JobInfo field) in output order; free text last.
+#: (squeue -o directive, JobInfo field) in output order.  No free text: a
+#: job name (``%j``) may hold newlines, and so whole rows of other users'
+#: jobs on any node; what needs the name reads ``scontrol show job``, whose
+#: parser refuses such a record.
 #: ``%A``, not ``%i``: an array task's own job id (what ``scontrol show job``,
 #: slurmrestd and the task's ``$SLURM_JOB_ID`` say), where ``%i`` prints
 #: ``<array id>_<index>``; a job's progress directory is named by the former.
@@ -101,7 +102,6 @@ SQUEUE_FIELDS: Sequence[tuple[str, str]] = (
     ("%B", "batch_host"),
     ("%P", "partition"),
     ("%D", "num_nodes"),
-    ("%j", "name"),
 )
 
 
@@ -572,12 +572,11 @@ def parse_squeue(text: str) -> tuple[list[JobInfo], int]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split(SQUEUE_SEP, n - 1)
+        parts = line.split(SQUEUE_SEP)
         if len(parts) != n:
             bad += 1
             continue
         row = {field: value.strip() for (_, field), value in zip(SQUEUE_FIELDS, parts, strict=True)}
-        row["name"] = parts[-1]  # free text: keep blanks
         jobs.append(
             JobInfo(
                 job_id=row["job_id"],
@@ -587,7 +586,6 @@ def parse_squeue(text: str) -> tuple[list[JobInfo], int]:
                 batch_host=_none_if_null(row["batch_host"]),
                 partition=_none_if_null(row["partition"]),
                 num_nodes=json_int(row["num_nodes"]),
-                name=_none_if_null(row["name"]),
             )
         )
     return jobs, bad
