@@ -30,7 +30,9 @@ FUZZ = settings(max_examples=200, deadline=None)
 
 def test_the_issue_bombs_are_rejected_with_a_reason():
     assert "nested more than 64 deep" in str(read_flight_recorder(nested_json()))
-    assert "dict key of type int" in str(read_flight_recorder(hash_bomb(2000)))
+    # Keys that all hash alike: past 64 bits refused as integers, below as keys.
+    assert "an integer of 65 bits" in str(read_flight_recorder(hash_bomb(2000)))
+    assert "dict key of type int" in str(read_flight_recorder(hash_bomb(8)))
     assert "2147483648 bytes" in str(read_flight_recorder(string_bomb()))
     assert parse_ras("{" + '"c":' + nested_json().decode() + "}").rejected
     assert parse_line("P1 " + "[" * 100_000) is None
@@ -102,7 +104,8 @@ def test_real_dumps_still_parse():
 
 _keys = st.one_of(st.text(max_size=20), st.integers(-(2**31) + 1, 2**31 - 1))
 _plain = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1),
+              st.floats(allow_nan=False),
               st.text(max_size=50)),
     lambda inner: st.one_of(st.lists(inner, max_size=6), st.tuples(inner, inner),
                             st.dictionaries(_keys, inner, max_size=6)),
@@ -116,6 +119,18 @@ def test_plain_values_come_out_as_pickle_gives_them(value, proto):
     assert load_pickle(pickle.dumps(value, protocol=proto)) == pickle.loads(
         pickle.dumps(value, protocol=proto)
     )
+
+
+@FUZZ
+@given(st.integers(65, 20_000), st.booleans(), st.integers(2, 5))
+def test_integers_past_64_bits_are_refused(bits, negative, proto):
+    """``str()`` of an int over 4,300 digits raises: a dump never gets to
+    hold one (a sequence id or a pid is far below 64 bits)."""
+    value = (-1 if negative else 1) * (1 << (bits - 1))
+    got = load_pickle(pickle.dumps({"version": value}, protocol=proto))
+    assert isinstance(got, Rejected) and "bits" in got.why
+    assert isinstance(read_flight_recorder(pickle.dumps({"version": value}, protocol=proto)),
+                      Rejected)  # fmt: skip
 
 
 @FUZZ

@@ -1,8 +1,8 @@
 """Evidence a user cannot forge (issue 27), on the real lab: an unprivileged
 user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
-naming other jobs and other nodes, a job name holding rows of another
-user's job, an XID line through ``logger``, an
+naming other jobs and other nodes, flight-recorder dumps that crashed the
+pass, a job name holding rows of another user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
@@ -43,13 +43,14 @@ WATCH = {"nvml_interval_s": 3600.0}
 
 
 @contextlib.contextmanager
-def _rigged(lab, job_dir: Path, progress: dict) -> Iterator[tuple]:
+def _rigged(lab, job_dir: Path, progress: dict, policy: dict | None = None) -> Iterator[tuple]:
     """The hooks installed with ``progress`` and a watcher on every node."""
     ensure_user(VICTIM_USER)
     pdir = job_dir / "progress"
     pdir.mkdir(mode=0o1777)
     os.chmod(pdir, 0o1777)
-    hooks = install(lab, grace_s=3.0, progress={**progress, "dir": str(pdir)}, watch=WATCH)
+    hooks = install(lab, grace_s=3.0, progress={**progress, "dir": str(pdir)}, watch=WATCH,
+                    policy=policy)  # fmt: skip
     try:
         for node in lab.node_names:
             hooks.start_watcher(node)
@@ -132,9 +133,8 @@ def dump(lab, hooks, pdir: Path, node: str) -> None:
     log = hooks.node(node).dir / "watch.log"
     print(log.read_text()[-4000:] if log.exists() else "no watch.log")
     for p in sorted(pdir.rglob("*")):
-        print(
-            p, p.lstat().st_uid, p.read_text()[-400:] if p.is_file() and not p.is_symlink() else ""
-        )
+        text = p.read_text(errors="replace")[-400:] if p.is_file() and not p.is_symlink() else ""
+        print(p, p.lstat().st_uid, text)
 
 
 # -- forged records --------------------------------------------------------------------------
@@ -451,6 +451,64 @@ def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
     finally:
         stand_in.close()
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+# -- a flight-recorder dump that crashed the pass -----------------------------------------
+
+#: A rank that exits while the batch shell (rank 0) lives on at the same
+#: step: a stall its owner is told of (job B of the forged-records test).
+EXITED_RANK = """
+D={pdir}/$SLURM_JOB_ID; mkdir -p $D
+( for s in 0 1 2 3; do {rec} $SLURM_JOB_ID 1 $SLURMD_NODENAME $BASHPID $s $(date +%s.%N) \\
+    >> $D/rank1.log; {rec} $SLURM_JOB_ID 0 $SLURMD_NODENAME $$ $s $(date +%s.%N) \\
+    >> $D/rank0.log; sleep 0.3; done )
+{extra}
+for i in $(seq 600); do sleep 1; done
+"""
+RECORD = "printf 'P1 job=%s restart=0 rank=%s node=%s pid=%s step=%s time=%s\\n'"
+#: The user's flight-recorder dumps: a pickle whose numbers are past the
+#: 4,300 digits ``str()`` turns into text (plain ``pickle.dumps``).
+HUGE_DUMP = (
+    USER_PYTHON + " -c 'import pickle, sys; big = 1 << 20000; "
+    'open(sys.argv[1], "wb").write(pickle.dumps({{"version": big, "pg_status": '
+    '{{"0": {{"last_enqueued_collective": big}}}}}}, protocol=4))\' $D/fr_{n}'
+)
+
+
+def test_a_users_flight_recorder_dump_never_stops_the_pass_for_others(fresh_lab, job_dir):
+    """sltest's stalled job leaves dumps whose numbers Python cannot print;
+    sltest2's job beside it stalls after.  Both owners are told (the pass
+    goes on past the refused dump); nothing is drained.  Hangs of two users'
+    jobs on one node would corroborate each other (``cross_user_hangs``):
+    that rule is off here, the pass is what is under test."""
+    progress = {**PROGRESS, "flight_recorder_path": f"{job_dir}/progress/{{job}}/fr_*"}
+    with _rigged(fresh_lab, job_dir, progress, {"cross_user_hangs": 0}) as (lab, hooks, pdir):
+        node = lab.node_names[0]
+        dumps = "\n".join(HUGE_DUMP.format(n=n) for n in range(2))
+        bad = script(job_dir / "bad.sh",
+                     EXITED_RANK.format(pdir=pdir, rec=RECORD, extra=dumps))  # fmt: skip
+        plain = script(job_dir / "plain.sh", EXITED_RANK.format(pdir=pdir, rec=RECORD, extra=""))
+        jobs = [submit(lab, bad, "-w", node, "-n1", f"--output={job_dir}/bad.out")]
+        try:
+            lab.wait_for(lambda: (pdir / jobs[0] / "fr_1").exists(), 30, what="the dumps")
+            jobs.append(submit(lab, plain, "-w", node, "-n1", f"--output={job_dir}/plain.out",
+                               user=VICTIM_USER))  # fmt: skip
+            try:
+                for job, user in zip(jobs, (TEST_USER, VICTIM_USER), strict=True):
+                    entry = lab.wait_for(lambda j=job: told(hooks, node, j), 60,
+                                         what=f"the owner of job {job} told")  # fmt: skip
+                    assert entry["user"] == user and entry["decision"] == "report_job", entry
+            except Exception:
+                dump(lab, hooks, pdir, node)
+                raise
+            log = (hooks.node(node).dir / "watch.log").read_text()
+            assert "an integer of 20001 bits" in log, log[-2000:]
+            assert not lab.client().get_node(node).drained
+            for job in jobs:
+                info = lab.client().get_job(job)
+                assert (info.state, info.restart_count) == ("RUNNING", 0), info
+        finally:
+            run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
 
 
 # -- a job name that holds rows of another user's job ------------------------------------

@@ -241,7 +241,11 @@ class ProgressPass:
         if jobs is None:
             stats.skipped_dirs = len(names)
             return []
-        mine = sorted((n for n in jobs.keys() & set(names) if is_job_dir(self.s.dir, n)), key=int)
+        # A job's directory and files count only if its owner's (uid from
+        # Slurm's user name): never a squatter's under the job's id.
+        owners = {n: uid_of(jobs[n].user) for n in jobs.keys() & set(names)}
+        mine = sorted((n for n, uid in owners.items()
+                       if uid is not None and is_job_dir(self.s.dir, n, uid)), key=int)  # fmt: skip
         stats.skipped_dirs = len(names) - len(mine)
         # In turn: a pass cut short by its budget starts further on next time.
         if mine:
@@ -257,7 +261,9 @@ class ProgressPass:
                 stats.skipped_dirs += len(mine) - i
                 self._turn += i
                 break
-            views = rank_views(read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes), job)
+            views = rank_views(
+                read_job(self.s.dir, job, tail_bytes=self.s.tail_bytes, uid=owners[job]), job
+            )
             if views:
                 recorded.add(job)
             local = {r: v for r, v in views.items() if v.node == self.node}

@@ -44,6 +44,9 @@ class Limits:
     max_str: int = 1 << 20
     #: Entries of the pickle memo.
     max_memo: int = 100_000
+    #: Bits of one pickled integer (a pickle can hold one of any length, and
+    #: ``str()`` of one over 4,300 digits raises).
+    max_int_bits: int = 64
     #: Seconds of this thread's CPU for one document.
     max_cpu_s: float = 2.0
 
@@ -179,6 +182,10 @@ class _Builder:
         if name in _SCALARS:
             if isinstance(arg, (str, bytes)) and len(arg) > self.lim.max_str:
                 raise _Refused(f"a string of {len(arg)} characters, more than {self.lim.max_str}")
+            if isinstance(arg, int) and arg.bit_length() > self.lim.max_int_bits:
+                raise _Refused(
+                    f"an integer of {arg.bit_length()} bits, more than {self.lim.max_int_bits}"
+                )
             s.append(bytes(arg) if name == "BYTEARRAY8" else arg)
         elif name in ("PROTO", "FRAME"):
             pass

@@ -47,6 +47,13 @@ from slurm_hooks.detect.progress.bounded import DEFAULT_LIMITS, Rejected, load_j
 MAX_BYTES = DEFAULT_LIMITS.max_bytes
 #: Suspects one RAS output may name (a communicator of every rank of a big job).
 MAX_SUSPECTS = 4096
+#: Process groups one flight-recorder dump keeps (the lowest ids: the default
+#: group the judgement uses is among them); a real rank is in a few dozen.
+MAX_GROUPS = 256
+#: Integers past this many bits are not a sequence id or a pid: a user's file
+#: gets no say in how long turning one into text takes (Python refuses
+#: ``str()`` of an int over 4,300 digits with a ValueError).
+_INT_BITS = 64
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:#()/\-]")
@@ -90,7 +97,7 @@ _MAJORITY = re.compile(
     r"^  (\d{1,9}) ranks have (?:launched up to operation (\d{1,20})|not launched any operations)$"
 )
 _MISSING_224 = re.compile(r"^  The missing ranks?: ([0-9,]{1,4096})$")
-_GROUP_ROW = re.compile(r"^ {0,4}(\d{1,5})  +\d+  +\d+  +\S+  +(\d+)  +\d+  +\S+  +\S+$")
+_GROUP_ROW = re.compile(r"^ {0,4}(\d{1,5})  +\d+  +\d+  +\S+  +(\d{1,10})  +\d+  +\S+  +\S+$")
 _COMM = re.compile(r"^#(\d+)-(\d+) \(([0-9a-f]{1,16})\) (INCOMPLETE|ERROR|MISMATCH)$")
 _SECTIONS = ("DEAD", "INCOMPLETE", "TIMEOUT")
 
@@ -227,7 +234,10 @@ def _parse_ras_json(text: str) -> RasReport:
                                         _text(m.get("host"), 255) or None,
                                         f"communicator {_text(c.get('hash'), 32)}: rank "
                                         f"{_int(m.get('rank'))} missing", size))  # fmt: skip
-        ranks = [r for r in c.get("ranks") or () if isinstance(r, dict)][:4096]
+        listed = c.get("ranks")
+        ranks = (
+            [r for r in listed[:4096] if isinstance(r, dict)] if isinstance(listed, list) else []
+        )
         ops: dict[str, dict[int, int]] = {}
         for r in ranks:
             counts = r.get("collective_counts")
@@ -280,7 +290,9 @@ def _text(v: Any, limit: int) -> str:
     deep one costs what its owner chose)."""
     if isinstance(v, str):
         return v[:limit]
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)[:limit] if v.bit_length() <= _INT_BITS else ""
+    if isinstance(v, float):
         return str(v)[:limit]
     return ""
 
@@ -289,7 +301,7 @@ def _int(v: Any, default: int = -1) -> int:
     if isinstance(v, bool):
         return default
     if isinstance(v, int):
-        return v
+        return v if v.bit_length() <= _INT_BITS else default
     if isinstance(v, str) and re.fullmatch(r"-?\d{1,20}", v.strip()):
         return int(v)
     return default
@@ -338,7 +350,14 @@ def read_flight_recorder(data: bytes) -> FrDump | Rejected:
     for pg, (seq, _, _) in last.items():  # an older dump without pg_status
         if pg not in status:
             status[pg] = (seq, -1, -1)
-    return FrDump(_text(doc.get("version"), 16), status, last)
+    kept = sorted(status, key=_pg_order)[:MAX_GROUPS]
+    return FrDump(_text(doc.get("version"), 16), {pg: status[pg] for pg in kept},
+                  {pg: last[pg] for pg in kept if pg in last})  # fmt: skip
+
+
+def _pg_order(pg: str) -> tuple[int, str]:
+    """Process group ids in number order (the default group, 0, first)."""
+    return (_int(pg, 1 << 62), pg)
 
 
 def fr_waited_for(dumps: Mapping[int, FrDump], pg: str | None = None) -> Suspect | None:
@@ -353,7 +372,7 @@ def fr_waited_for(dumps: Mapping[int, FrDump], pg: str | None = None) -> Suspect
     if pg is None:
         if not shared:
             return None
-        pg = min(shared, key=lambda p: (_int(p, 1 << 62), p))
+        pg = min(shared, key=_pg_order)
     elif pg not in shared:
         return None
     enq = {r: d.pg_status[pg][0] for r, d in dumps.items()}

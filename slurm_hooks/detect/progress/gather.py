@@ -135,12 +135,15 @@ def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator
                 yield e.name
 
 
-def is_job_dir(base: str | os.PathLike[str], name: str) -> bool:
-    """A real directory (never a symlink to someone else's)."""
+def is_job_dir(base: str | os.PathLike[str], name: str, uid: int | None = None) -> bool:
+    """A real directory (never a symlink to someone else's), owned by
+    ``uid`` (None: by anyone): a directory another user made under a job's
+    id before the job ran is not that job's."""
     try:
-        return stat.S_ISDIR(os.lstat(os.path.join(base, name)).st_mode)
+        st = os.lstat(os.path.join(base, name))
     except OSError:
         return False
+    return stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid)
 
 
 def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
@@ -247,9 +250,13 @@ def read_whole(path: str, limit: int, uid: int | None) -> bytes | None:
 
 #: Parsed evidence by file identity (device, inode, size, mtime, owner, kind):
 #: an unchanged file - a hostile one above all - is not read or parsed again
-#: every pass.
+#: every pass.  Bounded by entries and by what they hold (suspects, process
+#: groups), so a user's many large dumps cannot grow the watcher past its
+#: memory limit.
 _PARSED: dict[tuple[object, ...], object] = {}
 _PARSED_MAX = 1024
+_PARSED_WEIGHT_MAX = 65536
+_parsed_weight = 0
 _MISSING = object()
 
 
@@ -308,11 +315,28 @@ def _parsed(path: str, uid: int | None, kind: str, parse: Callable[[bytes], obje
     if not got.fresh:
         return got.value
     assert isinstance(got.value, bytes)
-    value = parse(got.value)
-    if len(_PARSED) >= _PARSED_MAX:
+    try:
+        value = parse(got.value)
+    except Exception as exc:  # noqa: BLE001 - a user's file must never stop the pass
+        log.exception("progress: the %s parser failed on %s", kind, path)
+        value = Rejected(f"the parser failed ({type(exc).__name__})")
+    global _parsed_weight  # noqa: PLW0603 - the cache is this module's own
+    weight = _weight(value)
+    if len(_PARSED) >= _PARSED_MAX or _parsed_weight + weight > _PARSED_WEIGHT_MAX:
         _PARSED.clear()
+        _parsed_weight = 0
     _PARSED[got.key] = value
+    _parsed_weight += weight
     return value
+
+
+def _weight(value: object) -> int:
+    """What a parse holds, in suspects and process groups (one at least)."""
+    if isinstance(value, RasReport):
+        return 1 + len(value.suspects) + len(value.flagged)
+    if isinstance(value, FrDump):
+        return 1 + len(value.pg_status) + len(value.last_entry)
+    return 1
 
 
 def _paths(pattern: str, job: str) -> list[str]:
@@ -353,6 +377,8 @@ def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) 
             if report.rejected is not None:
                 _rejected(path, f"rejected: {report.rejected}")
             hints += report.suspects
+        elif isinstance(report, Rejected):
+            _rejected(path, str(report))
     dumps: dict[int, FrDump] = {}
     for path in _paths(fr_pattern, job):
         m = _TRAILING_RANK.search(os.path.basename(path))

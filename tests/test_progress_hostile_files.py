@@ -1,0 +1,124 @@
+"""What a job's user writes for the progress pass can cost it a refusal,
+never the pass: numbers Python cannot print, a parser that fails, many large
+dumps held in the parse cache, a ``ranks`` that is not a list, a directory
+made under another user's job id.  The lab plays these for real
+(tests/test_trust_lab.py); here each one is pinned where it is handled."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+
+import pytest
+
+from slurm_hooks.detect.progress import gather
+from slurm_hooks.detect.progress.bounded import Rejected
+from slurm_hooks.detect.progress.external import (
+    MAX_GROUPS,
+    FrDump,
+    parse_ras,
+    read_flight_recorder,
+)
+from slurm_hooks.detect.progress.gather import is_job_dir, read_hints
+
+BIG = 1 << 20_000  # str() of it raises: past 4,300 digits
+
+
+def _fr(tmp_path, job: str, name: str, doc: object) -> str:
+    d = tmp_path / job
+    d.mkdir(exist_ok=True)
+    (d / name).write_bytes(pickle.dumps(doc, protocol=4))
+    return f"{tmp_path}/{{job}}/fr_*"
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    gather._PARSED.clear()
+    gather._parsed_weight = 0
+    yield
+    gather._PARSED.clear()
+    gather._parsed_weight = 0
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"version": BIG},
+        {"version": "2.5", "pg_status": {"0": {"last_enqueued_collective": BIG}}},
+        {"version": "2.5", "entries": [{"pg_id": BIG, "collective_seq_id": 1}]},
+    ],
+)
+def test_a_dump_of_numbers_python_cannot_print_is_refused(tmp_path, doc):
+    pattern = _fr(tmp_path, "71", "fr_0", doc)
+    got = read_flight_recorder(pickle.dumps(doc, protocol=4))
+    assert isinstance(got, Rejected) and "bits" in got.why
+    assert read_hints("", pattern, "71", uid=os.getuid()) == []
+
+
+def test_a_parser_that_fails_costs_a_refusal_not_the_pass(tmp_path, monkeypatch, caplog):
+    pattern = _fr(tmp_path, "72", "fr_0", {"version": "2.5"})
+
+    def broken(data: bytes) -> object:
+        raise RuntimeError("a parser bug a user's file found")
+
+    monkeypatch.setattr(gather, "read_flight_recorder", broken)
+    budget = gather.Budget(max_files=10, max_bytes=1 << 20, max_cpu_s=5.0)
+    with gather.metering(budget):
+        assert read_hints("", pattern, "72", uid=os.getuid()) == []
+    assert [why for _, why in budget.rejected] == ["rejected: the parser failed (RuntimeError)"]
+    assert "the fr parser failed" in caplog.text
+
+
+def test_the_parse_cache_is_bounded_by_what_it_holds(tmp_path, monkeypatch):
+    monkeypatch.setattr(gather, "_PARSED_WEIGHT_MAX", 8 * (1 + MAX_GROUPS))
+    groups = {str(g): {"last_enqueued_collective": g} for g in range(4 * MAX_GROUPS)}
+    for n in range(20):
+        _fr(tmp_path, "73", f"fr_{n}", {"version": "2.5", "pg_status": groups})
+    read_hints("", f"{tmp_path}/{{job}}/fr_*", "73", uid=os.getuid())
+    held = [v for v in gather._PARSED.values() if isinstance(v, FrDump)]
+    assert 0 < len(held) <= 8 and all(len(d.pg_status) == MAX_GROUPS for d in held)
+    assert "0" in held[0].pg_status  # the default group is among those kept
+    weight = sum(gather._weight(v) for v in gather._PARSED.values())
+    assert weight == gather._parsed_weight <= gather._PARSED_WEIGHT_MAX
+
+
+def test_ras_json_whose_ranks_is_not_a_list_is_read_as_none():
+    doc = {"communicators": [{"ranks": 1, "size": 2}, {"ranks": "ab"}, {"ranks": None}]}
+    report = parse_ras(json.dumps(doc))
+    assert report.suspects == () and report.rejected is None
+
+
+def test_ras_text_group_sizes_past_ten_digits_are_not_rows():
+    text = "NCCL version 2.24.3\n    0  1  1  1  " + "9" * 5000 + "  1  1  1\n"
+    assert parse_ras(text).suspects == ()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")
+def test_a_directory_another_user_made_under_a_jobs_id_is_not_the_jobs(tmp_path):
+    (tmp_path / "81").mkdir()
+    os.chown(tmp_path / "81", 4242, 4242)
+    assert is_job_dir(tmp_path, "81")  # a directory...
+    assert not is_job_dir(tmp_path, "81", uid=0)  # ...but not the job owner's
+    assert is_job_dir(tmp_path, "81", uid=4242)
+    (tmp_path / "82").symlink_to(tmp_path / "81")
+    assert not is_job_dir(tmp_path, "82", uid=4242)
+
+
+def test_the_first_pass_reads_only_the_owners_directory(tmp_path):
+    """The pass's first read (before any Slurm question) trusts a job's
+    directory and records only if the job's owner made them."""
+    from test_progress_budget import job, make, stall
+
+    stall(tmp_path, "91")
+    p, slurm = make(tmp_path, [job("91")])
+    p.run()
+    assert p.last.judged == 1
+    if os.getuid() == 0:
+        os.chown(tmp_path / "91", 4242, 4242)
+        for f in (tmp_path / "91").iterdir():
+            os.chown(f, 4242, 4242)
+        time.sleep(0.01)
+        p.run()
+        assert p.last.judged == 0 and p.last.files == 0
