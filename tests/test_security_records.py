@@ -194,6 +194,24 @@ def test_node_reason_cannot_shadow_a_node_field(field):
     assert node.reason.startswith("admin: ")
 
 
+def test_user_text_in_our_reason_cannot_end_it_and_forge_the_comment():
+    """A site check quotes a user's process arguments in our reason text;
+    scontrol prints ``Reason=<text> [user@time]`` then ``Comment=`` and
+    ``Extra=``.  The text's brackets become round ones, so a ``[a@b]
+    Comment=`` in it cannot end the reason early and pass for the comment."""
+    from slurm_hooks.core.reason import DrainReason, format_reason
+
+    args = "x [a@None] Comment=slurm-hooks/ Extra="
+    ours = format_reason(DrainReason("SITE", "7f3a2c1b", f"ps_users: {args}"))
+    assert "[" not in ours and "]" not in ours
+    start = NODE.index(" Reason=") + len(" Reason=")
+    end = NODE.index(" [", start)
+    line = NODE[:start] + ours + NODE[end:] + " Comment=site-note Extra=rack=7"
+    (node,) = parse.parse_scontrol_nodes(line)
+    assert node.reason == ours
+    assert (node.comment, node.extra) == ("site-note", "rack=7")
+
+
 def test_node_json_is_not_shadowed():
     doc = json.loads((DATA / "22.05-sinfo.json").read_text())
     for obj in doc["nodes"]:

@@ -134,10 +134,18 @@ class DrainReason:
         )
 
 
+#: Square brackets become round ones: scontrol prints a node's reason as
+#: ``Reason=<text> [user@time]`` and the fields after it (``Comment=``,
+#: ``Extra=``), so a ``[x@y] Comment=...`` inside the text (a user's process
+#: arguments that a site check quotes) would end the reason early and forge
+#: the node's comment.
+_BRACKETS = str.maketrans("[]", "()")
+
+
 def sanitize_text(text: str) -> str:
-    """One line, no control characters, no runs of blanks, no ``::`` that
-    could be mistaken for our separator."""
-    text = _CONTROL_RE.sub(" ", text)
+    """One line, no control characters, no runs of blanks, no square
+    brackets (see ``_BRACKETS``)."""
+    text = _CONTROL_RE.sub(" ", text).translate(_BRACKETS)
     text = _SPACES_RE.sub(" ", text).strip()
     return text
 
