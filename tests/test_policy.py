@@ -150,6 +150,33 @@ def test_scanner_count_value_counts_as_repeats():
     assert kinds(decide([f], node(), None, None, CFG, NOW)) == [DecisionKind.DRAIN]
 
 
+def test_a_fault_one_users_processes_repeat_is_theirs_until_another_users_see_it():
+    """XID 13 that names its processes' users: three from one user's code
+    stay the application's (LOG); a second user's makes it the node's."""
+
+    def of(users: str, count: int = 1) -> Finding:
+        values = {"count": count, "process_users": users}
+        return Finding("xid", Status.WARN, "XID13", "x", Component("gpu", index=3),
+                       Action.RESTART_APP, values)  # fmt: skip
+
+    def seen(user: str, ago: float) -> FaultEvent:
+        return FaultEvent(NOW - timedelta(seconds=ago), "XID13", "gpu3", "log", user=user)
+
+    mine = NodeHistory((seen("mallory", 600), seen("mallory", 300)))
+    (d,) = decide([of("mallory")], node(), mine, fleet(), CFG, NOW)
+    assert d.kind is DecisionKind.LOG and "from the processes of 1 user(s)" in d.explanation
+    assert kinds(decide([of("", count=3)], node(), None, fleet(), CFG, NOW)) == [DecisionKind.LOG]
+    assert kinds(decide([of("bob")], node(), mine, fleet(), CFG, NOW)) == [DecisionKind.DRAIN]
+    assert kinds(decide([of("a,b", count=3)], node(), None, fleet(), CFG, NOW)) == [
+        DecisionKind.DRAIN
+    ]
+    # A site that counts any repeats says so.
+    anyone = PolicyConfig(app_fault_repeat_users=1)
+    assert kinds(decide([of("mallory")], node(), mine, fleet(), anyone, NOW)) == [
+        DecisionKind.DRAIN
+    ]
+
+
 @pytest.mark.parametrize(
     "reason",
     [

@@ -13,14 +13,18 @@ slurmd itself, to prove the shim and hook wiring.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import submit
 from slurm_hooks_lab.hooks import WebhookRecorder, install, wait_drained
+from slurm_hooks_lab.lab import TEST_USER, ensure_user
 
 from slurm_hooks.core.hostlist import expand
 from slurm_hooks.core.reason import parse_reason
@@ -115,16 +119,34 @@ def test_xid79_drains_signals_requeues_elsewhere_and_tells_owner(rig, job_dir):
     hooks.stop_watcher(bad)
 
 
+@contextlib.contextmanager
+def processes_of(*users: str) -> Iterator[list[int]]:
+    """One process of each user (what the driver's XID line names)."""
+    procs = []
+    try:
+        for user in users:
+            ensure_user(user)
+            procs.append(subprocess.Popen(["sleep", "300"], user=user))  # noqa: S607
+        yield [p.pid for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def test_xid13_once_is_the_application_repeated_is_the_gpu(rig):
+    """Three processes of two users hit XID 13 on one GPU: the GPU (one
+    user's repeats stay theirs: tests/test_trust_lab.py)."""
     lab, hooks, _ = rig
     node = "n3"
     hooks.start_watcher(node)
-    hooks.inject_xid(node, 13, gpu=1, pid=4101, name="python3")
-    wait_audit(lab, hooks, node, action="decision", code="XID13")
-    assert not lab.client().get_node(node).drained
-    hooks.inject_xid(node, 13, gpu=1, pid=4102, name="python3")
-    hooks.inject_xid(node, 13, gpu=1, pid=4103, name="python3")
-    ours = parse_reason(wait_drained(lab, node))
+    with processes_of(TEST_USER, "sltest2", TEST_USER) as pids:
+        hooks.inject_xid(node, 13, gpu=1, pid=pids[0], name="python3")
+        wait_audit(lab, hooks, node, action="decision", code="XID13")
+        assert not lab.client().get_node(node).drained
+        hooks.inject_xid(node, 13, gpu=1, pid=pids[1], name="python3")
+        hooks.inject_xid(node, 13, gpu=1, pid=pids[2], name="python3")
+        ours = parse_reason(wait_drained(lab, node))
     assert (ours.code, ours.component) == ("XID13", "gpu1")
     decisions = [e["decision"] for e in hooks.audit(node) if e["action"] == "decision"]
     assert decisions[0] == "log" and decisions[-1] == "drain"

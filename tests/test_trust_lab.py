@@ -2,7 +2,8 @@
 user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
 naming other jobs and other nodes, flight-recorder dumps that crashed the
-pass, a job name holding rows of another user's job, an XID line through ``logger``, an
+pass, XID 13s of the user's own processes, a job name holding rows of
+another user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
@@ -509,6 +510,49 @@ def test_a_users_flight_recorder_dump_never_stops_the_pass_for_others(fresh_lab,
                 assert (info.state, info.restart_count) == ("RUNNING", 0), info
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
+
+
+# -- XID 13 from a user's own code --------------------------------------------------------
+
+
+def test_a_users_own_xid13s_on_one_gpu_stay_theirs(rig, job_dir):
+    """XID 13 (graphics engine exception) is what a user's own kernel
+    raises, as often as they like.  The driver names three processes of
+    sltest's job on GPU 1 of n1, where sltest2's job runs too (no GPU here:
+    the lab writes the driver's lines, naming the real processes).  Nothing
+    is drained, nothing of sltest2's touched.  When the driver then names
+    sltest2's process on the same GPU, two users' code saw it fail: n1 is
+    drained for the GPU."""
+    lab, hooks, _ = rig
+    node = lab.node_names[0]
+    victims = [victim(lab, job_dir, node)]
+    pids = job_dir / "pids"
+    s = script(job_dir / "cuda.sh",
+               f"for i in 1 2 3; do sleep 600 & echo $! >> {pids}; done\nwait\n")  # fmt: skip
+    mine = submit(lab, s, "-w", node, "-n1", f"--output={job_dir}/cuda.out")
+    log = hooks.node(node).dir / "watch.log"
+
+    def decided() -> list[str]:
+        text = log.read_text() if log.exists() else ""
+        return [line for line in text.splitlines() if "decision node=" in line and "XID13" in line]
+
+    try:
+        lab.wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 3, 60,
+                     what="the job's processes")  # fmt: skip
+        for n, pid in enumerate(pids.read_text().split(), 1):
+            assert os.stat(f"/proc/{pid}").st_uid == ensure_user(TEST_USER).pw_uid
+            hooks.inject_xid(node, 13, gpu=1, pid=int(pid), name="python3")
+            # The audit keeps one entry for repeats of a log decision; the
+            # watcher's log has each.
+            lab.wait_for(lambda n=n: len(decided()) >= n, 30, what=f"decision {n} on XID 13")
+        assert "kind=log" in decided()[-1] and "1 user(s)" in decided()[-1], decided()
+        assert_untouched(lab, hooks, victims)
+        theirs = run(["pgrep", "-o", "-u", VICTIM_USER, "-f", "slurm_script"], timeout=10)
+        hooks.inject_xid(node, 13, gpu=1, pid=int(theirs.stdout.split()[0]), name="python3")
+        ours = parse_reason(wait_drained(lab, node, timeout=30))
+        assert (ours.code, ours.component) == ("XID13", "gpu1")
+    finally:
+        run(["scancel", mine, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
 # -- a job name that holds rows of another user's job ------------------------------------

@@ -165,7 +165,12 @@ def test_failed_action_is_retried_not_lost(node_cfg):
     assert eng.codes() == [["XID79"]]
 
 
-def test_run_loop_acts_fast_and_stops(node_cfg):
+def test_run_loop_acts_fast_and_stops(node_cfg, monkeypatch):
+    import slurm_hooks.detect.checks.xid as xid_check
+
+    # The three processes the driver names are three users'.
+    users = {101: "alice", 102: "bob", 103: "carol"}
+    monkeypatch.setattr(xid_check, "process_owners", lambda pids: {p: users[p] for p in pids})
     eng = RecordingEngine()
     w = Watcher(load(node_cfg), "gpu017", engine=eng)
     t = threading.Thread(target=w.run)
@@ -183,7 +188,7 @@ def test_run_loop_acts_fast_and_stops(node_cfg):
         codes = eng.codes()
         assert codes == [["XID13"]] * 3
         statuses = [c[0].status for c in eng.calls if c]
-        # Once is an application's bug; three processes on one GPU: the GPU.
+        # Once is an application's bug; three users' processes on one GPU: the GPU.
         assert statuses == [Status.WARN, Status.WARN, Status.FAIL]
     finally:
         w.stop()

@@ -3,6 +3,7 @@ incident history survives between runs."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,7 +38,11 @@ def test_phases_and_name() -> None:
     assert XidCheck.phases == {Phase.HEALTHCHECK, Phase.EPILOG, Phase.PROLOG, Phase.WATCH}
 
 
-def test_runs_see_only_new_events_and_history_persists(tmp_path: Path) -> None:
+def test_runs_see_only_new_events_and_history_persists(tmp_path: Path, monkeypatch) -> None:
+    import slurm_hooks.detect.checks.xid as xid_check
+
+    users = {100: "alice", 200: "bob", 300: "alice"}  # whose processes the driver names
+    monkeypatch.setattr(xid_check, "process_owners", lambda pids: {p: users[p] for p in pids})
     log = tmp_path / "node.log"
     log.write_text("")
     check = XidCheck()
@@ -61,6 +66,16 @@ def test_runs_see_only_new_events_and_history_persists(tmp_path: Path) -> None:
     # nothing new: OK again, the old events are not re-reported
     (f,) = run(check, ctx(tmp_path, log, t0.replace(minute=30)))
     assert f.status is Status.OK
+
+
+def test_process_owners_reads_who_owns_each_pid_now() -> None:
+    import pwd
+
+    from slurm_hooks.detect.checks.xid import process_owners
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    gone = 2**22 + 7  # above pid_max's default: no such process
+    assert process_owners({os.getpid(), gone}) == {os.getpid(): me}
 
 
 def test_injected_source_and_nvml_names_the_gpu(tmp_path: Path) -> None:

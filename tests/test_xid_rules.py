@@ -21,13 +21,24 @@ def x(
     return f"[{stamp}] NVRM: Xid (PCI:{pci}): {xid}, pid={pid}, name=p, {rest}"
 
 
+#: Who owned the processes the cases' lines name (pid -> user).
+OWNERS = {5: "alice", 6: "bob", 7: "carol", 200: "dave"}
+
+
 def verdicts(
-    lines: list[str], history: list[Incident] | None = None, **settings: object
+    lines: list[str],
+    history: list[Incident] | None = None,
+    owners: dict[int, str] | None = None,
+    **settings: object,
 ) -> dict[str, tuple[Status, Action]]:
     res = scan_text("\n".join(lines) + "\n")
     found = evaluate(
-        res.aggregates, now=NOW, history=history or [], settings=XidSettings(**settings)
-    )  # type: ignore[arg-type]
+        res.aggregates,
+        now=NOW,
+        history=history or [],
+        settings=XidSettings(**settings),  # type: ignore[arg-type]
+        owners=OWNERS if owners is None else owners,
+    )
     return {f"{f.code}@{f.component.pci}": (f.status, f.action) for f in found}
 
 
@@ -234,8 +245,8 @@ def test_rules(name: str, lines: list[str], want: dict[str, tuple[Status, Action
 
 def test_repeat_counts_history_from_earlier_runs() -> None:
     hist = [
-        Incident("XID13", A, 101, NOW - 3600),
-        Incident("XID13", A, 102, NOW - 7200),
+        Incident("XID13", A, 101, NOW - 3600, user="alice"),
+        Incident("XID13", A, 102, NOW - 7200, user="bob"),
         Incident("XID13", B, 103, NOW - 60),  # other GPU: does not count
         Incident("XID13", A, 104, NOW - 3 * 86400),  # outside the window
     ]
@@ -253,12 +264,42 @@ def test_repeat_counts_history_from_earlier_runs() -> None:
 
 def test_repeat_without_pids_counts_bursts() -> None:
     burst = lambda t: Incident("XID31", A, None, t)  # noqa: E731
-    # three bursts an hour apart
+    # three bursts an hour apart (whose processes: unknown, so any incidents count)
     hist = [burst(NOW - 7200), burst(NOW - 7190), burst(NOW - 3600)]
-    assert verdicts([x(31, "MMU Fault")], hist) == {f"XID31@{A}": (FAIL, Action.DRAIN)}
+    assert verdicts([x(31, "MMU Fault")], hist, repeat_users=1) == {
+        f"XID31@{A}": (FAIL, Action.DRAIN)
+    }
     # all within one burst window: one incident plus the new one
     hist2 = [burst(NOW - 30), burst(NOW - 20), burst(NOW - 10)]
-    assert verdicts([x(31, "MMU Fault")], hist2) == {f"XID31@{A}": (WARN, Action.RESTART_APP)}
+    assert verdicts([x(31, "MMU Fault")], hist2, repeat_users=1) == {
+        f"XID31@{A}": (WARN, Action.RESTART_APP)
+    }
+    # Bursts of processes nobody could name blame no GPU by default.
+    assert verdicts([x(31, "MMU Fault")], hist) == {f"XID31@{A}": (WARN, Action.RESTART_APP)}
+
+
+def test_one_users_repeats_are_the_application_until_another_users_processes_see_it() -> None:
+    """A user's own code raises XID 13 or 31 at will: three incidents on
+    one GPU from one user's processes are theirs; the GPU is blamed once a
+    second user's processes see it fail."""
+    lines = [x(13, "Graphics Exception", pid=p) for p in (5, 6, 7)]
+    mine = {5: "mallory", 6: "mallory", 7: "mallory"}
+    assert verdicts(lines, owners=mine) == {f"XID13@{A}": (WARN, Action.RESTART_APP)}
+    assert verdicts(lines, owners={}) == {f"XID13@{A}": (WARN, Action.RESTART_APP)}
+    res = scan_text("\n".join(lines) + "\n")
+    (f,) = evaluate(res.aggregates, now=NOW, owners=mine)
+    assert f.values["users"] == 1 and f.values["process_users"] == "mallory"
+    assert "from the processes of 1 user(s)" in f.message
+    # History of that user's earlier incidents, then another user's process.
+    hist = [Incident("XID13", A, p, NOW - 600 * p, user="mallory") for p in (1, 2, 3)]
+    assert verdicts([x(13, "Graphics Exception", pid=200)], hist, owners=mine) == {
+        f"XID13@{A}": (WARN, Action.RESTART_APP)
+    }
+    assert verdicts([x(13, "Graphics Exception", pid=200)], hist) == {
+        f"XID13@{A}": (FAIL, Action.DRAIN)
+    }
+    # A site that counts any incidents says so.
+    assert verdicts(lines, owners=mine, repeat_users=1) == {f"XID13@{A}": (FAIL, Action.DRAIN)}
 
 
 def test_48_pairs_with_63_from_history() -> None:

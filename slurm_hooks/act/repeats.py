@@ -276,8 +276,9 @@ def record_faults(ctx: Context, node: str, decisions: Sequence[Decision]) -> Non
             if comp is None and f.component.kind != "node":
                 comp = f.component.short()
             # Whose evidence: the history's user-side entries corroborate
-            # nothing alone, and hangs of two users blame the node (decide/trust.py).
-            user = f.values.get("user") if f.user_side else None
+            # nothing alone, and hangs of two users blame the node (decide/trust.py);
+            # whose processes raised a fault any user can cause (decide.py's repeats).
+            user = f.values.get("user") if f.user_side else f.values.get("process_users")
             events.append(FaultEvent(now, f.code, comp, severity, d.incident,
                                      not f.user_side, user if isinstance(user, str) else None))  # fmt: skip
     # Bookkeeping on the way to a drain: a lock held by a stuck process

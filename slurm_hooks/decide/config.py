@@ -57,6 +57,10 @@ class PolicyConfig:
     app_fault_repeat_count: int = 3
     #: Seconds back over which those repeats are counted (per code and component).
     app_fault_repeat_window_s: float = 3600.0
+    #: A fault any user's code can raise (an XID 13/31 whose finding names
+    #: the processes' users) repeats against the node only when the processes
+    #: of at least this many different users raised it (1: any repeats).
+    app_fault_repeat_users: int = 2
     #: Drain-level faults on the same node within the window escalate to replace.
     replace_after: int = 3
     #: Seconds back over which drain-level faults count towards replace_after
@@ -109,7 +113,13 @@ class PolicyConfig:
         if not 0 < self.breaker_max_share <= 1:
             raise ValueError("breaker_max_share must be in (0, 1]")
         require_at_least(
-            self, 1, "breaker_max_nodes", "app_fault_repeat_count", "replace_after", "flap_count"
+            self,
+            1,
+            "breaker_max_nodes",
+            "app_fault_repeat_count",
+            "app_fault_repeat_users",
+            "replace_after",
+            "flap_count",
         )
         require_positive(
             self,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from slurm_hooks.core.history import EMPTY_HISTORY, NodeHistory
+from slurm_hooks.core.history import EMPTY_HISTORY, FaultEvent, NodeHistory
 from slurm_hooks.core.model import Action, Finding, NodeState, ReasonOwner, Status
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, our_reason
 from slurm_hooks.core.reason import DrainReason
@@ -81,6 +81,18 @@ def _count(finding: Finding) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
+def _process_users(f: Finding, past: list[FaultEvent]) -> set[str] | None:
+    """The users whose processes raised ``f`` and its past repeats; None for
+    a finding that names no processes' users (not one a user can cause)."""
+    named = f.values.get("process_users") if f.values else None
+    if not isinstance(named, str):
+        return None
+    users = {u for u in named.split(",") if u}
+    for e in past:
+        users.update(u for u in (e.user or "").split(",") if u)
+    return users
+
+
 def _finding_verdict(
     f: Finding, node: str, history: NodeHistory, cfg: PolicyConfig, now: datetime
 ) -> tuple[DecisionKind, str, dict[str, object]]:
@@ -95,12 +107,24 @@ def _finding_verdict(
     if f.action in (Action.NONE, Action.RESTART_APP):
         rule = cfg.repeat_rule(f.code)
         since = now - timedelta(seconds=rule.window_s)
-        seen = len(history.faults_since(since, f.code, comp)) + _count(f)
+        past = history.faults_since(since, f.code, comp)
+        seen = len(past) + _count(f)
         facts: dict[str, object] = {
             "repeat_count": seen,
             "repeat_limit": rule.count,
             "window_s": rule.window_s,
         }
+        users = _process_users(f, past)
+        if users is not None:
+            facts["users"] = len(users)
+        if seen >= rule.count and users is not None and 1 < cfg.app_fault_repeat_users > len(users):
+            return (
+                DecisionKind.LOG,
+                f"{f.code} seen {seen} time(s) within {rule.window_s:g}s on {comp or node}, "
+                f"from the processes of {len(users)} user(s): a user's own code raises it at "
+                f"will; {cfg.app_fault_repeat_users} users' are needed to blame the node",
+                facts,
+            )
         if seen >= rule.count and (f.action is Action.RESTART_APP or f.code in cfg.repeat):
             kind = DecisionKind.REPLACE if rule.action == "replace" else DecisionKind.DRAIN
             return (

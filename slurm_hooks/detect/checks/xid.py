@@ -41,6 +41,28 @@ class XidData:
     gpus: Mapping[str, GpuRef] = field(default_factory=dict)
     #: When the events were read (epoch seconds); 0.0 when there were none.
     now: float = 0.0
+    #: The users of the processes the driver named (pid -> user), those
+    #: still there when the events were read.
+    owners: Mapping[int, str] = field(default_factory=dict)
+
+
+def process_owners(pids: set[int], proc: str = "/proc") -> dict[int, str]:
+    """Who owns each pid's process now (``/proc/PID``'s owner; uid when
+    passwd has no name).  Read as the events are: a process gone by then
+    has no owner here."""
+    import pwd
+
+    out: dict[int, str] = {}
+    for pid in sorted(pids)[:256]:
+        try:
+            uid = os.stat(f"{proc}/{pid}").st_uid
+        except OSError:
+            continue
+        try:
+            out[pid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            out[pid] = str(uid)
+    return out
 
 
 def make_source(settings: XidSettings) -> Source:
@@ -120,9 +142,13 @@ class XidCheck:
         from slurm_hooks.detect.xid.history import load_history, save_history
         from slurm_hooks.detect.xid.rules import update_history
 
+        owners = process_owners({a.pid for a in result.aggregates if a.pid and a.pid > 0})
         history = load_history(ctx.state_dir)
-        save_history(ctx.state_dir, update_history(history, result.aggregates, now, settings))
-        return XidData(scan=result, history=tuple(history), gpus=_gpus(ctx, settings), now=now)
+        save_history(
+            ctx.state_dir, update_history(history, result.aggregates, now, settings, owners)
+        )
+        return XidData(scan=result, history=tuple(history), gpus=_gpus(ctx, settings), now=now,
+                       owners=owners)  # fmt: skip
 
     def judge(self, data: XidData, ctx: CheckContext) -> list[Finding]:
         settings = XidSettings.from_mapping(ctx.settings)
@@ -145,4 +171,5 @@ class XidCheck:
             history=data.history,
             settings=settings,
             gpus=data.gpus,
+            owners=data.owners,
         )

@@ -52,6 +52,10 @@ class Incident:
     pid: int | None
     t: float
     count: int = 1
+    #: The owner of the process the driver named, when it was still there to
+    #: ask (None otherwise): repeats of XIDs a user's own code raises count
+    #: against the GPU only across users (``XidSettings.repeat_users``).
+    user: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The history file's record: the fields as they are (``from_dict`` reads it back)."""
@@ -61,18 +65,25 @@ class Incident:
     def from_dict(cls, d: Mapping[str, Any]) -> Incident | None:
         try:
             pid = d.get("pid")
+            user = d.get("user")
             return cls(
                 code=str(d["code"]),
                 pci=d.get("pci") if isinstance(d.get("pci"), str) else None,
                 pid=pid if isinstance(pid, int) else None,
                 t=float(d["t"]),
                 count=int(d.get("count", 1)),
+                user=user if isinstance(user, str) and user else None,
             )
         except (KeyError, TypeError, ValueError):
             return None
 
 
-def incidents_from(aggregates: Sequence[XidAggregate], now: float) -> list[Incident]:
+def incidents_from(
+    aggregates: Sequence[XidAggregate], now: float, owners: Mapping[int, str] | None = None
+) -> list[Incident]:
+    """This scan's incidents; ``owners`` maps the pids the driver named to
+    their processes' users (read on the node when the XID was)."""
+    owners = owners or {}
     return [
         Incident(
             code=a.code,
@@ -80,6 +91,7 @@ def incidents_from(aggregates: Sequence[XidAggregate], now: float) -> list[Incid
             pid=a.pid,
             t=a.first_wall if a.first_wall is not None else now,
             count=a.count,
+            user=owners.get(a.pid) if a.pid is not None else None,
         )
         for a in aggregates
     ]
@@ -90,12 +102,13 @@ def update_history(
     aggregates: Sequence[XidAggregate],
     now: float,
     settings: XidSettings,
+    owners: Mapping[int, str] | None = None,
 ) -> list[Incident]:
     """History to save after a scan: old incidents still inside the longest
     window, plus this scan's, newest ``history_max`` kept."""
     horizon = now - settings.history_window_s
     kept = [i for i in history if i.t >= horizon]
-    kept.extend(incidents_from(aggregates, now))
+    kept.extend(incidents_from(aggregates, now, owners))
     kept.sort(key=lambda i: i.t)
     return kept[-settings.history_max :]
 
@@ -168,9 +181,12 @@ def evaluate(
     settings: XidSettings | None = None,
     gpus: Mapping[str, GpuRef] | None = None,
     catalogue: Catalogue | None = None,
+    owners: Mapping[int, str] | None = None,
 ) -> list[Finding]:
-    """One Finding per (code, GPU or switch) seen in ``aggregates``."""
+    """One Finding per (code, GPU or switch) seen in ``aggregates``;
+    ``owners``: the users of the processes the driver named (pid -> user)."""
     settings = settings or XidSettings()
+    owners = owners or {}
     cat = catalogue or load_catalogue()
     gpus = gpus or {}
     groups: dict[tuple[str, int, str | None], _Group] = {}
@@ -191,7 +207,7 @@ def evaluate(
         if g.kind == "sxid":
             verdicts[key] = _sxid_verdict(g, cat)
         else:
-            verdicts[key] = _xid_verdict(g, cat, settings, now, history, by_pci, any_sxid)
+            verdicts[key] = _xid_verdict(g, cat, settings, now, history, by_pci, any_sxid, owners)
 
     # XID 154: the driver's final word for its GPU.
     overrides: dict[str | None, tuple[Action, str]] = {}
@@ -228,6 +244,12 @@ def evaluate(
             extra["catalogue_action"] = str(v.action)
             extra["overridden_by"] = "XID154"
             v = replace(v, action=action, status=_status_for(action), note=f"XID 154: {label}")
+        if g.kind == "xid" and (g.xid in settings.repeat_xids or v.action is Action.RESTART_APP):
+            # Whose code raised it, for the policy's repeat rule: a fault
+            # any user can cause repeats against the node only across users.
+            extra["process_users"] = ",".join(
+                sorted({owners[a.pid] for a in g.aggs if a.pid is not None and a.pid in owners})
+            )
         findings.append(_finding(g, v, extra, cat, gpus))
     findings.sort(key=lambda f: (-f.status.rank, -f.action.rank, f.code))
     return findings
@@ -241,6 +263,7 @@ def _xid_verdict(
     history: Sequence[Incident],
     by_pci: Mapping[str | None, set[int]],
     any_sxid: bool,
+    owners: Mapping[int, str],
 ) -> _Verdict:
     bucket = cat.bucket_for(g.xid)
     base = _Verdict(bucket.action, bucket.status, rule=bucket.rule)
@@ -249,13 +272,26 @@ def _xid_verdict(
     if g.xid in settings.repeat_xids:
         horizon = now - settings.repeat_window_s
         past = [i for i in history if i.code == g.code and i.pci == g.pci and i.t >= horizon]
-        current = incidents_from(g.aggs, now)
+        current = incidents_from(g.aggs, now, owners)
         n = _distinct_incidents(past + current, settings.burst_s)
+        users = {i.user for i in past + current if i.user}
         extra: dict[str, Value] = {
             "incidents": n,
             "window_s": settings.repeat_window_s,
             "threshold": settings.repeat_count,
+            "users": len(users),
         }
+        if n >= settings.repeat_count and 1 < settings.repeat_users > len(users):
+            # One user's code raises these at will: their repeats are the
+            # application's until another user's processes see the GPU fail.
+            return _Verdict(
+                bucket.action,
+                bucket.status,
+                rule=f"repeat_xid{g.xid}",
+                note=f"{n} incidents on this GPU, from the processes of {len(users)} "
+                f"user(s): {settings.repeat_users} users' are needed to blame the GPU",
+                extra=extra,
+            )
         if n >= settings.repeat_count:
             return _Verdict(
                 Action.DRAIN,

@@ -50,8 +50,12 @@ class XidSettings:
     #: ... this many distinct incidents (different processes, or bursts
     #: further apart than ``burst_s``) ...
     repeat_count: int = 3
-    #: ... within this many seconds.
+    #: ... within this many seconds ...
     repeat_window_s: float = 86400.0
+    #: ... raised by the processes of at least this many different users (the
+    #: owner of the pid the driver names, read when the XID is): a user's own
+    #: code raises XID 13 and 31 at will.  1 counts any incidents.
+    repeat_users: int = 2
     #: Events with no process id that follow the previous one within this
     #: many seconds belong to the same burst (one incident).
     burst_s: float = 60.0
@@ -69,6 +73,8 @@ class XidSettings:
             raise ValueError(f"first_run must be one of {', '.join(FIRST_RUN)}")
         if self.repeat_count < 1:
             raise ValueError("repeat_count must be at least 1")
+        if self.repeat_users < 1:
+            raise ValueError("repeat_users must be at least 1")
         for name in ("repeat_window_s", "burst_s", "pair_window_s", "journal_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
