@@ -219,6 +219,32 @@ def test_d_state_counts_only_inside_the_nvidia_driver(tmp_path):
     assert corroborate.driver_stuck([101, 102], str(tmp_path)) is None
 
 
+#: A user's own FUSE daemon that never answers, under memory the driver
+#: pins (cudaHostRegister of an mmap of a file it serves): D state with
+#: nvidia frames below the page fault.
+FUSE_STACK = ("[<0>] request_wait_answer+0x12d/0x210 [fuse]\n"
+              "[<0>] fuse_simple_request+0x18e/0x2c0 [fuse]\n"
+              "[<0>] fuse_do_readpage+0x10c/0x1a0 [fuse]\n"
+              "[<0>] filemap_fault+0x5f0/0x9a0\n[<0>] handle_mm_fault+0x1c7/0x2f0\n"
+              "[<0>] __get_user_pages+0x1f4/0x6a0\n"
+              "[<0>] os_lock_user_pages+0xa5/0x170 [nvidia]\n"
+              "[<0>] _nv000745rm+0x6d/0x150 [nvidia]\n")  # fmt: skip
+#: Blocked in the page cache (reading the user's own slow file), the driver below.
+FAULT_STACK = ("[<0>] folio_wait_bit_common+0x134/0x300\n[<0>] filemap_fault+0x5f0/0x9a0\n"
+               "[<0>] os_lock_user_pages+0xa5/0x170 [nvidia]\n")  # fmt: skip
+#: Newer kernels show no scheduler frames: the driver's own frame is on top.
+NV_TOP = "[<0>] os_acquire_mutex+0x4b/0x80 [nvidia]\n[<0>] _nv041225rm+0x2e/0x50 [nvidia]\n"
+
+
+def test_a_process_blocked_on_something_its_user_serves_is_not_in_the_driver(tmp_path):
+    _proc(tmp_path, 200, "D", FUSE_STACK)
+    _proc(tmp_path, 201, "D", FAULT_STACK)
+    _proc(tmp_path, 202, "D", NV_TOP)
+    assert corroborate.in_driver(200, str(tmp_path)) is None
+    assert corroborate.in_driver(201, str(tmp_path)) is None
+    assert "os_acquire_mutex" in (corroborate.in_driver(202, str(tmp_path)) or "")
+
+
 def test_listpids_parse_keeps_the_jobs_pids_only():
     text = ("PID      JOBID    STEPID   LOCALID GLOBALID\n"
             "72321    123      0        0       0\n"

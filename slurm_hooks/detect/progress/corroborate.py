@@ -22,6 +22,7 @@ processes read, one ``scontrol`` call with a timeout.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,18 @@ DRIVER_MODULES = (
     "[nvidia_peermem]",
 )
 LISTPIDS_TIMEOUT_S = 5.0
+#: Frames of the kernel's own waiting (sleep, locks, completions) that may
+#: stand above the frame a process is blocked in.
+_WAIT_FRAME = re.compile(
+    r"^_*(?:schedule|io_schedule|preempt_schedule|down|mutex_lock|rt_mutex|rwsem|"
+    r"wait_for_completion|wait_woken|do_wait|msleep|usleep|schedule_timeout|"
+    r"schedule_hrtimeout|do_nanosleep|hrtimer_nanosleep|rwsem_down|osq_lock|"
+    r"percpu_down|read_lock|write_lock|down_read|down_write)\w*\+"
+)
+#: Where a user can block their own process inside a driver call: a page
+#: fault on memory they serve (a FUSE file, userfaultfd) that the driver's
+#: pinning of their pages runs into.
+_USER_SERVED = ("fuse_", "request_wait_answer", "handle_userfault", "userfaultfd")
 
 
 def nvml_evidence(view: Sequence[Mapping[str, Any]]) -> str | None:
@@ -97,9 +110,20 @@ def in_driver(pid: int, proc: str = "/proc") -> str | None:
     if not fields or fields[0] != "D":
         return None
     stack = _read(f"{proc}/{pid}/stack") or ""
-    for line in stack.splitlines():
-        if any(m in line for m in DRIVER_MODULES):
-            return line.strip().split(" ", 1)[-1][:120]
+    return _blocked_in_driver(stack.splitlines())
+
+
+def _blocked_in_driver(frames: list[str]) -> str | None:
+    """The driver frame a stack is blocked in: the innermost frame that is
+    not the kernel's own waiting must be an nvidia module's, and nothing a
+    user can serve (FUSE, userfaultfd) may stand anywhere on the stack."""
+    texts = [line.strip().split(" ", 1)[-1] for line in frames if line.strip()]
+    if any(u in t for t in texts for u in _USER_SERVED):
+        return None
+    for text in texts:
+        if _WAIT_FRAME.match(text):
+            continue
+        return text[:120] if any(m in text for m in DRIVER_MODULES) else None
     return None
 
 
