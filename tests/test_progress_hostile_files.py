@@ -122,3 +122,46 @@ def test_the_first_pass_reads_only_the_owners_directory(tmp_path):
         time.sleep(0.01)
         p.run()
         assert p.last.judged == 0 and p.last.files == 0
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")
+def test_a_progress_directory_a_user_made_is_moved_aside_and_made_roots(tmp_path, caplog):
+    """The first job on a node could make the shared directory its user's:
+    its owner could then rename every other job's directory.  The passes
+    refuse it, and the watcher moves it aside and makes it root's (1777)."""
+    import stat
+
+    base = tmp_path / "progress"
+    base.mkdir()
+    os.chmod(base, 0o1777)
+    os.chown(base, 4242, 4242)
+    (base / "55").mkdir()
+    assert gather.base_stat(base) is None and "not a directory root owns" in caplog.text
+    assert gather.claim_base(base)
+    st = os.lstat(base)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o1777) and list(base.iterdir()) == []
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("progress.untrusted-")]
+    assert (aside / "55").is_dir()  # kept for the admin
+    # A symlink, and a world-writable directory without the sticky bit.
+    link = tmp_path / "link"
+    link.symlink_to(base)
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    assert gather.base_stat(link) is None and gather.base_stat(loose) is None
+    assert gather.claim_base(link) and not os.path.islink(link)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")
+def test_a_pass_over_a_directory_a_user_owns_reads_nothing(tmp_path):
+    from test_progress_budget import job, make, stall
+
+    stall(tmp_path, "93")
+    p, slurm = make(tmp_path, [job("93")])
+    os.chmod(tmp_path, 0o1777)
+    os.chown(tmp_path, 4242, 4242)
+    p.run()
+    assert (p.last.dirs, p.last.judged, slurm.listed) == (0, 0, 0)
+    os.chown(tmp_path, 0, 0)
+    p.run()
+    assert p.last.judged == 1

@@ -8,6 +8,7 @@ holds the node's detect lock, like the XID path's, and nothing else does.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from types import SimpleNamespace
@@ -22,8 +23,10 @@ from tests.test_watch import XID79, RecordingEngine, append, load, node_cfg, sta
 
 
 def fake_pass(run):  # type: ignore[no-untyped-def]
-    return SimpleNamespace(s=SimpleNamespace(interval_s=0.02), run=run, totals=PassTotals(),
-                           last=PassStats(), metric_families=lambda: [])  # fmt: skip
+    base = tempfile.mkdtemp(prefix="progress-")  # the thread makes <base>/p root's
+    return SimpleNamespace(s=SimpleNamespace(interval_s=0.02, dir=f"{base}/p"), run=run,
+                           totals=PassTotals(), last=PassStats(),
+                           metric_families=lambda: [])  # fmt: skip
 
 
 def wait(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]

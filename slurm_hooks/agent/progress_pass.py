@@ -36,7 +36,6 @@ already carries our HANG reason for it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -62,6 +61,7 @@ from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.external import Suspect
 from slurm_hooks.detect.progress.gather import (
     Budget,
+    base_stat,
     is_job_dir,
     job_dirs,
     metering,
@@ -173,9 +173,8 @@ class ProgressPass:
         """The directory's job names, listed again only when it changed (its
         mtime moves when an entry is added or removed) or ``jobs_cache_s``
         passed: thousands of entries cost one ``stat`` a pass, not a walk."""
-        try:
-            st = os.stat(self.s.dir)
-        except OSError:
+        st = base_stat(self.s.dir)
+        if st is None:
             return []
         stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
         now = time.monotonic()

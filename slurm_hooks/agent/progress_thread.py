@@ -59,6 +59,9 @@ class ProgressThread:
     def _loop(self) -> None:
         w = self.watcher
         interval = w.progress.s.interval_s
+        from slurm_hooks.detect.progress.gather import claim_base
+
+        claim_base(w.progress.s.dir)  # before any job of the node makes it theirs
         while not w.stop_event.is_set():
             t0 = time.monotonic()
             try:

@@ -121,6 +121,57 @@ def metering(budget: Budget) -> Iterator[Budget]:
         _current.budget = before
 
 
+def base_stat(base: str | os.PathLike[str]) -> os.stat_result | None:
+    """The progress directory's ``lstat`` if it is one root can trust: a
+    real directory (never a symlink), owned by root or by this process, and
+    sticky if others may write it.  Whoever owns it can rename or remove
+    every job's directory in it, so one a user made (a job that ran before
+    the watcher made it) is refused (None, logged once) until
+    :func:`claim_base` replaces it."""
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return None
+    mode = st.st_mode
+    trusted = (
+        stat.S_ISDIR(mode)
+        and st.st_uid in (0, os.geteuid())
+        and (not mode & (stat.S_IWGRP | stat.S_IWOTH) or bool(mode & stat.S_ISVTX))
+    )
+    if trusted:
+        return st
+    if str(base) not in _told_bases:
+        _told_bases.add(str(base))
+        log.error("progress: %s is not a directory root owns (owner uid %d, mode %o): not read",
+                  base, st.st_uid, mode)  # fmt: skip
+    return None
+
+
+_told_bases: set[str] = set()
+
+
+def claim_base(base: str | os.PathLike[str]) -> bool:
+    """Make the progress directory root's (mode 1777, like /tmp): create it,
+    or move one that :func:`base_stat` refuses aside (``<dir>.untrusted-<time>``,
+    kept for the admin to read) and create it afresh.  False when that
+    failed (the passes then read nothing)."""
+    path = os.fspath(base)
+    if base_stat(path) is not None:
+        return True
+    try:
+        if os.path.lexists(path):
+            aside = f"{path}.untrusted-{int(time.time())}"
+            os.rename(path, aside)
+            log.error("progress: moved %s (not root's) aside to %s", path, aside)
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o1777)
+    except OSError as exc:
+        log.error("progress: cannot make %s root's: %s", path, exc)
+        return False
+    _told_bases.discard(path)
+    return base_stat(path) is not None
+
+
 def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator[str]:
     """Names that may be job directories (digits only); at most ``limit``
     entries are looked at.  Whether one is a real directory is asked
