@@ -423,6 +423,19 @@ class SyslogStandIn:
         self.sock.close()
 
 
+def no_xid_then_a_real_one_drains(lab, hooks, node: str, victims) -> None:
+    """After a user's XID-looking line reached ``node``'s kernel log: nothing
+    happened; then the watchers' kernel-log source is shown live: a line of
+    the driver's own form drains (on an idle node: nothing to evacuate)."""
+    time.sleep(3)  # the watcher follows the file every 50 ms
+    assert_untouched(lab, hooks, victims)
+    assert not [e for e in hooks.audit(node) if str(e.get("code", "")).startswith("XID")]
+    idle = lab.node_names[2]
+    hooks.inject_xid(idle, 79)
+    assert parse_reason(wait_drained(lab, idle, timeout=30)).code.startswith("XID")
+    assert_untouched_victims(lab, victims)
+
+
 def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
     lab, hooks, _ = rig
     node = lab.node_names[0]
@@ -440,15 +453,7 @@ def test_a_users_logger_xid_line_drains_nothing(rig, job_dir):
         kmsg = run(["runuser", "-u", TEST_USER, "--", "sh", "-c", f"echo '{xid}' > /dev/kmsg"],
                    timeout=10, check=False)  # fmt: skip
         assert kmsg.rc != 0
-        time.sleep(3)  # the watcher follows the file every 50 ms
-        assert_untouched(lab, hooks, victims)
-        assert not [e for e in hooks.audit(node) if str(e.get("code", "")).startswith("XID")]
-        # The watchers' kernel-log source is live: a kernel line in the same
-        # form drains (on an idle node: nothing to evacuate there).
-        idle = lab.node_names[2]
-        hooks.inject_xid(idle, 79)
-        assert parse_reason(wait_drained(lab, idle, timeout=30)).code.startswith("XID")
-        assert_untouched_victims(lab, victims)
+        no_xid_then_a_real_one_drains(lab, hooks, node, victims)
     finally:
         stand_in.close()
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
@@ -655,14 +660,7 @@ def test_an_xid_the_kernel_quotes_from_a_users_file_name_drains_nothing(rig, job
         line = f"{time.strftime('%b %e %H:%M:%S')} {node} kernel: [{usec / 1e6:12.6f}] {message}"
         with open(hooks.node(node).kern_log, "a") as fh:
             fh.write(line + "\n")
-        time.sleep(3)  # the watcher follows the file every 50 ms
-        assert_untouched(lab, hooks, victims)
-        assert not [e for e in hooks.audit(node) if str(e.get("code", "")).startswith("XID")]
-        # The same file, the same watcher: the driver's own record drains.
-        idle = lab.node_names[2]
-        hooks.inject_xid(idle, 79)
-        assert parse_reason(wait_drained(lab, idle, timeout=30)).code.startswith("XID")
-        assert_untouched_victims(lab, victims)
+        no_xid_then_a_real_one_drains(lab, hooks, node, victims)
     finally:
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
