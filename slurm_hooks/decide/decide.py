@@ -117,7 +117,11 @@ def _finding_verdict(
         users = _process_users(f, past)
         if users is not None:
             facts["users"] = len(users)
-        if seen >= rule.count and users is not None and 1 < cfg.app_fault_repeat_users > len(users):
+        if (
+            seen >= rule.count
+            and users is not None
+            and cfg.app_fault_repeat_users > max(1, len(users))
+        ):
             return (
                 DecisionKind.LOG,
                 f"{f.code} seen {seen} time(s) within {rule.window_s:g}s on {comp or node}, "

@@ -281,7 +281,7 @@ def _xid_verdict(
             "threshold": settings.repeat_count,
             "users": len(users),
         }
-        if n >= settings.repeat_count and 1 < settings.repeat_users > len(users):
+        if n >= settings.repeat_count and settings.repeat_users > max(1, len(users)):
             # One user's code raises these at will: their repeats are the
             # application's until another user's processes see the GPU fail.
             return _Verdict(
