@@ -74,6 +74,15 @@ def uid_of(user: str | None) -> int | None:
         return None
 
 
+def user_name_of(uid: int) -> str:
+    """The passwd name of ``uid``, or the number as text when passwd has
+    none (a process of a user only the node's NSS cache knew)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def check_job_id(value: Any) -> str:
     return _check(_JOB_RE, "job id", value)
 

@@ -128,11 +128,6 @@ def check_signal(signal: str) -> str:
 SIGNAL_BATCH = 256
 
 
-def runs_on(job: JobInfo, name: str) -> bool:
-    """Whether ``job``'s node list (squeue ``%N``) names ``name``."""
-    return job.runs_on(name)
-
-
 class CliClient:
     """SlurmClient over Slurm's command-line tools.
 
@@ -396,7 +391,7 @@ class CliClient:
         job's node list, is the same answer for one read less.  ``-a``: jobs
         of hidden partitions are on the node too."""
         jobs = self._squeue("-a", "-t", ",".join(ACTIVE_JOB_STATES))
-        return [j for j in jobs if runs_on(j, name)]
+        return [j for j in jobs if j.runs_on(name)]
 
     def list_jobs(self, states: Sequence[str] | None = None) -> list[JobInfo]:
         args: list[str] = []

@@ -393,11 +393,7 @@ class RestClient:
         return jobs
 
     def jobs_on_node(self, name: str) -> list[JobInfo]:
-        return [
-            j
-            for j in self.list_jobs(ACTIVE_JOB_STATES)
-            if j.nodes and hostlist.contains(j.nodes, name)
-        ]
+        return [j for j in self.list_jobs(ACTIVE_JOB_STATES) if j.runs_on(name)]
 
     def get_job(self, job_id: str) -> JobInfo:
         jid = check_job_id(job_id)

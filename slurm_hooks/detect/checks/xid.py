@@ -50,18 +50,14 @@ def process_owners(pids: set[int], proc: str = "/proc") -> dict[int, str]:
     """Who owns each pid's process now (``/proc/PID``'s owner; uid when
     passwd has no name).  Read as the events are: a process gone by then
     has no owner here."""
-    import pwd
+    from slurm_hooks.core.identifiers import user_name_of
 
     out: dict[int, str] = {}
     for pid in sorted(pids)[:256]:
         try:
-            uid = os.stat(f"{proc}/{pid}").st_uid
+            out[pid] = user_name_of(os.stat(f"{proc}/{pid}").st_uid)
         except OSError:
             continue
-        try:
-            out[pid] = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            out[pid] = str(uid)
     return out
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurm_hooks.core.errors import CommandError, CommandTimeout
+from slurm_hooks.core.identifiers import user_name_of
 from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.probes.host import Partition, parse_mounts
 
@@ -174,15 +175,6 @@ def bounded(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     return box["value"]
 
 
-def _default_user_name(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
 def _default_group_name(gid: int) -> str:
     import grp
 
@@ -210,7 +202,7 @@ class Facts:
     run: Callable[..., Any] = _default_run
     statvfs: Callable[[str], Any] = os.statvfs
     stat: Callable[[str], os.stat_result] = os.lstat
-    user_name: Callable[[int], str] = _default_user_name
+    user_name: Callable[[int], str] = user_name_of
     group_name: Callable[[int], str] = _default_group_name
     now: Callable[[], float] = time.time
     _cache: dict[Any, Any] = field(default_factory=dict)
