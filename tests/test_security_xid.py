@@ -95,6 +95,13 @@ def test_journal_records_of_other_transports_are_ignored(transport):
     assert isinstance(classify_line(json.dumps(rec)), XidEvent)
 
 
+def test_a_kmsg_header_of_thousands_of_digits_is_no_record():
+    """Found by the fuzz test (seed 3360057693's neighbour): a priority of
+    5,000 digits reached ``int()``, which refuses past 4,300 (ValueError)."""
+    line = "1" * 5000 + "4,1,2,-;" + BODY
+    assert classify_line(line, max_line=10_000) == NOT_KERNEL
+
+
 def test_a_kernel_journal_record_quoting_an_xid_is_not_one():
     # The transport is the kernel's, but the XID is the user's file name.
     quoted = f"process 'sh' launched '/tmp/u/{BODY}' with NULL argv: empty string added"

@@ -85,7 +85,7 @@ _NAME_RE = re.compile(r"name=(?P<name>[^,]{0,256})(?:,[ \t]*|$)")
 
 # -- prefixes ---------------------------------------------------------------
 
-_KMSG_RE = re.compile(r"^\s*(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;")
+_KMSG_RE = re.compile(r"^\s*(?P<prio>\d{1,4}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),[^;]*;")
 _MONO_RE = re.compile(r"\[\s*(?P<mono>\d+\.\d+)\]")
 _CTIME_RE = re.compile(
     r"\[(?:\w{3} )?(?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<time>\d\d:\d\d:\d\d) (?P<year>\d{4})\]"
