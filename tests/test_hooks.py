@@ -24,15 +24,51 @@ def test_usage_error_exits_2():
     assert hooks.main(["nonsense"]) == 2
 
 
+@pytest.fixture
+def checks_seen(node_config, monkeypatch):
+    """The runner's run_phase replaced: each call is recorded as (the checks
+    it was asked for, whether the node's detect lock was free meanwhile);
+    ``fail`` names checks that report a FAIL."""
+    from slurm_hooks.core.model import Finding, Phase, Status
+    from slurm_hooks.detect import runner
+    from slurm_hooks.detect.outcome import CheckOutcome
+
+    calls: list[tuple[tuple[str, ...], bool]] = []
+    fail: set[str] = set()
+
+    def fake(phase, *, run_setup=None, only=None, budget_s=None, **_kw):
+        calls.append((tuple(only), lock_free(node_config)))
+        outcomes = tuple(
+            CheckOutcome(n, (Finding(check=n, status=Status.FAIL, code="BAD", message="bad"),), 0.0)
+            for n in only
+            if n in fail
+        )
+        return runner.RunResult(phase=Phase(phase), node="n1", profile="default", outcomes=outcomes)
+
+    monkeypatch.setattr(runner, "run_phase", fake)
+    return calls, fail
+
+
+def lock_free(state) -> bool:
+    from slurm_hooks.store.state import LockTimeout
+
+    try:
+        with StateStore(state).lock(DETECT_LOCK, timeout=0.01):
+            return True
+    except LockTimeout:
+        return False
+
+
 @pytest.mark.parametrize(("phase", "rc"), [("healthcheck", 2), ("epilog", 0)])
-def test_hook_waits_for_the_watchers_detect_lock_then_gives_up(node_config, monkeypatch, phase, rc):
+def test_hook_waits_for_the_watchers_detect_lock_then_gives_up(
+    node_config, checks_seen, monkeypatch, phase, rc
+):
     """While the watcher holds the node's detect lock (it is scanning the
     shared kernel-log cursor and acting), a hook must not scan too: it waits,
     then skips this run.  The epilog still exits 0 (a non-zero epilog makes
     Slurm drain the node with a reason that is not ours)."""
     monkeypatch.setattr(hooks, "DETECT_LOCK_WAIT_S", 0.3)
-    ran = []
-    monkeypatch.setattr(hooks, "_run_and_act", lambda *a: ran.append(a) or 0)
+    calls, _ = checks_seen
     held, release = threading.Event(), threading.Event()
 
     def watcher():
@@ -45,11 +81,41 @@ def test_hook_waits_for_the_watchers_detect_lock_then_gives_up(node_config, monk
     try:
         held.wait(5)
         assert hooks.main([phase]) == rc
-        assert ran == []
+        assert calls == []
     finally:
         release.set()
         t.join()
-    assert hooks.main([phase]) == 0 and len(ran) == 1
+    assert hooks.main([phase]) == 0 and calls[0][0] == ("xid",)
+
+
+@pytest.mark.parametrize("phase", ["healthcheck", "epilog"])
+def test_only_the_kernel_log_scan_and_acting_hold_the_detect_lock(checks_seen, phase):
+    """The XID check runs first, under the lock; every other check (site,
+    mounts, scratch: what a user's processes can slow) runs after it with
+    the lock free, so the watcher's XID scan never waits behind them."""
+    calls, _ = checks_seen
+    assert hooks.main([phase]) == 0
+    assert calls[0] == (("xid",), False)
+    assert len(calls) == 2 and "xid" not in calls[1][0] and "mounts" in calls[1][0]
+    assert calls[1][1] is True
+
+
+def test_what_the_other_checks_found_is_acted_on_under_the_lock(
+    node_config, checks_seen, monkeypatch
+):
+    calls, fail = checks_seen
+    fail.add("mounts")
+    acted = []
+
+    def act(self, findings):
+        acted.append(([f.check for f in findings], lock_free(node_config)))
+        self.held = False
+        return True
+
+    monkeypatch.setattr(hooks._Acting, "act", act)
+    assert hooks.main(["healthcheck"]) == 1  # unhealthy and not held by our drain
+    assert acted == [(["mounts"], False)]
+    assert calls[1][1] is True  # the check itself ran with the lock free
 
 
 def test_healthy_node_does_not_even_import_the_engine(tmp_path):

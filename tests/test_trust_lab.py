@@ -5,7 +5,8 @@ naming other jobs and other nodes, flight-recorder dumps that crashed the
 pass, XID 13s of the user's own processes, a job name holding rows of
 another user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
-connection cut off in a network namespace of their own - beside a
+connection cut off in a network namespace of their own, a site check
+slowed while the health check runs it - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
 drained (sinfo), the other user's job untouched (running, restart count 0,
 no signal), the owner told (audit).  The real case still drains: a hung rank
@@ -663,6 +664,48 @@ def test_an_xid_the_kernel_quotes_from_a_users_file_name_drains_nothing(rig, job
         no_xid_then_a_real_one_drains(lab, hooks, node, victims)
     finally:
         run(["scancel", *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+# -- a health check slowed by what users do --------------------------------------------------
+
+#: The site check a user slows (a process walk over thousands of their
+#: processes, a statvfs on the NFS mount their job's I/O swamps, an admin's
+#: command that reads their files), played by a command that says it has
+#: started and then waits until the test lets it end.
+SLOW_SITE = """
+[checks.site]
+timeout_s = 50
+[[site_checks]]
+name = "slowed"
+kind = "command"
+argv = ["/bin/sh", "-c", "touch {started}; while [ ! -e {release} ]; do sleep 0.1; done"]
+timeout_s = 50
+"""
+
+
+def test_an_xid_drains_while_a_health_check_waits_in_a_slow_site_check(rig, job_dir):
+    """The watcher's XID scan takes the node's detect lock; the health check
+    holds it only for its own XID part and for acting, never across the
+    site checks.  While the health check waits in a site check, an XID 79
+    on the node drains it (sinfo) before that check ends."""
+    lab, hooks, _ = rig
+    node = lab.node_names[0]
+    started, release = job_dir / "site.started", job_dir / "site.release"
+    hooks.add_config(node, SLOW_SITE.format(started=started, release=release))
+    rc: list[int] = []
+    check = threading.Thread(target=lambda: rc.append(
+        lab.run_on_node(node, [str(hooks.shims["healthcheck"])], timeout=60).rc))  # fmt: skip
+    check.start()
+    try:
+        lab.wait_for(started.exists, 30, what="the health check in its site check")
+        hooks.inject_xid(node, 79, gpu=1)
+        reason = parse_reason(wait_drained(lab, node, timeout=15))
+        assert reason.code == "XID79"
+        assert check.is_alive() and not release.exists()
+    finally:
+        release.touch()
+        check.join(60)
+    assert rc == [0]  # its own XID part ran before the XID was written; the site check passed
 
 
 # -- a connection the user cuts off in a network namespace of their own ---------------------

@@ -16,6 +16,9 @@ Slurm's limits shape it:
   does (``already_handled``), so a drained node is not logged every interval.
 * An open incident with work left (a grace worker that died) is rolled
   forward on the next run, healthy or not.
+* The node's detect lock (shared with the watcher) is held only around the
+  kernel-log scan and acting, never across the other checks
+  (:func:`_run_and_act`), which a user's processes can slow.
 * The prolog runs before every job: its cache, budget and requeue live in
   ``slurm_hooks.agent.prolog`` (exit 0: the job may start or was requeued by us;
   1: the node failed, Slurm handles the job).
@@ -29,7 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.agent.hook_output import (  # noqa: F401 (re-exported: importable from here too)
     ENV_LOG_LEVEL,
@@ -41,6 +44,7 @@ from slurm_hooks.core.exits import EXIT_REJECT  # noqa: F401 (re-exported: impor
 
 if TYPE_CHECKING:
     from slurm_hooks.core.config import Config
+    from slurm_hooks.core.model import Finding
     from slurm_hooks.decide.decision import Decision
     from slurm_hooks.store.state import StateStore
 
@@ -118,18 +122,13 @@ def _main(phase: str, t0: float) -> int:
     from slurm_hooks.core import config as config_mod
     from slurm_hooks.core.errors import SlurmHooksError
     from slurm_hooks.detect.runner import node_name
-    from slurm_hooks.store.state import DETECT_LOCK, StateStore
+    from slurm_hooks.store.state import StateStore
 
     try:
         cfg = config_mod.load(validate=False)
         apply_log_level(cfg)
         node = node_name()
-        # The watcher, the health check and the epilog share one kernel-log
-        # cursor: scan-then-act under one lock, so no XID is handled (or
-        # counted towards a repeat rule) twice.
-        store = StateStore(cfg.general.state_dir)
-        with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
-            return _run_and_act(phase, cfg, store, node, t0)
+        return _run_and_act(phase, cfg, StateStore(cfg.general.state_dir), node, t0)
     except SlurmHooksError as exc:
         log.error("hook %s could not run: %s", phase, exc)
         return 0 if phase == "epilog" else 2
@@ -164,47 +163,98 @@ def detect_lock_or_degrade(store: StateStore, name: str, timeout: float) -> Iter
 
 
 def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: float) -> int:
-    from slurm_hooks.core.errors import SlurmHooksError
+    """The phase's checks in two parts, each acted on as it ends.
+
+    1. The kernel log (``xid``), scanned and acted on under the node's
+       detect lock, first: the watcher, the health check and the epilog
+       share one kernel-log cursor, so scan-then-act runs under one lock and
+       no XID is handled (or counted towards a repeat rule) twice.  An open
+       incident with work left is rolled forward here too.
+    2. Every other check, outside the lock, then acted on under it when one
+       found something.  Some of them read what users can slow (``site``
+       reads every process's ``/proc`` files, ``mounts`` and ``scratch``
+       stat file systems): while they run, the watcher's XID scan does not
+       wait behind them, and neither does this run's own XID part nor its
+       share of the phase budget."""
     from slurm_hooks.core.model import Status
-    from slurm_hooks.detect.runner import run_phase
+    from slurm_hooks.detect.runner import LOCKED_CHECKS, plan, run_phase, setup
     from slurm_hooks.detect.xid.commit import deferred
+    from slurm_hooks.store.state import DETECT_LOCK
 
-    # The XID cursor and history are committed only once the findings are
-    # acted on (journalled): a stalled slurmctld, a crash or a kill here
-    # leaves the events to be read and acted on by the next run.
-    handled = False
-    with deferred() as pending:
-        result = run_phase(phase, cfg=cfg, node=node)
-        unhealthy = any(f.is_problem for f in result.findings)
-        remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - t0)
-        if all(f.status is Status.OK for f in result.findings) and not _work_left(store, node):
-            # The common case on every node every interval: nothing to decide and
-            # nothing to roll forward, so the engine (policy, Slurm backend,
-            # notifiers) is not even imported.
+    rs = setup(cfg, node=node)
+    names = plan(phase, rs.checks, sections=rs.cfg.data)
+    locked = [n for n in names if n in LOCKED_CHECKS]
+    rest = [n for n in names if n not in LOCKED_CHECKS]
+    budget = rs.checks.budget(phase)
+    checks_t0 = time.monotonic()
+    findings: list[Finding] = []
+    durations: dict[str, float] = {}
+    acting = _Acting(phase, cfg, node, t0)
+
+    def run(only: list[str], budget_s: float) -> list[Finding]:
+        result = run_phase(phase, run_setup=rs, only=only, budget_s=budget_s)
+        findings.extend(result.findings)
+        durations.update(result.durations)
+        return list(result.findings)
+
+    with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S), deferred() as pending:
+        # The XID cursor and history are committed only once the findings are
+        # acted on (journalled): a stalled slurmctld, a crash or a kill here
+        # leaves the events to be read and acted on by the next run.
+        found = run(locked, budget) if locked else []
+        if all(f.status is Status.OK for f in found) and not _work_left(store, node):
             pending.commit()
-            write_metrics(phase, cfg, result.findings, time.monotonic() - t0, result.durations)
-            return 0
-        if phase == "healthcheck" and remaining < ENGINE_MIN_S:
-            log.warning("hook %s: %.1fs left, not acting this run (events kept for the next)",
-                        phase, remaining)  # fmt: skip
-        else:
-            try:
-                from slurm_hooks.act.engine import Engine
-
-                engine = Engine.from_config(cfg, actor=f"slurm-hooks/{phase}")
-                decisions = engine.handle(node, result.findings)
-                for d in decisions:
-                    log.info("decision node=%s kind=%s code=%s why=%s", node, d.kind, d.code,
-                             d.explanation)  # fmt: skip
-                pending.commit()
-                handled = unhealthy and already_handled(decisions)
-            except SlurmHooksError as exc:
-                log.error("hook %s: remediation failed (events kept for the next run): %s",
-                          phase, exc)  # fmt: skip
-    write_metrics(phase, cfg, result.findings, time.monotonic() - t0, result.durations)
+        elif acting.act(found):
+            pending.commit()
+    if rest:
+        found = run(rest, max(0.0, budget - (time.monotonic() - checks_t0)))
+        if any(f.status is not Status.OK for f in found):
+            with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
+                acting.act(found)
+    write_metrics(phase, cfg, findings, time.monotonic() - t0, durations)
     if phase == "epilog":
         return 0
-    return 1 if unhealthy and not handled else 0
+    unhealthy = any(f.is_problem for f in findings)
+    return 1 if unhealthy and not acting.held else 0
+
+
+class _Acting:
+    """The engine, built on the first call only (the common run on a healthy
+    node never imports it), and whether every problem it was handed is one
+    our drain already holds (:func:`already_handled`)."""
+
+    def __init__(self, phase: str, cfg: Config, node: str, t0: float) -> None:
+        self.phase, self.cfg, self.node, self.t0 = phase, cfg, node, t0
+        self.engine: Any = None
+        self.held = True
+
+    def act(self, findings: Sequence[Finding]) -> bool:
+        """Hand ``findings`` to the engine; True once it acted (journalled)."""
+        from slurm_hooks.core.errors import SlurmHooksError
+
+        unhealthy = any(f.is_problem for f in findings)
+        remaining = HEALTHCHECK_LIMIT_S - (time.monotonic() - self.t0)
+        if self.phase == "healthcheck" and remaining < ENGINE_MIN_S:
+            log.warning("hook %s: %.1fs left, not acting this run (events kept for the next)",
+                        self.phase, remaining)  # fmt: skip
+            self.held = self.held and not unhealthy
+            return False
+        try:
+            if self.engine is None:
+                from slurm_hooks.act.engine import Engine
+
+                self.engine = Engine.from_config(self.cfg, actor=f"slurm-hooks/{self.phase}")
+            decisions = self.engine.handle(self.node, findings)
+        except SlurmHooksError as exc:
+            log.error("hook %s: remediation failed (events kept for the next run): %s",
+                      self.phase, exc)  # fmt: skip
+            self.held = self.held and not unhealthy
+            return False
+        for d in decisions:
+            log.info("decision node=%s kind=%s code=%s why=%s", self.node, d.kind, d.code,
+                     d.explanation)  # fmt: skip
+        self.held = self.held and (not unhealthy or already_handled(decisions))
+        return True
 
 
 def already_handled(decisions: Sequence[Decision]) -> bool:

@@ -367,7 +367,7 @@ def run_prolog(
     if gpu.devices is not None:
         full_setup = runner.setup(_with_devices(cfg, gpu.devices), node=node, services=services)
     # The warm checks just ran; the kernel log is scanned only under the lock.
-    skip = {*pc.warm_checks, *_LOCKED_CHECKS}
+    skip = {*pc.warm_checks, *runner.LOCKED_CHECKS}
     if gpu.devices is not None and len(gpu.devices) < 2:
         skip.add("nccl")  # one GPU has no peer to all-reduce with
     planned = runner.plan("prolog", full_setup.checks, sections=full_setup.cfg.data)
@@ -411,10 +411,6 @@ def run_prolog(
         log.error("prolog: cannot cache the pass: %s", exc)
     step("cache_write", t0)
     return done("passed", f"full run passed in {full_seconds:.1f}s", findings=findings, gpu=gpu)
-
-
-#: Checks that read the kernel-log cursor the watcher shares: only under the lock.
-_LOCKED_CHECKS = frozenset({"xid"})
 
 
 @contextlib.contextmanager

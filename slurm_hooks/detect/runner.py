@@ -48,6 +48,10 @@ from slurm_hooks.detect.profiles import (
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_ERROR = 0, 1, 2
+#: Checks that read the kernel-log cursor the watcher and the hooks share:
+#: each runs, with the engine call on what it found, only under the node's
+#: detect lock (``store.state.DETECT_LOCK``); every other check runs outside it.
+LOCKED_CHECKS = frozenset({"xid"})
 
 
 @record
