@@ -127,16 +127,19 @@ def test_what_in_the_history_corroborates(code, severity, trusted, kind):
     assert one([hang()], history=NodeHistory((ev,))).kind is kind
 
 
-def test_hangs_of_two_different_users_blame_the_node():
+def test_hangs_of_two_different_users_blame_the_node_only_where_the_site_says_so():
+    """Each hang is evidence its user writes: by default two users' hangs
+    (two accounts that agree) stay reports; ``cross_user_hangs = 2`` makes
+    them corroborate each other."""
     other = FaultEvent(NOW - timedelta(minutes=9), "HANG", "job:5/rank1", "report_job", None,
                        False, "alice")  # fmt: skip
-    d = one([hang()], history=NodeHistory((other,)))
+    assert one([hang()], history=NodeHistory((other,))).kind is DecisionKind.REPORT_JOB
+    two = PolicyConfig(cross_user_hangs=2)
+    d = one([hang()], history=NodeHistory((other,)), cfg=two)
     assert d.kind is DecisionKind.DRAIN and "2 different users" in d.facts["corroborated_by"]
-    assert one([hang()], history=NodeHistory((other,)),
-               cfg=PolicyConfig(cross_user_hangs=0)).kind is DecisionKind.REPORT_JOB  # fmt: skip
     mine = FaultEvent(NOW - timedelta(minutes=9), "HANG", "job:5/rank1", "report_job", None,
                       False, "mallory")  # fmt: skip
-    assert one([hang()], history=NodeHistory((mine,))).kind is DecisionKind.REPORT_JOB
+    assert one([hang()], history=NodeHistory((mine,)), cfg=two).kind is DecisionKind.REPORT_JOB
 
 
 def test_user_side_report_only_verdicts_stay_logs():

@@ -6,7 +6,7 @@ pass, XID 13s of the user's own processes, a job name holding rows of
 another user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own, a site check
-slowed while the health check runs it - beside a
+slowed while the health check runs it, two users' hangs on one node - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
 drained (sinfo), the other user's job untouched (running, restart count 0,
 no signal), the owner told (audit).  The real case still drains: a hung rank
@@ -485,11 +485,9 @@ HUGE_DUMP = (
 def test_a_users_flight_recorder_dump_never_stops_the_pass_for_others(fresh_lab, job_dir):
     """sltest's stalled job leaves dumps whose numbers Python cannot print;
     sltest2's job beside it stalls after.  Both owners are told (the pass
-    goes on past the refused dump); nothing is drained.  Hangs of two users'
-    jobs on one node would corroborate each other (``cross_user_hangs``):
-    that rule is off here, the pass is what is under test."""
+    goes on past the refused dump); nothing is drained."""
     progress = {**PROGRESS, "flight_recorder_path": f"{job_dir}/progress/{{job}}/fr_*"}
-    with _rigged(fresh_lab, job_dir, progress, {"cross_user_hangs": 0}) as (lab, hooks, pdir):
+    with _rigged(fresh_lab, job_dir, progress) as (lab, hooks, pdir):
         node = lab.node_names[0]
         dumps = "\n".join(HUGE_DUMP.format(n=n) for n in range(2))
         bad = script(job_dir / "bad.sh",
@@ -514,6 +512,41 @@ def test_a_users_flight_recorder_dump_never_stops_the_pass_for_others(fresh_lab,
             for job in jobs:
                 info = lab.client().get_job(job)
                 assert (info.state, info.restart_count) == ("RUNNING", 0), info
+        finally:
+            run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
+
+
+def test_two_users_hangs_on_one_node_drain_nothing(fresh_lab, job_dir):
+    """Two accounts that agree (sltest and sltest2) each run a job on n1
+    whose records say a rank exited: two users' hangs name n1.  Each is
+    evidence its user wrote, so at the defaults each owner is told about
+    their own job and nothing else happens: n1 stays in service, both jobs
+    run on (``[policy] cross_user_hangs`` would let them corroborate each
+    other; it is off unless a site turns it on)."""
+    with _rigged(fresh_lab, job_dir, PROGRESS) as (lab, hooks, pdir):
+        node = lab.node_names[0]
+        body = EXITED_RANK.format(pdir=pdir, rec=RECORD, extra="")
+        jobs: list[str] = []
+        try:
+            for user in (TEST_USER, VICTIM_USER):
+                s = script(job_dir / f"hang-{user}.sh", body)
+                jobs.append(submit(lab, s, "-w", node, "-n1", f"--output={job_dir}/{user}.out",
+                                   user=user))  # fmt: skip
+            try:
+                for job, user in zip(jobs, (TEST_USER, VICTIM_USER), strict=True):
+                    entry = lab.wait_for(lambda j=job: told(hooks, node, j), 60,
+                                         what=f"the owner of job {job} told")  # fmt: skip
+                    assert entry["user"] == user and entry["decision"] == "report_job", entry
+            except Exception:
+                dump(lab, hooks, pdir, node)
+                raise
+            state = lab.client().get_node(node)
+            assert not (state.drained or state.down), state
+            for job in jobs:
+                info = lab.client().get_job(job)
+                assert (info.state, info.restart_count) == ("RUNNING", 0), info
+            for e in hooks.audit(node):
+                assert e.get("action") not in ("drain", "signal", "requeue", "breaker_trip"), e
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
 

@@ -98,8 +98,11 @@ class PolicyConfig:
     #: corroboration on it within this many seconds (docs/security.md).
     user_evidence_window_s: float = 3600.0
     #: ... or when hangs of jobs of at least this many different users named
-    #: this node as the culprit within that window (0 turns the rule off).
-    cross_user_hangs: int = 2
+    #: this node as the culprit within that window.  0 (the default): off,
+    #: since each hang is evidence its user writes, and two accounts (one
+    #: person's, or two who agree) would drain any node they share; a site
+    #: that trusts its users may set 2 or more.
+    cross_user_hangs: int = 0
 
     #: Resume our drained nodes automatically once acceptance passed after the fault.
     auto_resume: bool = True

@@ -11,7 +11,9 @@ read from the node's own history (root-written, ``store/state.py``):
   down to the application itself (a user's kernel can raise XID 13, 31, 43
   or 45 at will: those never corroborate);
 * hangs of jobs of at least ``cross_user_hangs`` different users naming this
-  node as the culprit within the window (this one included).
+  node as the culprit within the window (this one included), where a site
+  turned that rule on (off by default: every hang is evidence its user
+  writes, and two accounts can agree).
 
 Trusted evidence gathered with the finding itself (NVML answering GPU lost,
 a step's process stuck inside the nvidia driver) makes the finding trusted
