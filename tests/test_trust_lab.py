@@ -6,7 +6,8 @@ pass, XID 13s of the user's own processes, a job name holding rows of
 another user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own, a site check
-slowed while the health check runs it, two users' hangs on one node - beside a
+slowed while the health check runs it, two users' hangs on one node, a
+progress directory the user made first - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
 drained (sinfo), the other user's job untouched (running, restart count 0,
 no signal), the owner told (audit).  The real case still drains: a hung rank
@@ -45,12 +46,16 @@ WATCH = {"nvml_interval_s": 3600.0}
 
 
 @contextlib.contextmanager
-def _rigged(lab, job_dir: Path, progress: dict, policy: dict | None = None) -> Iterator[tuple]:
-    """The hooks installed with ``progress`` and a watcher on every node."""
+def _rigged(
+    lab, job_dir: Path, progress: dict, policy: dict | None = None, pdir: Path | None = None
+) -> Iterator[tuple]:
+    """The hooks installed with ``progress`` and a watcher on every node;
+    the progress directory made by root (1777), or ``pdir`` as it is."""
     ensure_user(VICTIM_USER)
-    pdir = job_dir / "progress"
-    pdir.mkdir(mode=0o1777)
-    os.chmod(pdir, 0o1777)
+    if pdir is None:
+        pdir = job_dir / "progress"
+        pdir.mkdir(mode=0o1777)
+        os.chmod(pdir, 0o1777)
     hooks = install(lab, grace_s=3.0, progress={**progress, "dir": str(pdir)}, watch=WATCH,
                     policy=policy)  # fmt: skip
     try:
@@ -549,6 +554,45 @@ def test_two_users_hangs_on_one_node_drain_nothing(fresh_lab, job_dir):
                 assert e.get("action") not in ("drain", "signal", "requeue", "breaker_trip"), e
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
+
+
+def test_a_progress_directory_a_user_made_first_is_taken_from_them(fresh_lab, job_dir):
+    """sltest makes the progress directory before any watcher runs (as a job
+    that ran first could, in /dev/shm) and so owns it: the owner of a
+    directory can rename every entry in it.  The watcher makes it root's at
+    its start and moves sltest's aside (kept); sltest then cannot move
+    sltest2's job directory out of it, and sltest2's stalled job is
+    reported to sltest2; nothing is drained."""
+    shm = job_dir / "shm"
+    shm.mkdir()
+    os.chmod(shm, 0o1777)
+    pdir = shm / "progress"
+    run(["runuser", "-u", TEST_USER, "--", "mkdir", "-m", "0777", str(pdir)], timeout=10)
+    users = pdir.stat().st_uid
+    assert users != 0
+    with _rigged(fresh_lab, job_dir, PROGRESS, pdir=pdir) as (lab, hooks, _):
+        node = lab.node_names[0]
+        st = pdir.lstat()
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o1777)
+        aside = [p for p in shm.iterdir() if p.name.startswith("progress.untrusted-")]
+        assert [p.stat().st_uid for p in aside] == [users], aside
+        s = script(job_dir / "stall.sh", EXITED_RANK.format(pdir=pdir, rec=RECORD, extra=""))
+        job = submit(lab, s, "-w", node, "-n1", f"--output={job_dir}/stall.out", user=VICTIM_USER)
+        try:
+            lab.wait_for(lambda: (pdir / job / "rank0.log").exists(), 30, what="the records")
+            moved = run(["runuser", "-u", TEST_USER, "--", "mv", str(pdir / job), str(shm / "x")],
+                        timeout=10, check=False)  # fmt: skip
+            assert not moved.ok and (pdir / job).is_dir()
+            try:
+                entry = lab.wait_for(lambda: told(hooks, node, job), 60, what="sltest2 told")
+            except Exception:
+                dump(lab, hooks, pdir, node)
+                raise
+            assert entry["user"] == VICTIM_USER and entry["decision"] == "report_job", entry
+            state = lab.client().get_node(node)
+            assert not (state.drained or state.down), state
+        finally:
+            run(["scancel", job], timeout=30, env=lab.env(), check=False)
 
 
 # -- XID 13 from a user's own code --------------------------------------------------------

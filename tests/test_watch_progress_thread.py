@@ -109,3 +109,38 @@ def test_the_progress_engine_call_holds_the_detect_lock(node_cfg):  # noqa: F811
     assert eng.slurm == "the client"  # reads pass through, unlocked
     with detect_lock(state, timeout=0.0):  # and the lock is free again
         pass
+
+
+def test_a_progress_directory_a_user_makes_in_the_claims_gap_is_taken_before_the_next_pass(
+    running, monkeypatch
+):
+    """The watcher moves a user's progress directory aside, then makes its
+    own: a user who makes one in between wins that claim, and loses it
+    before the next pass (the pass reads nothing while it is theirs)."""
+    import os
+
+    import pytest as _pytest
+
+    if os.getuid() != 0:
+        _pytest.skip("chown needs root")
+    from slurm_hooks.detect.progress import gather
+
+    real_mkdir = os.mkdir
+    raced = []
+
+    def user_first(path, mode=0o777):  # type: ignore[no-untyped-def]
+        if not raced and str(path).endswith("/p"):  # the progress directory, not a tempdir
+            raced.append(path)
+            real_mkdir(path, 0o777)
+            os.chown(path, 4242, 4242)  # the user's, made in the gap
+        return real_mkdir(path, mode)
+
+    monkeypatch.setattr(gather.os, "mkdir", user_first)
+    seen = []
+    box = {}
+    w, _ = running(lambda: seen.append(gather.base_stat(box["dir"])) or [])
+    box["dir"] = w.progress.s.dir
+    assert wait(lambda: len(seen) >= 2)
+    st = os.lstat(w.progress.s.dir)
+    assert raced and (st.st_uid, st.st_mode & 0o7777) == (0, 0o1777)
+    assert None not in seen[1:]  # from the pass after the lost claim on, the directory is root's

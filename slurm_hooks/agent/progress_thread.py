@@ -61,9 +61,13 @@ class ProgressThread:
         interval = w.progress.s.interval_s
         from slurm_hooks.detect.progress.gather import claim_base
 
-        claim_base(w.progress.s.dir)  # before any job of the node makes it theirs
+        # Before any job of the node makes the directory theirs, and again
+        # before each pass while it is not root's: a user who makes one in
+        # the moment between moving theirs aside and making ours holds it
+        # until the next pass at most (which reads nothing of it meanwhile).
         while not w.stop_event.is_set():
             t0 = time.monotonic()
+            claim_base(w.progress.s.dir)
             try:
                 w.progress_pass()
             except Exception:  # noqa: BLE001 - logged with its traceback; the thread survives

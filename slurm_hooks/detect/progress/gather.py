@@ -148,6 +148,7 @@ def base_stat(base: str | os.PathLike[str]) -> os.stat_result | None:
 
 
 _told_bases: set[str] = set()
+_told_claims: set[tuple[str, int | None]] = set()
 
 
 def claim_base(base: str | os.PathLike[str]) -> bool:
@@ -166,9 +167,13 @@ def claim_base(base: str | os.PathLike[str]) -> bool:
         os.mkdir(path, 0o700)
         os.chmod(path, 0o1777)
     except OSError as exc:
-        log.error("progress: cannot make %s root's: %s", path, exc)
+        told = (path, exc.errno)
+        if told not in _told_claims:  # the watcher tries again before every pass
+            _told_claims.add(told)
+            log.error("progress: cannot make %s root's: %s", path, exc)
         return False
     _told_bases.discard(path)
+    _told_claims.difference_update({t for t in _told_claims if t[0] == path})
     return base_stat(path) is not None
 
 
