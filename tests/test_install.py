@@ -86,7 +86,7 @@ def test_compare_with_recorded_scontrol_show_config():
     assert verdicts == {
         "Prolog": inst.Verdict.OK,
         "Epilog": inst.Verdict.MISSING,  # (null)
-        "PrologFlags": inst.Verdict.OK,
+        "PrologFlags": inst.Verdict.DIFFERS,  # Alloc without DeferBatch
         "PrologEpilogTimeout": inst.Verdict.OK,  # 65534: no limit
         "HealthCheckProgram": inst.Verdict.DIFFERS,  # /bin/true
         "HealthCheckInterval": inst.Verdict.OK,  # "300 sec"
@@ -111,6 +111,12 @@ M = inst.Match
             "PrologFlags=Contain,X11,Alloc",
         ),
         (S("PrologFlags", "Alloc", M.CONTAINS), "alloc,Contain", "ok", None),
+        (
+            S("PrologFlags", "Alloc,DeferBatch", M.CONTAINS),
+            "Alloc,Contain",
+            "differs",
+            "PrologFlags=Alloc,Contain,DeferBatch",
+        ),
         (S("PrologFlags", "Alloc", M.CONTAINS), "(null)", "missing", "PrologFlags=Alloc"),
         (S("PrologEpilogTimeout", "120", M.AT_LEAST), "60", "differs", "PrologEpilogTimeout=120"),
         (S("PrologEpilogTimeout", "120", M.AT_LEAST), "120", "ok", None),

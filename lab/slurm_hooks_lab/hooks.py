@@ -612,7 +612,7 @@ def install(
     if epilog:
         lines.append(f"Epilog={shims['epilog']}")
     if prolog:
-        lines += [f"Prolog={shims['prolog']}", "PrologFlags=Alloc"]
+        lines += [f"Prolog={shims['prolog']}", "PrologFlags=Alloc,DeferBatch"]
     extra = "\n".join(lines)
     hooks = LabHooks(lab, files, shims, extra, breaker_file, gpus, preset)
     hooks.reset_state()

@@ -36,7 +36,9 @@ whose profile has GPUs.
 
 When a check fails, the engine drains the node with OUR reason, then the
 prolog requeues the job itself (``scontrol requeue`` while the prolog still
-runs: the batch script never starts on this node) and exits 0, so the job
+runs; with ``PrologFlags=DeferBatch``, which install asks for, slurmctld
+sends the batch script only after the prologs ended, by then to no node:
+docs/prolog.md) and exits 0, so the job
 is requeued without a hold whatever SchedulerParameters say.  Where the
 requeue is refused (``--no-requeue``) it exits 1 and Slurm handles the job;
 the node is already drained, so Slurm keeps our reason instead of writing

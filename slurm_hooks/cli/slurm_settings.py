@@ -171,9 +171,10 @@ def _base_settings(
         Setting("Epilog", f"{p}/epilog.d/*", why="run every script in epilog.d"),
         Setting(
             "PrologFlags",
-            "Alloc",
+            "Alloc,DeferBatch",
             Match.CONTAINS,
-            why="run the prolog on every node at allocation, before the job starts",
+            why="run the prolog on every node at allocation, and send the batch script only "
+            "once every prolog ended: a job the prolog requeued never starts on its node",
         ),
         Setting(
             "PrologEpilogTimeout",
