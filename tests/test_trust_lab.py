@@ -144,6 +144,27 @@ def dump(lab, hooks, pdir: Path, node: str) -> None:
         print(p, p.lstat().st_uid, text)
 
 
+def owners_told_and_nothing_else(lab, hooks, pdir: Path, node: str, owned: list) -> None:
+    """Each job's owner told about that job (``report_job``), and nothing
+    else: the node in service, every job running with restart count 0, no
+    drain, signal or requeue audited.  ``owned``: (job, user) pairs."""
+    try:
+        for job, user in owned:
+            entry = lab.wait_for(lambda j=job: told(hooks, node, j), 60,
+                                 what=f"the owner of job {job} told")  # fmt: skip
+            assert entry["user"] == user and entry["decision"] == "report_job", entry
+    except Exception:
+        dump(lab, hooks, pdir, node)
+        raise
+    state = lab.client().get_node(node)
+    assert not (state.drained or state.down), state
+    for job, _ in owned:
+        info = lab.client().get_job(job)
+        assert (info.state, info.restart_count) == ("RUNNING", 0), info
+    for e in hooks.audit(node):
+        assert e.get("action") not in ("drain", "signal", "requeue", "breaker_trip"), e
+
+
 # -- forged records --------------------------------------------------------------------------
 
 
@@ -503,20 +524,11 @@ def test_a_users_flight_recorder_dump_never_stops_the_pass_for_others(fresh_lab,
             lab.wait_for(lambda: (pdir / jobs[0] / "fr_1").exists(), 30, what="the dumps")
             jobs.append(submit(lab, plain, "-w", node, "-n1", f"--output={job_dir}/plain.out",
                                user=VICTIM_USER))  # fmt: skip
-            try:
-                for job, user in zip(jobs, (TEST_USER, VICTIM_USER), strict=True):
-                    entry = lab.wait_for(lambda j=job: told(hooks, node, j), 60,
-                                         what=f"the owner of job {job} told")  # fmt: skip
-                    assert entry["user"] == user and entry["decision"] == "report_job", entry
-            except Exception:
-                dump(lab, hooks, pdir, node)
-                raise
+            owners_told_and_nothing_else(
+                lab, hooks, pdir, node, list(zip(jobs, (TEST_USER, VICTIM_USER), strict=True))
+            )
             log = (hooks.node(node).dir / "watch.log").read_text()
             assert "an integer of 20001 bits" in log, log[-2000:]
-            assert not lab.client().get_node(node).drained
-            for job in jobs:
-                info = lab.client().get_job(job)
-                assert (info.state, info.restart_count) == ("RUNNING", 0), info
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
 
@@ -537,21 +549,9 @@ def test_two_users_hangs_on_one_node_drain_nothing(fresh_lab, job_dir):
                 s = script(job_dir / f"hang-{user}.sh", body)
                 jobs.append(submit(lab, s, "-w", node, "-n1", f"--output={job_dir}/{user}.out",
                                    user=user))  # fmt: skip
-            try:
-                for job, user in zip(jobs, (TEST_USER, VICTIM_USER), strict=True):
-                    entry = lab.wait_for(lambda j=job: told(hooks, node, j), 60,
-                                         what=f"the owner of job {job} told")  # fmt: skip
-                    assert entry["user"] == user and entry["decision"] == "report_job", entry
-            except Exception:
-                dump(lab, hooks, pdir, node)
-                raise
-            state = lab.client().get_node(node)
-            assert not (state.drained or state.down), state
-            for job in jobs:
-                info = lab.client().get_job(job)
-                assert (info.state, info.restart_count) == ("RUNNING", 0), info
-            for e in hooks.audit(node):
-                assert e.get("action") not in ("drain", "signal", "requeue", "breaker_trip"), e
+            owners_told_and_nothing_else(
+                lab, hooks, pdir, node, list(zip(jobs, (TEST_USER, VICTIM_USER), strict=True))
+            )
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
 
@@ -583,14 +583,7 @@ def test_a_progress_directory_a_user_made_first_is_taken_from_them(fresh_lab, jo
             moved = run(["runuser", "-u", TEST_USER, "--", "mv", str(pdir / job), str(shm / "x")],
                         timeout=10, check=False)  # fmt: skip
             assert not moved.ok and (pdir / job).is_dir()
-            try:
-                entry = lab.wait_for(lambda: told(hooks, node, job), 60, what="sltest2 told")
-            except Exception:
-                dump(lab, hooks, pdir, node)
-                raise
-            assert entry["user"] == VICTIM_USER and entry["decision"] == "report_job", entry
-            state = lab.client().get_node(node)
-            assert not (state.drained or state.down), state
+            owners_told_and_nothing_else(lab, hooks, pdir, node, [(job, VICTIM_USER)])
         finally:
             run(["scancel", job], timeout=30, env=lab.env(), check=False)
 
