@@ -457,3 +457,45 @@ def test_engine_requeues_the_opted_in_job_alone_and_records_user_side_history(tm
     # The same finding again (a later pass): requeued once only.
     engine.handle("n1", [hang(opt_in=True)])
     assert slurm.count("requeue") == 1
+
+
+# -- what the node's users can fill: drain, never evacuate -------------------------------------
+
+
+def test_what_the_nodes_users_can_fill_drains_without_moving_their_jobs(tmp_path):
+    """A full scratch or file system, a high load, little free memory, a
+    stray process: any user of the node can cause these by using it.  The
+    node is drained as the site asked (no new job lands there), but no job
+    on it is signalled or requeued: a user must not move another user's
+    job.  A mount that is gone is the node's, and still evacuates."""
+    from slurm_hooks.detect.checks.scratch import ScratchCheck
+    from slurm_hooks.detect.site import args as A
+    from slurm_hooks.detect.site.check import judge_one
+    from slurm_hooks.detect.site.gather import FsUsage
+    from slurm_hooks.detect.site.spec import SiteCheck
+    from tests.test_checks_host import GIB, FakePsutil, ctx
+    from tests.test_checks_host import run as run_check
+
+    prof = {"scratch_path": str(tmp_path), "scratch_min_free_gb": 100}
+    [scratch] = run_check(ScratchCheck(), ctx(prof, psutil=FakePsutil(free=5 * GIB)))
+    full = FsUsage(total_kb=1e9, used_kb=999e6, free_kb=1e6, inodes=10, inodes_free=1)
+    [space] = judge_one(SiteCheck("tmp", "fs_space", A.FsSpace(path="/tmp", min_free="10%")),
+                        full, None, True)  # fmt: skip
+    [gone] = judge_one(SiteCheck("home", "fs_mount", A.FsMount(paths=("/home",))), [], None, True)
+    for f, evacuate in ((scratch, False), (space, False), (gone, True)):
+        [d] = decide([f], node(), None, None, PolicyConfig(), NOW, node="n1")
+        assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, evacuate), (f, d)
+    # With a real fault beside it, the jobs are moved for that one.
+    [d] = decide([scratch, gone], node(), None, None, PolicyConfig(), NOW, node="n1")
+    assert d.evacuate
+    # Filled again and again: never a hardware fault, never a replacement.
+    from slurm_hooks.decide.decide import component_token
+
+    past = NodeHistory(tuple(
+        FaultEvent(NOW - timedelta(hours=h), f.code, component_token(f), "drain", None, True, None)
+        for h in (1, 2, 3) for f in (scratch, space)
+    ))  # fmt: skip
+    for f in (scratch, space):
+        [d] = decide([f], node(), past, None, PolicyConfig(), NOW, node="n1")
+        assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, False), d
+        assert "hardware_faults" not in d.facts

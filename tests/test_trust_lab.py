@@ -7,7 +7,7 @@ another user's job, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own, a site check
 slowed while the health check runs it, two users' hangs on one node, a
-progress directory the user made first - beside a
+progress directory the user made first, a scratch the user fills - beside a
 job of another user (``sltest2``) on the same node.  In each: no node
 drained (sinfo), the other user's job untouched (running, restart count 0,
 no signal), the owner told (audit).  The real case still drains: a hung rank
@@ -776,6 +776,53 @@ def test_an_xid_drains_while_a_health_check_waits_in_a_slow_site_check(rig, job_
         release.touch()
         check.join(60)
     assert rc == [0]  # its own XID part ran before the XID was written; the site check passed
+
+
+# -- what a user fills on the node ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_scratch(path: Path, size: str = "64m") -> Iterator[Path]:
+    """A tmpfs of ``size`` at ``path`` (1777, like /scratch), unmounted after."""
+    path.mkdir()
+    res = run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "--", "tmpfs", str(path)],
+              timeout=30, check=False)  # fmt: skip
+    if not res.ok:
+        pytest.skip(f"cannot mount a tmpfs here: {(res.stderr or res.stdout).strip()!r}")
+    try:
+        yield path
+    finally:
+        run(["umount", "-l", "--", str(path)], timeout=30, check=False)
+
+
+def test_a_scratch_a_user_fills_drains_the_node_but_moves_no_ones_job(rig, job_dir):
+    """sltest's job fills n1's scratch (64 MiB, the profile asks for 30 MiB
+    free) while sltest2's job runs there.  The health check drains n1 for
+    SCRATCH_FULL, as the site asked (no new job lands there), but no job on
+    it is signalled or requeued: not sltest2's, not even sltest's."""
+    lab, hooks, _ = rig
+    node = lab.node_names[0]
+    with small_scratch(job_dir / "scratch") as scratch:
+        hooks.add_config(node, f'[profiles.default]\nscratch_path = "{scratch}"\n'
+                               "scratch_min_free_gb = 0.03\n")  # fmt: skip
+        victims = [victim(lab, job_dir, node)]
+        filler = script(job_dir / "fill.sh",
+                        f"dd if=/dev/zero of={scratch}/mine bs=1M count=50 2>/dev/null\n"
+                        f"touch {job_dir}/filled\nsleep 600\n")  # fmt: skip
+        own = submit(lab, filler, "-w", node, "-n1", f"--output={job_dir}/fill.out")
+        try:
+            lab.wait_for((job_dir / "filled").exists, 30, what="the scratch filled")
+            rc = lab.run_on_node(node, [str(hooks.shims["healthcheck"])], timeout=60).rc
+            assert rc == 1
+            assert parse_reason(wait_drained(lab, node)).code == "SCRATCH_FULL"
+            time.sleep(5)  # past the grace (3 s) an evacuation would have taken
+            assert_untouched_victims(lab, victims)
+            info = lab.client().get_job(own)
+            assert (info.state, info.restart_count) == ("RUNNING", 0), info
+            for e in hooks.audit(node):
+                assert e.get("action") not in ("signal", "requeue"), e
+        finally:
+            run(["scancel", own, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
 # -- a connection the user cuts off in a network namespace of their own ---------------------

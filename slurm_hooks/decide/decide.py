@@ -81,6 +81,16 @@ def _count(finding: Finding) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
+def _evacuates(findings: Sequence[Finding]) -> bool:
+    """Whether taking the node out for ``findings`` moves the jobs on it:
+    yes unless every one keeps them, as a finding may ask (SLOW, drain at
+    the job's end) and as one the node's users can cause by using it does
+    (``trust.USERS_CAUSE``: a user must not move another user's job)."""
+    return any(
+        f.values.get("evacuate") is not False and f.code not in trust.USERS_CAUSE for f in findings
+    )
+
+
 def _process_users(f: Finding, past: list[FaultEvent]) -> set[str] | None:
     """The users whose processes raised ``f`` and its past repeats; None for
     a finding that names no processes' users (not one a user can cause)."""
@@ -151,12 +161,20 @@ def _finding_verdict(
         )
     if f.action is Action.REPLACE:
         return DecisionKind.REPLACE, f"{f.code}: hardware needs replacing ({f.action})", {}
+    if f.code in trust.USERS_CAUSE:
+        return (
+            DecisionKind.DRAIN,
+            f"{f.code}: what the node's users can cause by using it: drained as the site "
+            "asked (no new job lands here), its jobs are not moved, and it never counts "
+            "towards replacing the node",
+            {},
+        )
     # RESET_GPU, DRAIN, REBOOT: take the node out; repeated hardware faults -> replace.
     since = now - timedelta(seconds=cfg.replace_window_s)
     past = [
         e
         for e in history.faults_since(since, component=comp)
-        if e.severity in ("drain", "replace", "hold_for_human")
+        if e.severity in ("drain", "replace", "hold_for_human") and e.code not in trust.USERS_CAUSE
     ]
     seen = len(past) + 1
     hw_facts: dict[str, object] = {"hardware_faults": seen, "replace_after": cfg.replace_after}
@@ -271,8 +289,7 @@ def _node_decision(
             comp,
             reason,
             found,
-            # A finding may ask to keep the jobs (SLOW, drain at the job's end).
-            evacuate=k.drains and primary.values.get("evacuate") is not False,
+            evacuate=k.drains and _evacuates(found),
             facts={**facts, **more},
         )
 
@@ -375,7 +392,7 @@ def _foreign_decision(
         foreign_reason=current,
         would_be=str(kind),
     )
-    return replace(d, evacuate=primary.values.get("evacuate") is not False)
+    return replace(d, evacuate=_evacuates(d.findings))
 
 
 def decide_resume(
