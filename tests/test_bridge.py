@@ -134,6 +134,32 @@ def test_drain_cordon_evict_replace_once_then_uncordon(api):
     assert 'slurm_hooks_bridge_api_calls_total{code="200",verb="PATCH"}' in text
 
 
+def test_what_users_cause_is_cordoned_but_evicts_no_pod_and_replaces_no_machine(api):
+    """A drain for what the node's users can cause (a full scratch): the
+    node is cordoned and tainted NoSchedule (even where the taint would be
+    NoExecute), but no tenant's pod is evicted and, once idle, no
+    replacement is asked for; the resume still uncordons."""
+    slurm = MemorySlurm(["n1", "n2", "n3", "n4"])
+    add_pods(api, "n1")
+    b = bridge(api, slurm, dataclasses.replace(CFG, taint_effect="NoExecute"))
+    slurm.drain("n1", ours(code="SCRATCH_FULL"), state="mixed")
+    slurm.jobs["n1"] = [JobInfo("41", "alice", "RUNNING", "n1")]
+    r = b.reconcile_once()
+    assert [type(x.step).__name__ for x in r.results] == ["Cordon"]
+    node = api.get("nodes", "n1")
+    assert node["spec"]["unschedulable"] is True
+    assert {"key": CFG.taint_key, "value": "SCRATCH_FULL", "effect": "NoSchedule"} in node["spec"][
+        "taints"
+    ]
+    slurm.drain("n1", ours(code="SCRATCH_FULL"), state="idle")
+    slurm.jobs["n1"] = []
+    assert b.reconcile_once().results == ()
+    assert pod_names(api) == ["dcgm-n1", "slurmd-n1", "web-n1"]
+    assert api.items("nodereplacements") == []
+    slurm.resume("n1")
+    assert [type(x.step).__name__ for x in b.reconcile_once().results] == ["Uncordon"]
+
+
 class Boom(Exception):
     pass
 

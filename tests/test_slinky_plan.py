@@ -84,6 +84,18 @@ def test_fresh_fault_holds_the_machine_with_slinkys_reason_then_moves_when_idle(
     assert move.uid == "u1"
 
 
+def test_what_users_cause_holds_no_machine_and_moves_no_pod():
+    """A drain for what the node's users can cause (a full scratch): Slurm's
+    drain keeps new jobs off; the bridge holds no machine, moves no slurmd
+    pod to a spare and asks no job query for it."""
+    pods = pods_of(pod("gpu-0", "n1", "m1", "u1"))
+    full = format_reason(DrainReason("SCRATCH_FULL", "aa000002", "scratch full", None))
+    states = [node("n1", flags={"DRAIN"}, reason=full)]
+    out = sp.plan(states, [machine("m1"), machine("m5")], pods, CFG)
+    assert (out.steps, out.acted) == ((), 0)
+    assert sp.job_queries(states, [machine("m1")], pods, CFG) == []
+
+
 def test_the_reservation_is_made_once_before_the_move_and_dropped_with_the_reassert():
     """The reservation keeps jobs off through the operator's migration IDLE;
     journalled (made or refused), it is not asked for again, and only a made

@@ -39,6 +39,7 @@ from slurm_hooks.core.clock import (
 )
 from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.reason import classify_owner, try_parse_reason
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.k8s.selectors import label_selector_matches
 
 Obj = Mapping[str, Any]
@@ -276,8 +277,9 @@ def job_queries(
             continue
         ann = node_annotations(node)
         held = ann.get(keys.incident) == trig.incident
-        evict_open = cfg.evict and not (held and ann.get(keys.evicted) == trig.incident)
-        repl_open = cfg.replacement != "none" and not (
+        moves = trig.code not in USERS_CAUSE
+        evict_open = moves and cfg.evict and not (held and ann.get(keys.evicted) == trig.incident)
+        repl_open = (moves and cfg.replacement != "none") and not (
             held and ann.get(keys.replacement) == trig.incident
         )
         if evict_open or repl_open:
@@ -388,6 +390,11 @@ def plan(
         else:
             done = ann
 
+        if trig.code in USERS_CAUSE:
+            # What the node's users can cause (core/user_caused.py): cordoned
+            # like any drain, but no tenant's pod is evicted for it, no spare
+            # is taken and the machine is never replaced for it.
+            continue
         if spare_pool:
             mine = done.get(keys.spare)
             if mine is None and spares:
@@ -473,12 +480,10 @@ def cordon_patch(node: Obj, step: Cordon, cfg: BridgeConfig, now: datetime) -> d
     ann = node_annotations(node)
     ours_before = ann.get(keys.cordoned) == "true"
     set_cordon = ours_before or not is_unschedulable(node)
-    taint: dict[str, Any] = {
-        "key": cfg.taint_key,
-        "value": step.code,
-        "effect": cfg.taint_effect,
-    }
-    if cfg.taint_effect == "NoExecute":
+    # NoExecute evicts what does not tolerate it: never for what users cause.
+    effect = "NoSchedule" if step.code in USERS_CAUSE else cfg.taint_effect
+    taint: dict[str, Any] = {"key": cfg.taint_key, "value": step.code, "effect": effect}
+    if effect == "NoExecute":
         taint["timeAdded"] = now.strftime(UTC_SECONDS)
     new_ann: dict[str, str | None] = {k: None for k in keys.all() if k in ann}
     new_ann.update(

@@ -52,7 +52,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from slurm_hooks.bridge.plan import (
     CAPI_MACHINE_ANNOTATION,
@@ -61,6 +61,7 @@ from slurm_hooks.bridge.plan import (
     Deferred,
     Keys,
     RequestReplacement,
+    Trigger,
     cordon_patch,
     is_unschedulable,
     node_name,
@@ -70,6 +71,7 @@ from slurm_hooks.bridge.plan import (
 from slurm_hooks.bridge.settings import BridgeConfig
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.core.reason import try_parse_reason
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.k8s.selectors import label_selector_matches
 
 Obj = dict[str, Any]
@@ -344,9 +346,13 @@ def job_queries(
             if s in by_slurm and not by_slurm[s].busy:
                 out.add(s)
     for st in by_slurm.values():
-        if trigger(st, cfg) is not None and not st.busy and st.name in pods:
+        if _moves(trigger(st, cfg)) and not st.busy and st.name in pods:
             out.add(st.name)
     return sorted(out)
+
+
+def _moves(trig: Trigger | None) -> TypeGuard[Trigger]:
+    return trig is not None and trig.code not in USERS_CAUSE
 
 
 def _registered(pod: SlurmdPod, state: NodeState) -> bool:
@@ -525,7 +531,8 @@ def plan(
     for name in sorted(by_slurm):
         state = by_slurm[name]
         trig = trigger(state, cfg)
-        if trig is None or name in held_now or (name, trig.incident) in finished:
+        # What users cause moves no pod and replaces no machine (core/user_caused.py).
+        if not _moves(trig) or name in held_now or (name, trig.incident) in finished:
             continue
         acted += 1
         cur = live_pod(pods.get(name, ()))
@@ -542,19 +549,9 @@ def plan(
                 )
                 continue
             ours_cordoned += 1
-        steps.append(
-            Hold(
-                Cordon(
-                    node_name(machine),
-                    name,
-                    trig.incident,
-                    trig.code,
-                    trig.reason,
-                    state.reason_time,
-                ),
-                cur.ref,
-            )
-        )
+        cordon = Cordon(node_name(machine), name, trig.incident, trig.code, trig.reason,
+                        state.reason_time)  # fmt: skip
+        steps.append(Hold(cordon, cur.ref))
     return SlinkyPlan(tuple(steps), tuple(deferred), acted)
 
 

@@ -35,6 +35,7 @@ from slurm_hooks.core.history import EMPTY_HISTORY, FaultEvent, NodeHistory
 from slurm_hooks.core.model import Action, Finding, NodeState, ReasonOwner, Status
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, our_reason
 from slurm_hooks.core.reason import DrainReason
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.decide import breaker as breaker_mod
 from slurm_hooks.decide import trust
 from slurm_hooks.decide.breaker import FleetView
@@ -85,9 +86,9 @@ def _evacuates(findings: Sequence[Finding]) -> bool:
     """Whether taking the node out for ``findings`` moves the jobs on it:
     yes unless every one keeps them, as a finding may ask (SLOW, drain at
     the job's end) and as one the node's users can cause by using it does
-    (``trust.USERS_CAUSE``: a user must not move another user's job)."""
+    (``USERS_CAUSE``: a user must not move another user's job)."""
     return any(
-        f.values.get("evacuate") is not False and f.code not in trust.USERS_CAUSE for f in findings
+        f.values.get("evacuate") is not False and f.code not in USERS_CAUSE for f in findings
     )
 
 
@@ -161,7 +162,7 @@ def _finding_verdict(
         )
     if f.action is Action.REPLACE:
         return DecisionKind.REPLACE, f"{f.code}: hardware needs replacing ({f.action})", {}
-    if f.code in trust.USERS_CAUSE:
+    if f.code in USERS_CAUSE:
         return (
             DecisionKind.DRAIN,
             f"{f.code}: what the node's users can cause by using it: drained as the site "
@@ -174,7 +175,7 @@ def _finding_verdict(
     past = [
         e
         for e in history.faults_since(since, component=comp)
-        if e.severity in ("drain", "replace", "hold_for_human") and e.code not in trust.USERS_CAUSE
+        if e.severity in ("drain", "replace", "hold_for_human") and e.code not in USERS_CAUSE
     ]
     seen = len(past) + 1
     hw_facts: dict[str, object] = {"hardware_faults": seen, "replace_after": cfg.replace_after}

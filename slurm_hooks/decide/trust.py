@@ -54,18 +54,6 @@ _NODE_SEVERITIES = frozenset(
 )
 #: Codes of user-side verdicts about a job's progress (counted per user).
 HANG_CODES = frozenset({"HANG"})
-#: What root measures on the node but any of its users can cause by using
-#: it: a full scratch (the ``scratch`` check), a file system's space or
-#: inodes, the load, free memory, a process left behind (site check kinds
-#: ``fs_space``, ``fs_inodes``, ``ps_loadavg``, ``hw_memory_free``,
-#: ``ps_users``, NHC's ``check_fs_*``, ``check_ps_loadavg``,
-#: ``check_hw_physmem_free``, ``check_ps_unauth_users``).  Such a failure
-#: drains the node as the site asked, but never moves the jobs on it (a
-#: user must not get another user's job signalled or requeued) and never
-#: counts towards replacing the node.
-USERS_CAUSE = frozenset(
-    {"SCRATCH_FULL", "FS_SPACE", "FS_INODES", "PS_LOADAVG", "HW_MEMORY_FREE", "PS_USERS"}
-)
 
 
 def corroboration(f: Finding, history: NodeHistory, cfg: PolicyConfig, now: datetime) -> str | None:
