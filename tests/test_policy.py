@@ -377,3 +377,30 @@ def test_policy_config_from_toml_validates():
         parse("[policy]\nbreaker_max_share = 2\n", validate=False).section("policy", PolicyConfig)
     with pytest.raises(ConfigError, match="grace_secs"):
         parse("[policy]\ngrace_secs = 1\n", validate=False).section("policy", PolicyConfig)
+
+
+def test_a_drain_for_what_users_cause_is_lifted_by_a_passing_health_check_alone():
+    """SCRATCH_FULL (what the node's users can cause) needs no acceptance
+    run: a health check with every check passing resumes the node, as NHC
+    does.  Not a hardware fault's drain, not after another fault was held
+    under it since (an XID no later check sees again), never FLAPPING."""
+    from slurm_hooks.core.history import FaultEvent
+
+    drained_at = NOW - timedelta(hours=1)
+    full = node(reason=ours_reason("SCRATCH_FULL"), drained=True, when=drained_at)
+    assert decide_resume(full, NodeHistory(), NOW, cleared=True).kind is DecisionKind.RESUME
+    assert decide_resume(full, NodeHistory(), NOW).kind is DecisionKind.LOG  # acceptance, still
+    xid79 = node(reason=ours_reason("XID79"), drained=True, when=drained_at)
+    assert decide_resume(xid79, NodeHistory(), NOW, cleared=True).kind is DecisionKind.LOG
+    since = FaultEvent(NOW - timedelta(minutes=5), "XID79", "gpu3", "already_handled", None, True,
+                       None)  # fmt: skip
+    d = decide_resume(full, NodeHistory((since,)), NOW, cleared=True)
+    assert d.kind is DecisionKind.LOG and "XID79" in d.explanation
+    again = FaultEvent(NOW - timedelta(minutes=5), "SCRATCH_FULL", None, "already_handled", None,
+                       True, None)  # fmt: skip
+    assert decide_resume(full, NodeHistory((again,)), NOW, cleared=True).kind is DecisionKind.RESUME
+    flapping = node(reason=ours_reason("FLAPPING"), drained=True, when=drained_at)
+    assert (
+        decide_resume(flapping, NodeHistory(), NOW, cleared=True).kind
+        is DecisionKind.HOLD_FOR_HUMAN
+    )

@@ -799,7 +799,8 @@ def test_a_scratch_a_user_fills_drains_the_node_but_moves_no_ones_job(rig, job_d
     """sltest's job fills n1's scratch (64 MiB, the profile asks for 30 MiB
     free) while sltest2's job runs there.  The health check drains n1 for
     SCRATCH_FULL, as the site asked (no new job lands there), but no job on
-    it is signalled or requeued: not sltest2's, not even sltest's."""
+    it is signalled or requeued: not sltest2's, not even sltest's.  Once
+    sltest removes the file, the next health check resumes n1."""
     lab, hooks, _ = rig
     node = lab.node_names[0]
     with small_scratch(job_dir / "scratch") as scratch:
@@ -821,6 +822,16 @@ def test_a_scratch_a_user_fills_drains_the_node_but_moves_no_ones_job(rig, job_d
             assert (info.state, info.restart_count) == ("RUNNING", 0), info
             for e in hooks.audit(node):
                 assert e.get("action") not in ("signal", "requeue"), e
+            # sltest cleans up: the next health check finds every check
+            # passing, which is this drain's acceptance; n1 is back.
+            run(["runuser", "-u", TEST_USER, "--", "rm", "--", f"{scratch}/mine"], timeout=10)
+            rc = lab.run_on_node(node, [str(hooks.shims["healthcheck"])], timeout=60).rc
+            state = lab.client().get_node(node)
+            assert rc == 0 and not (state.drained or state.down), state
+            assert [e["code"] for e in hooks.audit(node) if e.get("action") == "resume"] == [
+                "SCRATCH_FULL"
+            ]
+            assert_untouched_victims(lab, victims)
         finally:
             run(["scancel", own, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 

@@ -434,12 +434,17 @@ class Engine:
         )
 
     def try_resume(
-        self, node: str, *, human: bool = False, skip_acceptance: bool = False
+        self,
+        node: str,
+        *,
+        human: bool = False,
+        skip_acceptance: bool = False,
+        cleared: bool = False,
     ) -> Decision:
         """Resume ``node`` if it carries our reason and passed acceptance since
         the fault (act/resume.py).  Returns the decision (RESUME when resumed)."""
         return resume_mod.try_resume(
-            self.context, node, human=human, skip_acceptance=skip_acceptance
+            self.context, node, human=human, skip_acceptance=skip_acceptance, cleared=cleared
         )
 
     def notify(self, alert: Alert) -> None:

@@ -24,14 +24,21 @@ if TYPE_CHECKING:
 
 
 def try_resume(
-    ctx: Context, node: str, *, human: bool = False, skip_acceptance: bool = False
+    ctx: Context,
+    node: str,
+    *,
+    human: bool = False,
+    skip_acceptance: bool = False,
+    cleared: bool = False,
 ) -> Decision:
     """Resume ``node`` if it carries our reason and passed acceptance since
-    the fault.  Returns the decision (RESUME when it was resumed)."""
+    the fault (``cleared``: the health check's passing run, for a drain of
+    what the node's users cause).  Returns the decision (RESUME when it was
+    resumed)."""
     current = ctx.slurm.get_node(node)
     d = decide_resume(
         current, ctx.state.history(node), ctx.clock(),
-        skip_acceptance=skip_acceptance, human=human,
+        skip_acceptance=skip_acceptance, human=human, cleared=cleared,
     )  # fmt: skip
     if ctx.observe_only and d.kind is DecisionKind.RESUME:
         d = d.observed()

@@ -211,6 +211,9 @@ def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: floa
         if any(f.status is not Status.OK for f in found):
             with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
                 acting.act(found)
+    if findings and all(f.status is Status.OK for f in findings) and _users_drain(store, node):
+        with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
+            acting.resume_cleared()
     write_metrics(phase, cfg, findings, time.monotonic() - t0, durations)
     if phase == "epilog":
         return 0
@@ -256,6 +259,24 @@ class _Acting:
         self.held = self.held and (not unhealthy or already_handled(decisions))
         return True
 
+    def resume_cleared(self) -> None:
+        """Every check passed on a node we drained for what its users cause:
+        resume it through the policy (act/resume.py), which says no if it
+        was held for anything else since."""
+        from slurm_hooks.core.errors import SlurmHooksError
+
+        try:
+            if self.engine is None:
+                from slurm_hooks.act.engine import Engine
+
+                self.engine = Engine.from_config(self.cfg, actor=f"slurm-hooks/{self.phase}")
+            d = self.engine.try_resume(self.node, cleared=True)
+        except SlurmHooksError as exc:
+            log.error("hook %s: resume after the cleared drain failed: %s", self.phase, exc)
+            return
+        log.info("decision node=%s kind=%s code=%s why=%s", self.node, d.kind, d.code,
+                 d.explanation)  # fmt: skip
+
 
 def already_handled(decisions: Sequence[Decision]) -> bool:
     """Whether every problem of this run is one our drain already holds
@@ -272,6 +293,19 @@ def already_handled(decisions: Sequence[Decision]) -> bool:
 
     problems = [d for d in decisions if any(f.is_problem for f in d.findings)]
     return bool(problems) and all(d.kind is DecisionKind.ALREADY_HANDLED for d in problems)
+
+
+def _users_drain(store: StateStore, node: str) -> bool:
+    """The node's open incident is our drain for what its users can cause
+    (a full scratch: ``core/user_caused.py``): a run where every check
+    passes is its acceptance (``Engine.try_resume(cleared=True)``)."""
+    incident = store.read_node(node).get("open_incident")
+    if incident is None:
+        return False
+    from slurm_hooks.core.user_caused import USERS_CAUSE
+
+    doc = store.read_incident(incident)
+    return doc is not None and doc.get("code") in USERS_CAUSE and doc.get("status") != "closed"
 
 
 def _work_left(store: StateStore, node: str) -> bool:

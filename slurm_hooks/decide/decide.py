@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -396,6 +396,38 @@ def _foreign_decision(
     return replace(d, evacuate=_evacuates(d.findings))
 
 
+def _resume_cleared(
+    node_state: NodeState, ours: DrainReason, history: NodeHistory, base: Mapping[str, object]
+) -> Decision:
+    """Our drain for what the node's users can cause (a full scratch, the
+    load: ``core/user_caused.py``) once a health check found every check
+    passing: back into service, as NHC brings back the nodes it took out;
+    unless the node was held for anything else since the drain (an XID
+    absorbed under it is an event no later check sees again)."""
+    since = node_state.reason_time
+    other = (
+        [e.code for e in history.faults_since(since) if e.code not in USERS_CAUSE
+         and e.severity in trust.NODE_SEVERITIES]
+        if since is not None else ["(no drain time from Slurm)"]
+    )  # fmt: skip
+    if other:
+        return Decision(
+            DecisionKind.LOG,
+            node_state.name,
+            explanation=f"{ours.code} is gone, but the node was held for {', '.join(other)} "
+            "since: waiting for acceptance checks",
+            **base,  # type: ignore[arg-type]
+        )
+    return Decision(
+        DecisionKind.RESUME,
+        node_state.name,
+        explanation=f"our reason (inc={ours.incident}): {ours.code} is what the node's users can "
+        "cause, and a health check found every check passing",
+        facts={"cleared": True},
+        **base,  # type: ignore[arg-type]
+    )
+
+
 def decide_resume(
     node_state: NodeState,
     history: NodeHistory | None,
@@ -403,9 +435,13 @@ def decide_resume(
     *,
     skip_acceptance: bool = False,
     human: bool = False,
+    cleared: bool = False,
 ) -> Decision:
     """May this node go back into service?  Only nodes that carry our reason
-    and passed acceptance after the fault; FLAPPING nodes only by a human."""
+    and passed acceptance after the fault; FLAPPING nodes only by a human.
+    ``cleared``: a health check just found every check passing, which is
+    the acceptance of a drain for what the node's users cause
+    (:func:`_resume_cleared`)."""
     history = history or EMPTY_HISTORY
     name = node_state.name
     current = node_state.reason
@@ -445,6 +481,8 @@ def decide_resume(
             **base,  # type: ignore[arg-type]
         )
     since = node_state.reason_time
+    if cleared and ours.code in USERS_CAUSE and not human:
+        return _resume_cleared(node_state, ours, history, base)
     passed = history.acceptance_since(since)
     if passed is None and not skip_acceptance:
         when = since.isoformat() if since else "the fault"

@@ -41,7 +41,7 @@ from slurm_hooks.decide.decision import DecisionKind
 APP_CAUSED = frozenset({"XID13", "XID31", "XID43", "XID45"})
 #: Severities of a history event that mean the policy took (or tried to
 #: take) the node out of service for it.
-_NODE_SEVERITIES = frozenset(
+NODE_SEVERITIES = frozenset(
     {
         "drain",
         "replace",
@@ -63,7 +63,7 @@ def corroboration(f: Finding, history: NodeHistory, cfg: PolicyConfig, now: date
     for e in reversed(recent):
         if not e.trusted:
             continue
-        if e.severity in _NODE_SEVERITIES:
+        if e.severity in NODE_SEVERITIES:
             return f"trusted {e.code} ({e.severity}) on this node at {e.at.isoformat()}"
         if e.code.startswith(("XID", "SXID")) and e.code not in APP_CAUSED:
             return f"kernel {e.code} on this node at {e.at.isoformat()}"
