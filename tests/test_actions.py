@@ -638,3 +638,31 @@ def test_job_purged_before_its_requeue_is_gone_not_an_error(env):
     (o,) = eng.finish_incident(d.incident)
     assert o.outcome == "gone"
     slurm.requeue = original
+
+
+def test_a_drain_for_what_users_cause_keeps_the_jobs_and_a_passing_check_lifts_it_once(env):
+    """A full scratch drains n1 but signals and requeues none of its two
+    users' jobs; a passing health check (``cleared``) resumes it.  Drained
+    again and resumed by hand meanwhile, the passing check asks Slurm once,
+    and never again for that incident (no Slurm call, no audit line every
+    interval)."""
+    from slurm_hooks.agent.hook import _users_drain
+
+    slurm, clock, rec, make, tmp = env
+    eng = make(PolicyConfig(grace_seconds=0))
+    full = Finding("scratch", Status.FAIL, "SCRATCH_FULL", "scratch /scratch: 0.1 GiB free",
+                   Component("mount", name="/scratch"), Action.DRAIN)  # fmt: skip
+    (d,) = eng.handle("n1", [full])
+    assert d.kind is DecisionKind.DRAIN and not d.evacuate
+    assert [c[0] for c in slurm.calls if c[0] in ("signal", "requeue", "cancel")] == []
+    store = StateStore(tmp / "state")
+    assert _users_drain(store, "n1")
+    clock.now += timedelta(minutes=5)
+    assert eng.try_resume("n1", cleared=True).kind is DecisionKind.RESUME
+    assert not slurm.nodes["n1"].drained and not _users_drain(store, "n1")
+    clock.now += timedelta(minutes=5)
+    eng.handle("n1", [full])
+    slurm.resume("n1")  # by hand
+    asked = slurm.count("get_node")
+    assert eng.try_resume("n1", cleared=True).kind is DecisionKind.IGNORE
+    assert not _users_drain(store, "n1") and slurm.count("get_node") == asked + 1

@@ -10,14 +10,14 @@ judged: an admin's reason set meanwhile is never lifted.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.act.notify.base import Alert
 from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged
 from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.decide.decide import decide_resume
 from slurm_hooks.decide.decision import Decision, DecisionKind
-from slurm_hooks.store.state import iso
+from slurm_hooks.store.state import CLEARED_ASKED, iso
 
 if TYPE_CHECKING:
     from slurm_hooks.act.context import Context
@@ -47,6 +47,8 @@ def try_resume(
         why=d.explanation,
     )  # fmt: skip
     if d.kind is not DecisionKind.RESUME or d.observe_only:
+        if cleared:
+            settle_cleared(ctx, node)
         return d
     try:  # the reason must still be the one we judged
         ctx.door.resume(node, expect_reason=current.reason)
@@ -84,3 +86,16 @@ def record_acceptance(
     if resume and passed and ctx.policy.auto_resume and ctx.state.open_incident(node):
         return try_resume(ctx, node)
     return None
+
+
+def settle_cleared(ctx: Context, node: str) -> None:
+    """A passing health check asked to lift our drain for what the node's
+    users cause, and the policy said no (resumed by hand meanwhile, another
+    reason now, or held for something else since): not asked again for
+    this incident, so the checks that pass every interval after it cost no
+    Slurm call and leave no audit line each."""
+
+    def change(data: dict[str, Any]) -> None:
+        data[CLEARED_ASKED] = data.get("open_incident")
+
+    ctx.state.update_node(node, change)

@@ -299,10 +299,15 @@ def _users_drain(store: StateStore, node: str) -> bool:
     """The node's open incident is our drain for what its users can cause
     (a full scratch: ``core/user_caused.py``): a run where every check
     passes is its acceptance (``Engine.try_resume(cleared=True)``)."""
-    incident = store.read_node(node).get("open_incident")
+    data = store.read_node(node)
+    incident = data.get("open_incident")
     if incident is None:
         return False
     from slurm_hooks.core.user_caused import USERS_CAUSE
+    from slurm_hooks.store.state import CLEARED_ASKED
+
+    if data.get(CLEARED_ASKED) == incident:
+        return False  # asked once already: the policy said no (act/resume.py)
 
     doc = store.read_incident(incident)
     return doc is not None and doc.get("code") in USERS_CAUSE and doc.get("status") != "closed"

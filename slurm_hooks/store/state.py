@@ -380,6 +380,11 @@ class StateStore:
 REPAIR_SETTLED = frozenset({"resumed", "replace", "left_for_human", "observed", "gave_up"})
 
 
+#: Key in the node's state file: the open incident a passing health check
+#: already asked to resume (``cleared``, act/resume.py) and was told no.
+CLEARED_ASKED = "cleared_asked"
+
+
 def incident_pending(doc: dict[str, Any]) -> bool:
     """An incident with work left: jobs not settled, or an alert (queued in
     the journal, ``act.alerts``) that some sink has not received yet, or
