@@ -656,13 +656,13 @@ def test_a_drain_for_what_users_cause_keeps_the_jobs_and_a_passing_check_lifts_i
     assert d.kind is DecisionKind.DRAIN and not d.evacuate
     assert [c[0] for c in slurm.calls if c[0] in ("signal", "requeue", "cancel")] == []
     store = StateStore(tmp / "state")
-    assert _users_drain(store, "n1")
+    assert _users_drain(store, store.read_node("n1"))
     clock.now += timedelta(minutes=5)
     assert eng.try_resume("n1", cleared=True).kind is DecisionKind.RESUME
-    assert not slurm.nodes["n1"].drained and not _users_drain(store, "n1")
+    assert not slurm.nodes["n1"].drained and not _users_drain(store, store.read_node("n1"))
     clock.now += timedelta(minutes=5)
     eng.handle("n1", [full])
     slurm.resume("n1")  # by hand
     asked = slurm.count("get_node")
     assert eng.try_resume("n1", cleared=True).kind is DecisionKind.IGNORE
-    assert not _users_drain(store, "n1") and slurm.count("get_node") == asked + 1
+    assert not _users_drain(store, store.read_node("n1")) and slurm.count("get_node") == asked + 1

@@ -207,9 +207,13 @@ def test_work_left_only_while_an_incident_has_unsettled_jobs(tmp_path):
     from slurm_hooks.store.state import StateStore
 
     store = StateStore(tmp_path)
-    assert not hooks._work_left(store, "n1")
+    assert not hooks._work_left(store, store.read_node("n1"))
     store.write_incident({"incident": "abcd1234", "node": "n1", "jobs_done": False})
     store.set_open_incident("n1", "abcd1234")
-    assert hooks._work_left(store, "n1")  # jobs still to signal or requeue: roll forward
+    assert hooks._work_left(
+        store, store.read_node("n1")
+    )  # jobs still to signal or requeue: roll forward
     store.write_incident({"incident": "abcd1234", "node": "n1", "jobs_done": True})
-    assert not hooks._work_left(store, "n1")  # drained, jobs settled: nothing for a hook
+    assert not hooks._work_left(
+        store, store.read_node("n1")
+    )  # drained, jobs settled: nothing for a hook

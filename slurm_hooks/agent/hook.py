@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.agent.hook_output import (  # noqa: F401 (re-exported: importable from here too)
@@ -202,7 +202,8 @@ def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: floa
         # acted on (journalled): a stalled slurmctld, a crash or a kill here
         # leaves the events to be read and acted on by the next run.
         found = run(locked, budget) if locked else []
-        if all(f.status is Status.OK for f in found) and not _work_left(store, node):
+        data = store.read_node(node)
+        if all(f.status is Status.OK for f in found) and not _work_left(store, data):
             pending.commit()
         elif acting.act(found):
             pending.commit()
@@ -211,7 +212,7 @@ def _run_and_act(phase: str, cfg: Config, store: StateStore, node: str, t0: floa
         if any(f.status is not Status.OK for f in found):
             with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
                 acting.act(found)
-    if findings and all(f.status is Status.OK for f in findings) and _users_drain(store, node):
+    if findings and all(f.status is Status.OK for f in findings) and _users_drain(store, data):
         with detect_lock_or_degrade(store, DETECT_LOCK, DETECT_LOCK_WAIT_S):
             acting.resume_cleared()
     write_metrics(phase, cfg, findings, time.monotonic() - t0, durations)
@@ -243,19 +244,14 @@ class _Acting:
             self.held = self.held and not unhealthy
             return False
         try:
-            if self.engine is None:
-                from slurm_hooks.act.engine import Engine
-
-                self.engine = Engine.from_config(self.cfg, actor=f"slurm-hooks/{self.phase}")
-            decisions = self.engine.handle(self.node, findings)
+            decisions = self._engine().handle(self.node, findings)
         except SlurmHooksError as exc:
             log.error("hook %s: remediation failed (events kept for the next run): %s",
                       self.phase, exc)  # fmt: skip
             self.held = self.held and not unhealthy
             return False
         for d in decisions:
-            log.info("decision node=%s kind=%s code=%s why=%s", self.node, d.kind, d.code,
-                     d.explanation)  # fmt: skip
+            self._log(d)
         self.held = self.held and (not unhealthy or already_handled(decisions))
         return True
 
@@ -266,14 +262,18 @@ class _Acting:
         from slurm_hooks.core.errors import SlurmHooksError
 
         try:
-            if self.engine is None:
-                from slurm_hooks.act.engine import Engine
-
-                self.engine = Engine.from_config(self.cfg, actor=f"slurm-hooks/{self.phase}")
-            d = self.engine.try_resume(self.node, cleared=True)
+            self._log(self._engine().try_resume(self.node, cleared=True))
         except SlurmHooksError as exc:
             log.error("hook %s: resume after the cleared drain failed: %s", self.phase, exc)
-            return
+
+    def _engine(self) -> Any:
+        if self.engine is None:
+            from slurm_hooks.act.engine import Engine
+
+            self.engine = Engine.from_config(self.cfg, actor=f"slurm-hooks/{self.phase}")
+        return self.engine
+
+    def _log(self, d: Decision) -> None:
         log.info("decision node=%s kind=%s code=%s why=%s", self.node, d.kind, d.code,
                  d.explanation)  # fmt: skip
 
@@ -295,11 +295,11 @@ def already_handled(decisions: Sequence[Decision]) -> bool:
     return bool(problems) and all(d.kind is DecisionKind.ALREADY_HANDLED for d in problems)
 
 
-def _users_drain(store: StateStore, node: str) -> bool:
-    """The node's open incident is our drain for what its users can cause
-    (a full scratch: ``core/user_caused.py``): a run where every check
-    passes is its acceptance (``Engine.try_resume(cleared=True)``)."""
-    data = store.read_node(node)
+def _users_drain(store: StateStore, data: Mapping[str, Any]) -> bool:
+    """The node's open incident (``data``: its state file) is our drain for
+    what its users can cause (a full scratch: ``core/user_caused.py``): a
+    run where every check passes is its acceptance
+    (``Engine.try_resume(cleared=True)``)."""
     incident = data.get("open_incident")
     if incident is None:
         return False
@@ -313,11 +313,11 @@ def _users_drain(store: StateStore, node: str) -> bool:
     return doc is not None and doc.get("code") in USERS_CAUSE and doc.get("status") != "closed"
 
 
-def _work_left(store: StateStore, node: str) -> bool:
-    """An incident of this node whose jobs are not settled yet.  A node that
-    stays drained after its jobs were requeued (waiting for acceptance, or
-    resumed by an admin elsewhere) has nothing for a hook to roll forward."""
-    data = store.read_node(node)
+def _work_left(store: StateStore, data: Mapping[str, Any]) -> bool:
+    """An incident of this node (``data``: its state file) whose jobs are not
+    settled yet.  A node that stays drained after its jobs were requeued
+    (waiting for acceptance, or resumed by an admin elsewhere) has nothing
+    for a hook to roll forward."""
     if data.get("held"):
         return True  # a fault the breaker held (act/held.py): alerts go on, no Slurm call
     incident = data.get("open_incident")
