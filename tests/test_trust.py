@@ -120,6 +120,8 @@ def test_trusted_fault_in_the_window_corroborates():
         ("GPU_TEMP", "log", True, DecisionKind.REPORT_JOB),  # a warning is no fault
         ("HANG", "report_job", False, DecisionKind.REPORT_JOB),  # the same user again
         ("SLOW", "drain", False, DecisionKind.REPORT_JOB),  # user-side, whatever it became
+        ("SCRATCH_FULL", "drain", True, DecisionKind.REPORT_JOB),  # root-read, user-caused
+        ("PS_LOADAVG", "drain", True, DecisionKind.REPORT_JOB),
     ],
 )
 def test_what_in_the_history_corroborates(code, severity, trusted, kind):

@@ -6,7 +6,8 @@ set) may blame the node only with *trusted* corroboration on that node,
 read from the node's own history (root-written, ``store/state.py``):
 
 * a trusted fault the policy took (or would have taken) the node out for,
-  within ``[policy] user_evidence_window_s``;
+  within ``[policy] user_evidence_window_s``, but none that the node's
+  users can cause by using it (a full scratch: ``core/user_caused.py``);
 * a kernel XID/SXID logged in that window that the catalogue does not put
   down to the application itself (a user's kernel can raise XID 13, 31, 43
   or 45 at will: those never corroborate);
@@ -32,6 +33,7 @@ from datetime import datetime, timedelta
 
 from slurm_hooks.core.history import NodeHistory
 from slurm_hooks.core.model import Finding
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.decision import DecisionKind
 
@@ -61,8 +63,8 @@ def corroboration(f: Finding, history: NodeHistory, cfg: PolicyConfig, now: date
     since = now - timedelta(seconds=cfg.user_evidence_window_s)
     recent = history.faults_since(since)
     for e in reversed(recent):
-        if not e.trusted:
-            continue
+        if not e.trusted or e.code in USERS_CAUSE:
+            continue  # a full scratch, the load: users can cause them (core/user_caused.py)
         if e.severity in NODE_SEVERITIES:
             return f"trusted {e.code} ({e.severity}) on this node at {e.at.isoformat()}"
         if e.code.startswith(("XID", "SXID")) and e.code not in APP_CAUSED:
