@@ -501,3 +501,23 @@ def test_what_the_nodes_users_can_fill_drains_without_moving_their_jobs(tmp_path
         [d] = decide([f], node(), past, None, PolicyConfig(), NOW, node="n1")
         assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, False), d
         assert "hardware_faults" not in d.facts
+
+
+def test_a_scratch_filled_again_and_again_never_makes_the_node_flapping(tmp_path):
+    """Resumed three times within the window, the node fails again: a fault
+    of its own makes it FLAPPING (held for a human), a full scratch, which
+    its users can fill at will, drains it as before."""
+    from slurm_hooks.detect.checks.scratch import ScratchCheck
+    from tests.test_checks_host import GIB, FakePsutil, ctx
+    from tests.test_checks_host import run as run_check
+
+    prof = {"scratch_path": str(tmp_path), "scratch_min_free_gb": 100}
+    [scratch] = run_check(ScratchCheck(), ctx(prof, psutil=FakePsutil(free=5 * GIB)))
+    assert scratch.code == "SCRATCH_FULL"
+    lost = Finding("gpu_lost", Status.FAIL, "GPU_LOST", "gpu 3 lost", Component("gpu", index=3),
+                   Action.DRAIN)  # fmt: skip
+    resumed = NodeHistory(resumes=tuple(NOW - timedelta(hours=h) for h in (1, 2, 3)))
+    [d] = decide([scratch], node(), resumed, None, PolicyConfig(), NOW, node="n1")
+    assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, False)
+    [d] = decide([lost], node(), resumed, None, PolicyConfig(), NOW, node="n1")
+    assert d.kind is DecisionKind.HOLD_FOR_HUMAN

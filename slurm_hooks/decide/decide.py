@@ -327,7 +327,9 @@ def _node_decision(
 
     flap = flap_verdict(history.resumes, now, cfg.flap_count, cfg.flap_window_s)
     incident = incident_id(name, code, comp, now)
-    if flap.flapping:
+    # A node's users can fill its scratch as often as they like: only a
+    # fault of the node's own makes it FLAPPING (held for a human).
+    if flap.flapping and any(f.code not in USERS_CAUSE for f in found):
         reason = DrainReason(
             FLAPPING,
             incident,
