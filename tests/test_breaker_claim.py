@@ -365,3 +365,59 @@ def test_a_held_xid_logged_once_keeps_alerting_and_notices_a_reset(tmp_path):
     clock.now += timedelta(seconds=400)
     e2.handle("n2", [])
     assert e2.state.held("n2") == {}
+
+
+# -- what users cause: never uses up, nor trips, the cap real faults drain under ------------
+
+
+def full(name, t, parts=("gpu",)):
+    """Our drain for a full scratch (what the node's users cause)."""
+    reason = f"slurm-hooks/1 SCRATCH_FULL inc={name}s :: scratch /scratch: 0.1 GiB free"
+    return NodeState(name, "idle", frozenset({"DRAIN"}), reason, "root", t, partitions=parts)
+
+
+def test_drains_for_what_users_cause_do_not_count_against_a_real_faults_claim():
+    """A user filled the scratch of three nodes (cap 2): a real fault's claim
+    still ranks first; a full scratch's own claim counts every drain of ours."""
+    later = T0 + timedelta(seconds=1)
+    fleet = [full("n1", T0), full("n2", T0), full("n3", T0), ours("n4", later)]
+    v = rank_claim("n4", fleet[3].reason, fleet, CFG, T0 + timedelta(seconds=5))
+    assert (v.confirmed, v.rank) == (True, 1)
+    fleet = [ours("n1", T0), ours("n2", T0), full("n3", later)]
+    v = rank_claim("n3", fleet[2].reason, fleet, CFG, T0 + timedelta(seconds=5))
+    assert (v.confirmed, v.rank) == (False, 3)
+
+
+def scratch_full():
+    from slurm_hooks.core.model import Action, Component, Finding, Status
+
+    return Finding("scratch", Status.FAIL, "SCRATCH_FULL", "scratch /scratch: 0.1 GiB free",
+                   Component("mount", name="/scratch"), Action.DRAIN)  # fmt: skip
+
+
+def test_a_scratch_claim_past_the_cap_is_taken_back_but_latches_nothing(tmp_path):
+    """Three full scratches claimed in one second, cap 2: the third by name
+    is taken back, but holds nothing and latches nothing (no mark, no trip):
+    a real XID 79 on n5 then drains at once, jobs moved."""
+    slurm = CommentingSlurm(10)
+    slurm.jobs["9"] = JobInfo("9", "alice", "RUNNING", "n5", "n5", True)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=2)
+    make, clock = engines(tmp_path, slurm, policy)
+    engs = {n: make(n) for n in ("n1", "n2", "n3", "n5")}
+    real_confirm = Engine._confirm_claim
+    Engine._confirm_claim = lambda self, incident, fleet=None: False  # type: ignore[method-assign]
+    try:
+        for n in ("n1", "n2", "n3"):
+            engs[n].handle(n, [scratch_full()])
+    finally:
+        Engine._confirm_claim = real_confirm  # type: ignore[method-assign]
+    for n in ("n1", "n2", "n3"):
+        engs[n].handle(n, [])
+    assert [n for n in ("n1", "n2", "n3") if slurm.nodes[n].drained] == ["n1", "n2"]
+    assert parse_mark(slurm.nodes["n3"].comment) is None and not engs["n3"].latch.read()
+    assert engs["n3"].state.held("n3") == {}
+    assert engs["n3"].state.incidents("n3")[0]["status"] == IncidentStatus.ABANDONED
+    clock.now += timedelta(seconds=30)
+    (d,) = engs["n5"].handle("n5", [xid79(0)])
+    assert d.kind is DecisionKind.DRAIN and slurm.nodes["n5"].drained
+    assert any(c[0] == "signal" and c[1] == "9" for c in slurm.calls)

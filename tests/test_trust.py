@@ -521,3 +521,29 @@ def test_a_scratch_filled_again_and_again_never_makes_the_node_flapping(tmp_path
     assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, False)
     [d] = decide([lost], node(), resumed, None, PolicyConfig(), NOW, node="n1")
     assert d.kind is DecisionKind.HOLD_FOR_HUMAN
+
+
+def test_a_scratch_over_the_breakers_cap_is_not_drained_and_trips_nothing(tmp_path):
+    """Judged with Slurm's table at decide time: a full scratch over the cap
+    is only logged (no BREAKER_TRIPPED, which would latch and hold), and a
+    real fault counts only the drains for faults of the nodes' own."""
+    from slurm_hooks.detect.checks.scratch import ScratchCheck
+    from tests.test_checks_host import GIB, FakePsutil, ctx
+    from tests.test_checks_host import run as run_check
+
+    prof = {"scratch_path": str(tmp_path), "scratch_min_free_gb": 100}
+    [scratch] = run_check(ScratchCheck(), ctx(prof, psutil=FakePsutil(free=5 * GIB)))
+    lost = Finding("gpu_lost", Status.FAIL, "GPU_LOST", "gpu 3 lost", Component("gpu", index=3),
+                   Action.DRAIN)  # fmt: skip
+    ours = [
+        NodeState(f"n{i}", "idle", frozenset({"DRAIN"}),
+                  f"slurm-hooks/1 SCRATCH_FULL inc=0000000{i} :: full", "root",
+                  NOW - timedelta(minutes=1), partitions=("gpu",))
+        for i in range(2, 6)
+    ] + [node("n1")]  # fmt: skip
+    fleet = FleetView(tuple(ours))
+    cfg = PolicyConfig(breaker_max_share=1.0, breaker_max_nodes=2)
+    [d] = decide([scratch], node(), None, fleet, cfg, NOW, node="n1")
+    assert d.kind is DecisionKind.LOG and "never trips the breaker" in d.explanation
+    [d] = decide([lost], node(), None, fleet, cfg, NOW, node="n1")
+    assert d.kind is DecisionKind.DRAIN

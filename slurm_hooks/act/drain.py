@@ -35,6 +35,7 @@ from slurm_hooks.core.incident import IncidentStatus
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.ownership import Ownership
 from slurm_hooks.core.reason import format_reason
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.slurm.door import UNSET, NodeView, Unset
 from slurm_hooks.store import journal
@@ -273,17 +274,21 @@ def confirm(ctx: Context, incident: str, fleet: list[NodeState] | None = None) -
 def take_back(ctx: Context, inc: Incident, verdict: Any) -> Decision | None:
     """The claim ranked past the cap: take it back (only if it is still
     exactly ours); returns the refusal to trip and hold (None: not taken
-    back; the claim stays and the next run ranks it again).  No job was
-    signalled."""
+    back, the claim stays and the next run ranks it again; or nothing to
+    hold).  No job was signalled.  A claim for what users cause
+    (``core/user_caused.py``) ends there (abandoned): a user must not get
+    the breaker latched, nor a fault held, by filling scratch."""
     incident, node = inc.id, inc.node
+    hold = inc.code not in USERS_CAUSE
     try:
         taken = ctx.door.take_back(node, inc.reason, restore=inc.prior_reason)
     except SlurmError as exc:
         log.error("claim of %s (%s) past the cap but not taken back: %s", node, incident, exc)
         return None
     ctx.journal.step(
-        incident, "taken_back", edit=never_drained, status=IncidentStatus.HELD,
-        jobs_done=True, jobs={}, held=True,
+        incident, "taken_back", edit=never_drained,
+        status=IncidentStatus.HELD if hold else IncidentStatus.ABANDONED,
+        jobs_done=True, jobs={}, held=hold,
         claim={"rank": verdict.rank, "limit": verdict.limit, "partition": verdict.partition,
                "taken_back": taken, "latched": verdict.latched, "why": verdict.explain()},
     )  # fmt: skip
@@ -292,6 +297,8 @@ def take_back(ctx: Context, inc: Incident, verdict: Any) -> Decision | None:
         "claim", node=node, incident=incident, outcome="taken_back", why=verdict.explain(),
         rank=verdict.rank, limit=verdict.limit, partition=verdict.partition,
     )  # fmt: skip
+    if not hold:
+        return None
     return Decision(
         DecisionKind.BREAKER_TRIPPED, node, str(inc.code),
         f"{inc.why}; NOT drained: {verdict.explain()}", inc.component,

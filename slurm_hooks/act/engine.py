@@ -433,19 +433,11 @@ class Engine:
             self.context, node, passed, at=at, detail=detail, resume=resume
         )
 
-    def try_resume(
-        self,
-        node: str,
-        *,
-        human: bool = False,
-        skip_acceptance: bool = False,
-        cleared: bool = False,
-    ) -> Decision:
+    def try_resume(self, node: str, **how: bool) -> Decision:
         """Resume ``node`` if it carries our reason and passed acceptance since
-        the fault (act/resume.py).  Returns the decision (RESUME when resumed)."""
-        return resume_mod.try_resume(
-            self.context, node, human=human, skip_acceptance=skip_acceptance, cleared=cleared
-        )
+        the fault (act/resume.py: ``human``, ``skip_acceptance``, ``cleared``).
+        Returns the decision (RESUME when resumed)."""
+        return resume_mod.try_resume(self.context, node, **how)
 
     def notify(self, alert: Alert) -> None:
         """Tell people about a finding that drains nothing (a job that hangs

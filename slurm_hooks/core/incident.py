@@ -38,7 +38,8 @@ class IncidentStatus(_Stored):
     EVACUATING = "evacuating"
     #: Every job has an outcome.
     JOBS_DONE = "jobs_done"
-    #: On recovery the node carried someone else's reason: left alone.
+    #: On recovery the node carried someone else's reason: left alone; or a
+    #: claim for what users cause taken back past the breaker's cap.
     ABANDONED = "abandoned"
     #: The node was resumed.
     CLOSED = "closed"

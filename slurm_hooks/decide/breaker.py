@@ -20,6 +20,7 @@ from slurm_hooks.core.held import parse_mark
 from slurm_hooks.core.history import Trip, aware
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.reason import try_parse_reason
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.decide.config import PolicyConfig
 
 #: Partition key used for nodes Slurm lists in no partition.
@@ -64,37 +65,57 @@ def limit_for(size: int, cfg: PolicyConfig) -> int:
     return min(cfg.breaker_max_nodes, max(cfg.breaker_min_nodes, share), max(size, 0))
 
 
-def drained_by_us(node: NodeState, since: datetime) -> bool:
+def drained_by_us(node: NodeState, since: datetime, *, users_cause: bool = True) -> bool:
     """A node that counts against the breaker: drained or down with our
     fault reason, set within the window (no reason time counts, to be safe).
-    Nodes we lent or hold as spares are out of Slurm on purpose, not faults."""
+    Nodes we lent or hold as spares are out of Slurm on purpose, not faults.
+    ``users_cause`` False leaves out our drains for what a node's users
+    cause (a full scratch: ``core/user_caused.py``): they never count
+    against the drain of a fault of the node's own, so a user who fills the
+    scratch of many nodes can neither use up nor trip the cap real faults
+    drain under."""
     if not (node.drained or node.down):
         return False
     ours = try_parse_reason(node.reason)
-    if ours is None or not ours.is_fault:
+    if ours is None or not ours.is_fault or (not users_cause and ours.code in USERS_CAUSE):
         return False
     return node.reason_time is None or aware(node.reason_time) >= aware(since)
 
 
 def partition_usage(
-    fleet: Sequence[NodeState], partition: str, cfg: PolicyConfig, now: datetime
+    fleet: Sequence[NodeState],
+    partition: str,
+    cfg: PolicyConfig,
+    now: datetime,
+    *,
+    users_cause: bool = True,
 ) -> tuple[int, int, int, tuple[str, ...]]:
-    """(counted, size, limit, counted node names) for one partition."""
+    """(counted, size, limit, counted node names) for one partition
+    (``users_cause``: as for :func:`drained_by_us`)."""
     since = now - timedelta(seconds=cfg.breaker_window_s)
     members = [n for n in fleet if partition == ALL or partition in n.partitions]
-    counted = tuple(sorted(n.name for n in members if drained_by_us(n, since)))
+    counted = tuple(
+        sorted(n.name for n in members if drained_by_us(n, since, users_cause=users_cause))
+    )
     size = len(members)
     return len(counted), size, limit_for(size, cfg), counted
 
 
-def evaluate(node: str, fleet: FleetView, cfg: PolicyConfig, now: datetime) -> BreakerVerdict:
+def evaluate(
+    node: str, fleet: FleetView, cfg: PolicyConfig, now: datetime, *, users_cause: bool = False
+) -> BreakerVerdict:
     """May automation drain ``node`` now?  Checked against every partition
-    the node belongs to; the first one that refuses decides."""
+    the node belongs to; the first one that refuses decides.
+    ``users_cause``: the drain is for what the node's users cause, and
+    counts every drain of ours; a drain for a fault of the node's own
+    counts only those (:func:`drained_by_us`)."""
     me = next((n for n in fleet.nodes if n.name == node), None)
     partitions = (me.partitions if me and me.partitions else ()) or (ALL,)
     verdicts = []
     for part in partitions:
-        counted, size, limit, names = partition_usage(fleet.nodes, part, cfg, now)
+        counted, size, limit, names = partition_usage(
+            fleet.nodes, part, cfg, now, users_cause=users_cause
+        )
         # The node itself may already count (re-drain of ours): do not count it twice.
         if node in names:
             counted -= 1
@@ -224,18 +245,23 @@ def rank_claim(
     node drained earlier, which Slurm re-stamps) counts as ahead too, to be
     safe.  A latch placed before the claim (``latched_before``: held marks
     in the table, ``trips`` from the latch file) refuses it.  Confirmed when
-    the rank is within the limit everywhere and nothing latched."""
+    the rank is within the limit everywhere and nothing latched.  A claim
+    for a fault of the node's own does not count the drains for what users
+    cause ahead of it (:func:`drained_by_us`); one for what users cause
+    counts every drain of ours."""
     me = next((n for n in fleet if n.name == node), None)
     if me is None or me.reason != claim or not (me.drained or me.down):
         return ClaimVerdict(False, lost=True)
     key = claim_key(me)
     since = now - timedelta(seconds=cfg.breaker_window_s)
+    mine = try_parse_reason(claim)
+    users_cause = mine is not None and mine.code in USERS_CAUSE
     verdicts = []
     for part in me.partitions or (ALL,):
         members = [n for n in fleet if part == ALL or part in n.partitions]
         ahead = []
         for other in members:
-            if other.name == node or not drained_by_us(other, since):
+            if other.name == node or not drained_by_us(other, since, users_cause=users_cause):
                 continue
             ours = try_parse_reason(other.reason)
             if claim_key(other) < key or (ours is not None and "repl" in ours.extra):

@@ -329,7 +329,8 @@ def _node_decision(
     incident = incident_id(name, code, comp, now)
     # A node's users can fill its scratch as often as they like: only a
     # fault of the node's own makes it FLAPPING (held for a human).
-    if flap.flapping and any(f.code not in USERS_CAUSE for f in found):
+    users_only = not any(f.code not in USERS_CAUSE for f in found)
+    if flap.flapping and not users_only:
         reason = DrainReason(
             FLAPPING,
             incident,
@@ -346,7 +347,7 @@ def _node_decision(
         explanation = why
 
     if fleet is not None:
-        verdict = breaker_mod.evaluate(name, fleet, cfg, now)
+        verdict = breaker_mod.evaluate(name, fleet, cfg, now, users_cause=users_only)
         bfacts = {
             "breaker_partition": verdict.partition,
             "breaker_counted": verdict.counted,
@@ -354,6 +355,17 @@ def _node_decision(
             "breaker_size": verdict.size,
             "breaker_latched": verdict.latched,
         }
+        if not verdict.allowed and users_only:
+            # Over the cap for what users cause: not drained, and no trip (a
+            # user must not latch the breaker real faults drain under).
+            return make(
+                DecisionKind.LOG,
+                f"{explanation}; NOT drained: {verdict.explain()}; what the node's users "
+                "cause never trips the breaker",
+                reason,
+                would_be=str(decision_kind),
+                **bfacts,
+            )
         if not verdict.allowed:
             return make(
                 DecisionKind.BREAKER_TRIPPED,
