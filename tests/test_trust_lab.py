@@ -836,6 +836,33 @@ def test_a_scratch_a_user_fills_drains_the_node_but_moves_no_ones_job(rig, job_d
             run(["scancel", own, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
+def test_a_scratch_a_user_fills_on_every_node_cannot_keep_a_real_xid_from_draining(rig, job_dir):
+    """One scratch for every node (the lab's nodes share a host, as nodes
+    share a Lustre scratch), filled by sltest.  The lab's breaker lets 2 of 4
+    nodes be drained by automation: the health checks of n1, n2, n3 drain two
+    for SCRATCH_FULL and leave the third, latching nothing; an XID 79 on n4
+    then still drains n4."""
+    lab, hooks, _ = rig
+    n1, n2, n3, n4 = lab.node_names[:4]
+    with small_scratch(job_dir / "scratch") as scratch:
+        for node in (n1, n2, n3):
+            hooks.add_config(node, f'[profiles.default]\nscratch_path = "{scratch}"\n'
+                                   "scratch_min_free_gb = 0.03\n")  # fmt: skip
+        run(["runuser", "-u", TEST_USER, "--", "dd", "if=/dev/zero", f"of={scratch}/mine",
+             "bs=1M", "count=50"], timeout=60)  # fmt: skip
+        for node in (n1, n2, n3):
+            lab.run_on_node(node, [str(hooks.shims["healthcheck"])], timeout=60)
+        codes = {}
+        for node in (n1, n2, n3):
+            state = lab.client().get_node(node)
+            codes[node] = parse_reason(state.reason).code if state.drained else None
+        assert sorted(c for c in codes.values() if c) == ["SCRATCH_FULL", "SCRATCH_FULL"], codes
+        for node in lab.node_names:
+            assert not [e for e in hooks.audit(node) if e.get("action") == "breaker_trip"]
+        hooks.inject_xid(n4, 79, gpu=1)
+        assert parse_reason(wait_drained(lab, n4, timeout=30)).code == "XID79"
+
+
 # -- a connection the user cuts off in a network namespace of their own ---------------------
 
 #: The unacked connection is judged after 10 s (the product's 120 s would
