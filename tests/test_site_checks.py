@@ -313,6 +313,18 @@ def test_unauthorised_users(node):
     assert node.verdict("check_ps_unauth_users log syslog kill") == 0
 
 
+def test_a_processs_arguments_reach_the_finding_as_one_printable_line(node):
+    """mallory's process arguments are mallory's words: an escape sequence
+    (OSC 52 writes an admin's clipboard) or a newline must not reach the
+    audit log, alerts or the terminal of whoever reads them."""
+    node.process(1, "/sbin/init")
+    node.process(600, "/tmp/x \x1b]52;c;cm0gLXJmIH4=\x07\nFAKE: all good", uid=1001, ppid=1)
+    cfg = SiteChecksConfig.from_section([{"kind": "ps_users"}], path=None, prefix="s")
+    [f] = node.run(cfg)
+    assert f.status is Status.FAIL and "process 600" in f.message
+    assert f.message.isprintable() and "FAKE: all good" in f.message
+
+
 def test_loadavg_per_core(node):
     assert node.verdict("check_ps_loadavg 24") == 0
     assert node.verdict("check_ps_loadavg $((2*HW_CORES))") == 0

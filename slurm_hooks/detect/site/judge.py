@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from slurm_hooks.core.model import Value
+from slurm_hooks.core.reason import sanitize_text
 from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.probes.host import Partition
 from slurm_hooks.detect.site import args as A
@@ -213,7 +214,10 @@ def ps_users(a: A.PsUsers, procs: list[Proc]) -> list[Problem]:
         if a.lineage and _descends(p, by_pid, a.rm_daemon):
             continue
         why = "not a child of the resource manager" if a.lineage else "unauthorised user"
-        out.append(Problem(f"{why}: {p.user} process {p.pid} ({p.args[:60]})", {"user": p.user}))
+        # The arguments are the process owner's words: one line, no control
+        # characters (they reach the audit log, alerts and an admin's terminal).
+        args = sanitize_text(p.args)[:60]
+        out.append(Problem(f"{why}: {p.user} process {p.pid} ({args})", {"user": p.user}))
     return out[:5]
 
 
