@@ -153,3 +153,22 @@ def test_text_output_fits_80_columns(tmp_path):
     text = "\n".join(lines)
     assert "incident inc1  XID79  gpu003  resolved, 1h" in text
     assert "[refused]" in text and "job=1234" in text
+
+
+def test_users_words_in_the_log_reach_the_terminal_without_control_characters(tmp_path):
+    """The audit log quotes what users wrote (a process's arguments in a
+    site check's finding): ``slurm-hooks history`` prints it without escape
+    sequences or line breaks, so it cannot drive the admin's terminal or
+    fake a line of the report."""
+    from click.testing import CliRunner
+
+    from slurm_hooks.cli import main
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, actor="slurm-hooks/healthcheck", clock=Clock())
+    why = "unauthorised user: mallory process 600 (/tmp/x \x1b]52;c;cm0gLXJm\x07\nFAKE resumed)"
+    log.record("drain", node="gpu003", incident="inc9", code="PS_USERS", why=why)
+    out = CliRunner().invoke(main, ["history", "--audit-log", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "\x1b" not in out.output and "\x07" not in out.output
+    assert not any(line.startswith("FAKE") for line in out.output.splitlines())

@@ -142,10 +142,16 @@ class DrainReason:
 _BRACKETS = str.maketrans("[]", "()")
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character (escape sequences, newlines,
+    line separators) a blank: what a user wrote, safe on a terminal."""
+    return _CONTROL_RE.sub(" ", text)
+
+
 def sanitize_text(text: str) -> str:
     """One line, no control characters, no runs of blanks, no square
     brackets (see ``_BRACKETS``)."""
-    text = _CONTROL_RE.sub(" ", text).translate(_BRACKETS)
+    text = printable(text).translate(_BRACKETS)
     text = _SPACES_RE.sub(" ", text).strip()
     return text
 
