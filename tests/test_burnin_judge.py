@@ -202,3 +202,16 @@ def test_judge_defaults_are_the_settings_defaults():
         assert getattr(t, name) == getattr(s, name), name
     explicit = {k: v for k, v in dataclasses.asdict(s).items() if v is not None}
     assert thresholds_from({}, explicit) == t
+
+
+def test_a_run_limited_to_the_jobs_gpus_expects_only_those():
+    """The prolog burns only the job's GPUs (``devices``; the others belong
+    to other users' jobs): a job asking for 2 of 8 GPUs must not drain the
+    node for the 6 it did not test.  Without ``devices`` the profile's count
+    stands."""
+    data = parse_gpu_burn((DATA / "old_version_2x_gtx1080.txt").read_text())
+    profile = {"gpu_count": 8}
+    limited = judge_burnin(data, thresholds_from(profile, {"devices": [4, 5]}))
+    assert "BURNIN_FAILED" not in [f.code for f in limited]
+    whole = judge_burnin(data, thresholds_from(profile, {}))
+    assert ("BURNIN_FAILED", "FAIL") in [(f.code, f.status.value) for f in whole]

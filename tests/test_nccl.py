@@ -219,3 +219,13 @@ def test_judge_defaults_are_the_settings_defaults():
     )
     explicit = {k: v for k, v in dataclasses.asdict(s).items() if v is not None}
     assert thresholds_from({}, explicit) == t
+
+
+def test_an_all_reduce_limited_to_the_jobs_gpus_expects_only_those():
+    run = parse_nccl_tests((DATA / "h100_8gpu_ok.txt").read_text())
+    assert run.nranks == 8
+    assert thresholds_from({"gpu_count": 16}, {"devices": list(range(8))}).gpu_count == 8
+    assert thresholds_from({"gpu_count": 16}, {}).gpu_count == 16
+    assert "NCCL_PARTIAL" not in [
+        f.code for f in judge_nccl(run, thresholds_from({"gpu_count": 16}, {"devices": [0] * 8}))
+    ]

@@ -167,9 +167,8 @@ class BurninCheck:
         run_cmd = ctx.services.get("run", commands.run)
         log.info("burn-in engine=%s duration=%ss", engine, duration)
         if plugin:
-            eng, req = _engine_check.plugin_engine(
-                ctx, self.name, engine, s.scenario, int(ctx.profile.get("gpu_count") or 8)
-            )
+            count = len(s.devices) if s.devices else int(ctx.profile.get("gpu_count") or 8)
+            eng, req = _engine_check.plugin_engine(ctx, self.name, engine, s.scenario, count)
             return eng.burnin(req, int(duration))
         if engine == "gpu_burn":
             from slurm_hooks.detect.engines.burnin.gpu_burn import build_argv, run_gpu_burn

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slurm_hooks.core.model import Action, Component, Finding, Status
+
+
+def expected_gpus(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> int | None:
+    """How many GPUs a run must cover: the check's ``devices`` when it is
+    limited to some (the prolog's run on the job's GPUs: on a shared node the
+    others belong to other users' jobs), else the profile's ``gpu_count``."""
+    devices = settings.get("devices")
+    if devices:
+        return len(devices)
+    count = profile.get("gpu_count")
+    return None if count is None else int(count)
 
 
 def finding(

@@ -22,7 +22,7 @@ from typing import Any
 
 from slurm_hooks.core.model import Action, Component, Finding, Status
 from slurm_hooks.detect.engines.burnin.model import BurninRun, GpuBurnin
-from slurm_hooks.detect.engines.judging import finding
+from slurm_hooks.detect.engines.judging import expected_gpus, finding
 
 CHECK = "burnin"
 
@@ -86,7 +86,7 @@ def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> 
         floors=tuple(sorted(floors.items())),
         floor_fail_fraction=float(settings.get("floor_fail_fraction", dflt.floor_fail_fraction)),
         max_temp_c=None if max_temp is None else float(max_temp),
-        gpu_count=profile.get("gpu_count"),
+        gpu_count=expected_gpus(profile, settings),
     )
     t.validate()
     return t

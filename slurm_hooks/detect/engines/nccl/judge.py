@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_hooks.core.model import Action, Component, Finding, Status
-from slurm_hooks.detect.engines.judging import finding
+from slurm_hooks.detect.engines.judging import expected_gpus, finding
 from slurm_hooks.detect.engines.nccl.model import NcclRun
 
 CHECK = "nccl"
@@ -53,7 +53,7 @@ def thresholds_from(profile: Mapping[str, Any], settings: Mapping[str, Any]) -> 
         busbw_floor_gbps=None if floor is None else float(floor),
         floor_fail_fraction=float(settings.get("floor_fail_fraction", d.floor_fail_fraction)),
         large_min_bytes=int(settings.get("large_min_bytes", d.large_min_bytes)),
-        gpu_count=profile.get("gpu_count"),
+        gpu_count=expected_gpus(profile, settings),
     )
     t.validate()
     return t
