@@ -4,6 +4,7 @@ incident history survives between runs."""
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -76,6 +77,33 @@ def test_process_owners_reads_who_owns_each_pid_now() -> None:
     me = pwd.getpwuid(os.getuid()).pw_name
     gone = 2**22 + 7  # above pid_max's default: no such process
     assert process_owners({os.getpid(), gone}) == {os.getpid(): me}
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root, setpriv")
+def test_a_users_process_running_a_setuid_program_is_still_the_users() -> None:
+    """``/proc/PID``'s owner is the process's *effective* uid: a user's
+    process running a setuid-root program shows as root's, and its XIDs
+    would count as a second user's, draining the node for one user's own
+    code.  The owner is the real uid (here 65534 with effective uid 0, as
+    after exec of a setuid-root program)."""
+    import pwd
+    import subprocess
+    import sys
+
+    from slurm_hooks.detect.checks.xid import process_owners
+
+    code = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
+    proc = subprocess.Popen(
+        ["setpriv", "--ruid=65534", "--euid=0", "--", sys.executable, "-S", "-c", code],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert os.stat(f"/proc/{proc.pid}").st_uid == 0  # what the old rule read
+        assert process_owners({proc.pid}) == {proc.pid: pwd.getpwuid(65534).pw_name}
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_injected_source_and_nvml_names_the_gpu(tmp_path: Path) -> None:

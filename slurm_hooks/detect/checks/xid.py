@@ -47,18 +47,32 @@ class XidData:
 
 
 def process_owners(pids: set[int], proc: str = "/proc") -> dict[int, str]:
-    """Who owns each pid's process now (``/proc/PID``'s owner; uid when
-    passwd has no name).  Read as the events are: a process gone by then
-    has no owner here."""
+    """Who runs each pid's process now: its real uid (``/proc/PID/status``;
+    a uid when passwd has no name).  Not ``/proc/PID``'s owner, which is the
+    effective uid: a user's process running a setuid-root program shows as
+    root's there and would count as a second user's; its real uid stays its
+    user's.  Read as the events are: a process gone by then has no owner
+    here."""
     from slurm_hooks.core.identifiers import user_name_of
 
     out: dict[int, str] = {}
     for pid in sorted(pids)[:256]:
         try:
-            out[pid] = user_name_of(os.stat(f"{proc}/{pid}").st_uid)
-        except OSError:
+            uid = _real_uid(f"{proc}/{pid}/status")
+        except (OSError, ValueError):
             continue
+        if uid is not None:
+            out[pid] = user_name_of(uid)
     return out
+
+
+def _real_uid(status: str) -> int | None:
+    """The real uid: the first number of the ``Uid:`` line."""
+    with open(status, "rb") as fh:
+        for line in fh:
+            if line.startswith(b"Uid:"):
+                return int(line.split()[1])
+    return None
 
 
 def make_source(settings: XidSettings) -> Source:
