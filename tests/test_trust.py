@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -547,3 +548,23 @@ def test_a_scratch_over_the_breakers_cap_is_not_drained_and_trips_nothing(tmp_pa
     assert d.kind is DecisionKind.LOG and "never trips the breaker" in d.explanation
     [d] = decide([lost], node(), None, fleet, cfg, NOW, node="n1")
     assert d.kind is DecisionKind.DRAIN
+
+
+def test_the_xids_an_application_raises_by_itself_are_the_catalogues():
+    """Every XID NVIDIA sends to the application (investigatory action
+    CHECK_APP/CUDA, or the XID 13/31 workflows) is in APP_CAUSED, so none of
+    them, raised by a user's own code, corroborates that user's hang."""
+    from slurm_hooks.decide.trust import APP_CAUSED
+
+    catalogue = json.loads(
+        (Path(__file__).parent.parent / "slurm_hooks/data/xid_catalogue.json").read_text()
+    )
+    app = {
+        f"XID{e['xid']}"
+        for e in catalogue["xids"]
+        if e.get("investigatory") in ("CHECK_APP/CUDA", "WORKFLOW_XID_13", "WORKFLOW_XID_31")
+    }
+    assert app and app <= APP_CAUSED, sorted(app - APP_CAUSED)
+    for code in ("XID32", "XID69"):
+        ev = FaultEvent(NOW - timedelta(minutes=1), code, None, "log", None, True, "mallory")
+        assert one([hang()], history=NodeHistory((ev,))).kind is DecisionKind.REPORT_JOB

@@ -9,8 +9,8 @@ read from the node's own history (root-written, ``store/state.py``):
   within ``[policy] user_evidence_window_s``, but none that the node's
   users can cause by using it (a full scratch: ``core/user_caused.py``);
 * a kernel XID/SXID logged in that window that the catalogue does not put
-  down to the application itself (a user's kernel can raise XID 13, 31, 43
-  or 45 at will: those never corroborate);
+  down to the application itself (a user's kernel can raise those at
+  will, ``APP_CAUSED``: they never corroborate);
 * hangs of jobs of at least ``cross_user_hangs`` different users naming this
   node as the culprit within the window (this one included), where a site
   turned that rule on (off by default: every hang is evidence its user
@@ -37,10 +37,14 @@ from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.decision import DecisionKind
 
-#: XIDs an application raises by itself (NVIDIA's XID catalogue: 13 graphics
-#: engine exception, 31 MMU fault, 43 GPU stopped processing (reset channel
-#: verification), 45 preemptive cleanup after an application ended).
-APP_CAUSED = frozenset({"XID13", "XID31", "XID43", "XID45"})
+#: XIDs an application raises by itself (NVIDIA's XID catalogue,
+#: slurm_hooks/data/xid_catalogue.json): every one whose investigatory action
+#: is CHECK_APP/CUDA (11, 25, 32, 37, 69, 80) or the XID 13/31 workflows
+#: (graphics engine exception, MMU fault), 43 (a software-induced fault), 45
+#: (preemptive cleanup after an application ended) and 137 (an illegal
+#: NVLink peer access, usually an application bug).  A test holds this set
+#: to the catalogue.
+APP_CAUSED = frozenset(f"XID{n}" for n in (11, 13, 25, 31, 32, 37, 43, 45, 69, 80, 137))
 #: Severities of a history event that mean the policy took (or tried to
 #: take) the node out of service for it.
 NODE_SEVERITIES = frozenset(
