@@ -292,6 +292,42 @@ def test_write_test_in_process(tmp_path: Path) -> None:
     assert err.startswith("cannot create a file in") and "No such file" in err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+def test_a_mount_a_user_filled_is_full_drained_without_moving_jobs(tmp_path: Path) -> None:
+    """A required mount whose inodes a user used up (a tmpfs of 8 inodes,
+    filled with files): root's write test finds it full, the mounts check
+    says MOUNT_FULL (not MOUNT_NOT_WRITABLE), and the policy drains without
+    evacuating, as for a full scratch (core/user_caused.py)."""
+    from datetime import UTC, datetime
+
+    from slurm_hooks.core.model import NodeState
+    from slurm_hooks.decide import DecisionKind, PolicyConfig, decide
+    from slurm_hooks.detect.checks.base import CheckContext
+    from slurm_hooks.detect.checks.mounts import MountsCheck, MountState
+
+    m = tmp_path / "m"
+    m.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=8", "tmpfs", str(m)],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
+    try:
+        for i in range(64):
+            try:
+                (m / f"f{i}").touch()
+            except OSError:
+                break
+        assert host.write_test(str(m), 5) == host.WRITE_FULL
+        ctx = CheckContext(node="n1", phase=Phase.HEALTHCHECK, profile={"mounts": [str(m)]})
+        [f] = MountsCheck().judge([MountState(str(m), True, "tmpfs", False, host.WRITE_FULL)], ctx)
+        assert f.code == "MOUNT_FULL"
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        [d] = decide([f], NodeState("n1", "mixed"), None, None, PolicyConfig(), now, node="n1")
+        assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, False)
+    finally:
+        subprocess.run(["umount", "-l", str(m)], check=False)
+
+
 def test_write_test_permission(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)

@@ -1,7 +1,8 @@
 """Fault codes a node's users can cause by using it.  Pure data.
 
 Root measures these on the node, but any user of it can bring them about:
-a full scratch (the ``scratch`` check), a file system's space or inodes,
+a full scratch (the ``scratch`` check), a required mount with no space or
+inodes left to create a file (``mounts``), a file system's space or inodes,
 the load, free memory, a process left behind (site check kinds
 ``fs_space``, ``fs_inodes``, ``ps_loadavg``, ``hw_memory_free``,
 ``ps_users``; NHC's ``check_fs_*``, ``check_ps_loadavg``,
@@ -16,5 +17,13 @@ bridge both read it here (docs/security.md).
 from __future__ import annotations
 
 USERS_CAUSE = frozenset(
-    {"SCRATCH_FULL", "FS_SPACE", "FS_INODES", "PS_LOADAVG", "HW_MEMORY_FREE", "PS_USERS"}
+    {
+        "SCRATCH_FULL",
+        "MOUNT_FULL",
+        "FS_SPACE",
+        "FS_INODES",
+        "PS_LOADAVG",
+        "HW_MEMORY_FREE",
+        "PS_USERS",
+    }
 )

@@ -20,12 +20,16 @@ from slurm_hooks.core.errors import CommandError, CommandTimeout
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
 from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem, ok
+from slurm_hooks.detect.probes.host import WRITE_FULL
 from slurm_hooks.detect.profiles import as_profile
 
 MOUNT_MISSING = Problem("MOUNT_MISSING", Status.FAIL, Action.DRAIN)
 MOUNT_READONLY = Problem("MOUNT_READONLY", Status.FAIL, Action.DRAIN)
 MOUNT_HUNG = Problem("MOUNT_HUNG", Status.FAIL, Action.DRAIN)
 MOUNT_NOT_WRITABLE = Problem("MOUNT_NOT_WRITABLE", Status.FAIL, Action.DRAIN)
+#: No space or inodes left to create a file: what users can cause by filling
+#: it (core/user_caused.py: drained, no job moved).
+MOUNT_FULL = Problem("MOUNT_FULL", Status.FAIL, Action.DRAIN)
 
 
 @record
@@ -33,7 +37,8 @@ class Settings:
     """``[checks.mounts]``: whether and how the profile's mounts are write-tested."""
 
     #: Create and remove a file on each of the profile's mounts that is not
-    #: read-only; a failure is MOUNT_NOT_WRITABLE, a hang MOUNT_HUNG (drain).
+    #: read-only; a failure is MOUNT_NOT_WRITABLE (MOUNT_FULL with no space or
+    #: inodes left, jobs kept), a hang MOUNT_HUNG (drain).
     write_test: bool = True
     #: Seconds the create+remove of the test file may take per mount.
     write_timeout_s: float = 5.0
@@ -116,6 +121,9 @@ class MountsCheck:
             elif m.write_error == "timeout":
                 problem = MOUNT_HUNG
                 message = f"{m.path} ({m.fstype}): write test timed out, mount hung?"
+            elif m.write_error == WRITE_FULL:
+                problem = MOUNT_FULL
+                message = f"{m.path} ({m.fstype}): no space or inodes left to create a file"
             elif m.write_error:
                 problem = MOUNT_NOT_WRITABLE
                 message = f"{m.path} ({m.fstype}): cannot write: {m.write_error}"

@@ -24,6 +24,7 @@ leaves a thread blocked in the kernel, not a hung hook.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from typing import NamedTuple
@@ -139,9 +140,15 @@ def _create_and_remove(path: str) -> None:
         os.unlink(name)
 
 
+#: :func:`write_test`'s answer when the file system has no space or inodes
+#: left for the file (what any user can bring about by filling it).
+WRITE_FULL = "full"
+
+
 def write_test(path: str, timeout: float) -> str:
     """Create and remove a file under ``path``: "" on success, "timeout" when
-    the file system did not answer within ``timeout`` seconds, else the error."""
+    the file system did not answer within ``timeout`` seconds,
+    :data:`WRITE_FULL` when it had no space or inodes left, else the error."""
     box: dict[str, BaseException] = {}
 
     def target() -> None:
@@ -158,6 +165,8 @@ def write_test(path: str, timeout: float) -> str:
     exc = box.get("error")
     if exc is None:
         return ""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return WRITE_FULL
     if isinstance(exc, OSError) and exc.strerror:
         return f"cannot create a file in {path}: {exc.strerror}"
     return f"cannot create a file in {path}: {exc}"
