@@ -313,6 +313,26 @@ def test_unauthorised_users(node):
     assert node.verdict("check_ps_unauth_users log syslog kill") == 0
 
 
+def test_a_forbidden_program_a_user_runs_is_theirs_not_the_nodes(node):
+    """A program that must not run (NHC's check_ps_blacklist), found running
+    as a user's: the user chose to run it, so the finding is
+    PS_FORBIDDEN_USER (drained, no job moved: core/user_caused.py); found
+    as root's it is the node's own PS_SERVICE."""
+    from slurm_hooks.core.user_caused import USERS_CAUSE
+
+    node.process(1, "/sbin/init")
+    node.process(700, "/home/mallory/xmrig", uid=1001, ppid=1)
+    cfg = SiteChecksConfig.from_section(
+        [{"kind": "ps_service", "service": "xmrig", "running": False}], path=None, prefix="s"
+    )
+    [f] = node.run(cfg)
+    assert (f.status, f.code) == (Status.FAIL, "PS_FORBIDDEN_USER") and f.code in USERS_CAUSE
+    node.kill(700)
+    node.process(701, "/usr/sbin/xmrig", uid=0, ppid=1)
+    [f] = node.run(cfg)
+    assert (f.status, f.code) == (Status.FAIL, "PS_SERVICE") and f.code not in USERS_CAUSE
+
+
 def test_a_processs_arguments_reach_the_finding_as_one_printable_line(node):
     """mallory's process arguments are mallory's words: an escape sequence
     (OSC 52 writes an admin's clipboard) or a newline must not reach the

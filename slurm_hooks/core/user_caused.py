@@ -5,7 +5,8 @@ a full scratch (the ``scratch`` check), a required mount with no space or
 inodes left to create a file (``mounts``), a file system's space or inodes,
 the load, free memory, a process left behind (site check kinds
 ``fs_space``, ``fs_inodes``, ``ps_loadavg``, ``hw_memory_free``,
-``ps_users``; NHC's ``check_fs_*``, ``check_ps_loadavg``,
+``ps_users``, and ``ps_service`` with ``running = false`` when a user's
+process is the one found; NHC's ``check_fs_*``, ``check_ps_loadavg``,
 ``check_hw_physmem_free``, ``check_ps_unauth_users``).  Such a failure takes
 the node out of service as the site asked, so no new work lands there, but
 never moves what runs on it (a user must not get another user's job
@@ -25,5 +26,6 @@ USERS_CAUSE = frozenset(
         "PS_LOADAVG",
         "HW_MEMORY_FREE",
         "PS_USERS",
+        "PS_FORBIDDEN_USER",
     }
 )

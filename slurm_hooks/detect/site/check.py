@@ -242,7 +242,7 @@ def judge_one(
         Finding(
             check=NAME,
             status=Status.FAIL if fatal else Status.WARN,
-            code=kind.code,
+            code=problems[0].code or kind.code,
             message=f"{c.name}: {message}",
             component=comp,
             action=c.action if fatal else Action.NONE,

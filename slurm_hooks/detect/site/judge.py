@@ -29,6 +29,13 @@ from slurm_hooks.detect.site.units import parse_count, parse_size
 class Problem:
     message: str
     values: dict[str, Value] = field(default_factory=dict)
+    #: The finding's code when it is not the kind's (``kinds.Kind.code``).
+    code: str | None = None
+
+
+#: A process that must not run, found running as a user's (not root's): a
+#: user chose to run it (core/user_caused.py: drained, no job moved).
+PS_FORBIDDEN_USER = "PS_FORBIDDEN_USER"
 
 
 def _lines_match(lines: Sequence[str], matches: Iterable[str], what: str) -> list[Problem]:
@@ -186,7 +193,9 @@ def ps_service(a: A.PsService, data: tuple[list[Proc], Ran | None]) -> list[Prob
         return [Problem(msg)]
     if not a.running and found:
         pids = ",".join(str(p.pid) for p in found[:5])
-        return [Problem(f"service {a.service} (process {a.pattern}){owner} running (pid {pids})")]
+        users = any(p.uid != 0 for p in found)
+        return [Problem(f"service {a.service} (process {a.pattern}){owner} running (pid {pids})",
+                        code=PS_FORBIDDEN_USER if users else None)]  # fmt: skip
     return []
 
 
