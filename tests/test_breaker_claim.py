@@ -179,6 +179,25 @@ def engines(tmp_path, slurm, policy):
     return make, clock
 
 
+def three_claims(tmp_path, finding):
+    """Cap 2; n1, n2 and n3 each claim a drain for ``finding`` in the same
+    second (the fake stamps every drain at T0) and stop before ranking it;
+    job 9 of alice runs on n5.  Returns (slurm, engines by node, clock)."""
+    slurm = CommentingSlurm(10)
+    slurm.jobs["9"] = JobInfo("9", "alice", "RUNNING", "n5", "n5", True)
+    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=2)
+    make, clock = engines(tmp_path, slurm, policy)
+    engs = {n: make(n) for n in ("n1", "n2", "n3", "n5")}
+    real_confirm = Engine._confirm_claim
+    Engine._confirm_claim = lambda self, incident, fleet=None: False  # type: ignore[method-assign]
+    try:
+        for n in ("n1", "n2", "n3"):
+            engs[n].handle(n, [finding])
+    finally:
+        Engine._confirm_claim = real_confirm  # type: ignore[method-assign]
+    return slurm, engs, clock
+
+
 def test_a_claim_past_the_cap_is_taken_back_before_any_signal(tmp_path):
     """Three claims land in the same second (the fake stamps every drain at
     T0) before anyone ranks; cap 2: the third by name backs off, its job is
@@ -228,18 +247,7 @@ def test_claims_ranked_out_of_order_drain_exactly_the_cap_and_the_latch_holds(tm
     but a later fault on n5 is latched by n3's mark and held, never
     signalled; each node decided on its own state (no table before the
     claim)."""
-    slurm = CommentingSlurm(10)
-    slurm.jobs["9"] = JobInfo("9", "alice", "RUNNING", "n5", "n5", True)
-    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=2)
-    make, clock = engines(tmp_path, slurm, policy)
-    engs = {n: make(n) for n in ("n1", "n2", "n3", "n5")}
-    real_confirm = Engine._confirm_claim
-    Engine._confirm_claim = lambda self, incident, fleet=None: False  # type: ignore[method-assign]
-    try:
-        for n in ("n1", "n2", "n3"):
-            engs[n].handle(n, [xid79(0)])
-    finally:
-        Engine._confirm_claim = real_confirm  # type: ignore[method-assign]
+    slurm, engs, clock = three_claims(tmp_path, xid79(0))
     assert slurm.count("list_nodes") == 0  # decided on the node alone
     for n in ("n3", "n1", "n2"):
         engs[n].handle(n, [])
@@ -399,18 +407,7 @@ def test_a_scratch_claim_past_the_cap_is_taken_back_but_latches_nothing(tmp_path
     """Three full scratches claimed in one second, cap 2: the third by name
     is taken back, but holds nothing and latches nothing (no mark, no trip):
     a real XID 79 on n5 then drains at once, jobs moved."""
-    slurm = CommentingSlurm(10)
-    slurm.jobs["9"] = JobInfo("9", "alice", "RUNNING", "n5", "n5", True)
-    policy = PolicyConfig(grace_seconds=0, breaker_max_share=1.0, breaker_max_nodes=2)
-    make, clock = engines(tmp_path, slurm, policy)
-    engs = {n: make(n) for n in ("n1", "n2", "n3", "n5")}
-    real_confirm = Engine._confirm_claim
-    Engine._confirm_claim = lambda self, incident, fleet=None: False  # type: ignore[method-assign]
-    try:
-        for n in ("n1", "n2", "n3"):
-            engs[n].handle(n, [scratch_full()])
-    finally:
-        Engine._confirm_claim = real_confirm  # type: ignore[method-assign]
+    slurm, engs, clock = three_claims(tmp_path, scratch_full())
     for n in ("n1", "n2", "n3"):
         engs[n].handle(n, [])
     assert [n for n in ("n1", "n2", "n3") if slurm.nodes[n].drained] == ["n1", "n2"]
