@@ -12,7 +12,6 @@ import click
 from slurm_hooks.cli import history_report as hist
 from slurm_hooks.cli._common import config_option, exits_on_error, load_config
 from slurm_hooks.cli._width import wide_option
-from slurm_hooks.core.reason import printable
 
 
 def audit_path(cfg: Any) -> Path:
@@ -130,7 +129,7 @@ def command(
         return
     shown = hist.History(tuple(incidents), runs, history.skipped)
     for line in hist.iter_lines(shown, now, wide=wide):
-        click.echo(printable(line))  # the log quotes users' words (process arguments)
+        click.echo(line)
     if not incidents and not runs:
         click.echo(
             "no incidents" + (f" for {node}" if node else "") + (" in range" if since else "")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hooks.core.errors import SlurmHooksError
+from slurm_hooks.core.reason import printable
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +261,12 @@ def stage_of(action: str) -> str:
 
 
 def _s(value: Any) -> str | None:
+    """A field of the log as text, without control characters: the log
+    quotes users' words (a process's arguments), which must not drive the
+    terminal the report is read on, nor break a line of it."""
     if value is None or value == "":
         return None
-    return str(value)
+    return printable(str(value))
 
 
 def event_from_record(rec: Mapping[str, Any]) -> Event:

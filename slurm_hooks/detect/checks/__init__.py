@@ -40,6 +40,7 @@ mounts             FAIL       MOUNT_MISSING         drain        not in the moun
 mounts             FAIL       MOUNT_READONLY        drain        mounted ro
 mounts             FAIL       MOUNT_HUNG            drain        write test timed out
 mounts             FAIL       MOUNT_NOT_WRITABLE    drain        write test failed
+mounts             FAIL       MOUNT_FULL            drain        no space or inodes left (jobs kept: users can fill it)
 scratch            FAIL       SCRATCH_FULL          drain        free < ``scratch_min_free_gb``
 scratch            FAIL       SCRATCH_MISSING       drain        scratch path missing
 (runner)           UNKNOWN    CHECK_UNKNOWN         none         could not gather (NVML error on a GPU, ...)
