@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from slurm_hooks.bridge.settings import BridgeConfig
 from slurm_hooks.core.clock import (
@@ -180,6 +180,13 @@ def foreign_incident(name: str, reason: str, when: datetime | None) -> str:
     return "x" + hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
+def moves(trig: Trigger | None) -> TypeGuard[Trigger]:
+    """Whether the drain behind ``trig`` moves what runs on the machine
+    (evict, take a spare, replace it, move a slurmd pod): not for what the
+    node's users can cause (core/user_caused.py), which is cordoned only."""
+    return trig is not None and trig.code not in USERS_CAUSE
+
+
 def trigger(state: NodeState, cfg: BridgeConfig) -> Trigger | None:
     """The reason we act on, or None.  Only drained or down nodes count."""
     if not (state.drained or state.down) or not state.reason:
@@ -277,9 +284,10 @@ def job_queries(
             continue
         ann = node_annotations(node)
         held = ann.get(keys.incident) == trig.incident
-        moves = trig.code not in USERS_CAUSE
-        evict_open = moves and cfg.evict and not (held and ann.get(keys.evicted) == trig.incident)
-        repl_open = (moves and cfg.replacement != "none") and not (
+        evict_open = (
+            moves(trig) and cfg.evict and not (held and ann.get(keys.evicted) == trig.incident)
+        )
+        repl_open = (moves(trig) and cfg.replacement != "none") and not (
             held and ann.get(keys.replacement) == trig.incident
         )
         if evict_open or repl_open:
@@ -390,11 +398,8 @@ def plan(
         else:
             done = ann
 
-        if trig.code in USERS_CAUSE:
-            # What the node's users can cause (core/user_caused.py): cordoned
-            # like any drain, but no tenant's pod is evicted for it, no spare
-            # is taken and the machine is never replaced for it.
-            continue
+        if not moves(trig):
+            continue  # cordoned like any drain, nothing more (see moves())
         if spare_pool:
             mine = done.get(keys.spare)
             if mine is None and spares:

@@ -52,7 +52,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeGuard
+from typing import Any
 
 from slurm_hooks.bridge.plan import (
     CAPI_MACHINE_ANNOTATION,
@@ -61,9 +61,9 @@ from slurm_hooks.bridge.plan import (
     Deferred,
     Keys,
     RequestReplacement,
-    Trigger,
     cordon_patch,
     is_unschedulable,
+    moves,
     node_name,
     trigger,
     uncordon_patch,
@@ -71,7 +71,6 @@ from slurm_hooks.bridge.plan import (
 from slurm_hooks.bridge.settings import BridgeConfig
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.core.reason import try_parse_reason
-from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.k8s.selectors import label_selector_matches
 
 Obj = dict[str, Any]
@@ -346,13 +345,9 @@ def job_queries(
             if s in by_slurm and not by_slurm[s].busy:
                 out.add(s)
     for st in by_slurm.values():
-        if _moves(trigger(st, cfg)) and not st.busy and st.name in pods:
+        if moves(trigger(st, cfg)) and not st.busy and st.name in pods:
             out.add(st.name)
     return sorted(out)
-
-
-def _moves(trig: Trigger | None) -> TypeGuard[Trigger]:
-    return trig is not None and trig.code not in USERS_CAUSE
 
 
 def _registered(pod: SlurmdPod, state: NodeState) -> bool:
@@ -532,7 +527,7 @@ def plan(
         state = by_slurm[name]
         trig = trigger(state, cfg)
         # What users cause moves no pod and replaces no machine (core/user_caused.py).
-        if not _moves(trig) or name in held_now or (name, trig.incident) in finished:
+        if not moves(trig) or name in held_now or (name, trig.incident) in finished:
             continue
         acted += 1
         cur = live_pod(pods.get(name, ()))
