@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,7 @@ from slurm_hooks.core.reason import DrainReason, format_reason, parse_reason
 from slurm_hooks.detect.progress.gather import proc_state, read_job, read_tail
 from slurm_hooks.detect.progress.judge import (
     HangSettings,
+    HangVerdict,
     ProcState,
     SlowSettings,
     Verdict,
@@ -478,6 +480,40 @@ def test_pass_reports_a_straggler_without_draining_by_default(tmp_path):
     assert (f.code, str(f.status), str(f.action)) == ("SLOW", "WARN", "none")
     assert f.values["over_percent"] == pytest.approx(30.0, abs=0.5)
     assert engine.alerts[0].kind == "job_straggler"
+
+
+def test_a_thousand_forged_stragglers_of_one_job_are_one_report(tmp_path):
+    """The records are their user's to write: however many straggling ranks
+    they name, a job run costs one finding, one alert (about the slowest)."""
+    t0 = time.time()
+    slow = {r: 0.39 for r in range(0, 60, 3)} | {7: 0.45}  # 21 of 60 ranks
+
+    def busy(rank, step):
+        return slow.get(rank, 0.3)
+
+    for r in range(60):
+        _write(tmp_path, r, range(1, 41), t0=t0, dt=0.1, node="n1", busy=busy)
+    p, engine = _pass(tmp_path, "n1", FakeSlurm(_job(_me())), t0 + 4.1, window_steps=10)
+    p.run()
+    p.run()
+    [(node, [f])] = engine.handled
+    assert (f.code, f.values["rank"], f.values["stragglers"]) == ("SLOW", 7, 21)
+    assert f.values["ranks"] == sorted(slow)
+    assert [a.kind for a in engine.alerts] == ["job_straggler"]
+    assert "20 other rank(s) here are slow too" in engine.alerts[0].text
+
+
+def test_a_second_ranks_hang_in_the_same_job_run_is_not_reported_again(tmp_path):
+    p, engine = _pass(tmp_path, "n1", FakeSlurm(_job(_me())), 1e9)
+    info = _job(_me())
+    for rank in (1, 2, 3):
+        p._hang(info, HangVerdict(Verdict.HANG, JOB, f"rank {rank} gone", 60.0, rank, "n1",
+                                  "process gone"))  # fmt: skip
+    assert [f.values["rank"] for _, [f] in engine.handled] == [1]
+    assert len(engine.alerts) == 1
+    p._hang(replace(info, restart_count=1),
+            HangVerdict(Verdict.HANG, JOB, "rank 2 gone", 60.0, 2, "n1", "process gone"))  # fmt: skip
+    assert [f.values["rank"] for _, [f] in engine.handled] == [1, 2]  # a new run: told again
 
 
 def test_step_skew_metrics_per_job_on_the_watchers_metrics(tmp_path):

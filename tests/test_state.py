@@ -46,6 +46,30 @@ def test_lists_are_capped(tmp_path):
     assert st.read_node("n1")["faults"][-1]["code"] == "X699"
 
 
+def test_what_users_write_or_cause_never_pushes_the_nodes_own_faults_out(tmp_path):
+    """A job's user writes as many hang/straggler records as they like (and
+    their processes raise app XIDs at will): those entries are capped apart,
+    so the node's XID drain stays in the history REPLACE counts."""
+    st = StateStore(tmp_path)
+    st.record_faults("n1", [FaultEvent(NOW, "XID79", "gpu3", "drain", "7f3a2c1b")])
+    forged = [FaultEvent(NOW, "SLOW", f"job:7/{i}", "log", None, False, "mallory")
+              for i in range(600)]  # fmt: skip
+    raised = [FaultEvent(NOW, "XID13", "gpu0", "log", None, True, "mallory") for _ in range(300)]
+    full = [FaultEvent(NOW, "SCRATCH_FULL", None, "drain", "a1b2c3d4") for _ in range(10)]
+    for chunk in (forged[:300], raised, forged[300:], full):
+        st.record_faults("n1", chunk)
+    faults = st.history("n1").faults
+    assert faults[0] == FaultEvent(NOW, "XID79", "gpu3", "drain", "7f3a2c1b")
+    assert len(faults) == 501
+    assert faults[-1].code == "SCRATCH_FULL"
+    # Of the 910 entries by users, the newest 500: 190 XID13s, the last 300 SLOWs, 10 drains.
+    assert [f.code for f in faults[1:]] == ["XID13"] * 190 + ["SLOW"] * 300 + ["SCRATCH_FULL"] * 10
+    assert faults[191].component == "job:7/300"
+    st.record_faults("n1", [FaultEvent(NOW, f"X{i}", None) for i in range(600)])
+    codes = [f.code for f in st.history("n1").faults]
+    assert len(codes) == 1000 and "XID79" not in codes and codes[-1] == "X599"
+
+
 def test_crash_during_write_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "nodes" / "n1.json"
     atomic_write_json(path, {"v": 1})

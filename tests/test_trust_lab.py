@@ -3,7 +3,7 @@ user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
 naming other jobs and other nodes, flight-recorder dumps that crashed the
 pass, XID 13s of the user's own processes, a job name holding rows of
-another user's job, an XID line through ``logger``, an
+another user's job, a thousand forged stragglers, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own, a site check
 slowed while the health check runs it, two users' hangs on one node, a
@@ -30,6 +30,7 @@ from slurm_hooks_lab.lab import TEST_USER, ensure_user
 
 from slurm_hooks.core.reason import parse_reason
 from slurm_hooks.detect.probes.commands import run
+from slurm_hooks.store.state import StateStore
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -554,6 +555,61 @@ def test_two_users_hangs_on_one_node_drain_nothing(fresh_lab, job_dir):
             )
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
+
+
+#: 200 ranks of one job on one node, every 25th (and rank 7) slower than
+#: the rest, a step each 0.1 s: what any user can write into their records.
+FORGED_STRAGGLERS = (
+    USER_PYTHON
+    + """ - <<'EOF'
+import os, time
+d = os.path.join({pdir!r}, os.environ["SLURM_JOB_ID"]); os.makedirs(d, exist_ok=True)
+job, node, pid = os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"], os.getpid()
+files = [open(os.path.join(d, "rank%d.log" % r), "a", buffering=1) for r in range(200)]
+for step in range(100000):
+    for r, f in enumerate(files):
+        busy = 0.45 if r == 7 else 0.39 if r % 25 == 0 else 0.3
+        f.write("P1 job=%s restart=0 rank=%d node=%s pid=%d step=%d time=%.6f busy=%g\\n"
+                % (job, r, node, pid, step, time.time(), busy))
+    time.sleep(0.1)
+EOF
+"""
+)
+
+
+def test_a_thousand_forged_stragglers_cost_one_report_and_keep_the_nodes_history(rig, job_dir):
+    """sltest's job writes records for 200 ranks on n1, nine of them slow
+    (as many as it likes: the records are sltest's to write).  sltest is
+    told once, about the slowest (rank 7), not once a rank, and n1's fault
+    history gains one SLOW entry; sltest2's job beside it is untouched and
+    n1 stays in service."""
+    lab, hooks, pdir = rig
+    node = lab.node_names[0]
+    victims = [victim(lab, job_dir, node)]
+    s = script(job_dir / "stragglers.sh", FORGED_STRAGGLERS.format(pdir=str(pdir)))
+    job = submit(lab, s, "-w", node, "-n1", f"--output={job_dir}/stragglers.out")
+
+    def reports() -> list[dict]:
+        return [e for e in hooks.audit(node)
+                if e.get("action") == "job_straggler" and e.get("job") == job]  # fmt: skip
+
+    try:
+        try:
+            [first] = lab.wait_for(reports, 60, what="the straggler report")
+        except Exception:
+            dump(lab, hooks, pdir, node)
+            raise
+        assert (first["user"], first["rank"]) == (TEST_USER, 7), first
+        assert first["ranks"] == [0, 7, 25, 50, 75, 100, 125, 150, 175], first
+        time.sleep(3)  # six more passes (interval 0.5 s), the ranks still slow
+        assert len(reports()) == 1
+        faults = StateStore(hooks.node(node).state_dir).read_node(node).get("faults", [])
+        assert [f["code"] for f in faults] == ["SLOW"], faults
+        assert_untouched_victims(lab, victims)
+        state = lab.client().get_node(node)
+        assert not (state.drained or state.down), state
+    finally:
+        run(["scancel", job, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
 def test_a_progress_directory_a_user_made_first_is_taken_from_them(fresh_lab, job_dir):

@@ -70,6 +70,9 @@ from slurm_hooks.detect.progress.gather import (
     read_job,
 )
 from slurm_hooks.detect.progress.judge import (
+    MAX_NAMED_RANKS,
+    ONCE_HANG,
+    ONCE_SLOW,
     HangVerdict,
     ProcState,
     Straggler,
@@ -77,6 +80,7 @@ from slurm_hooks.detect.progress.judge import (
     Verdict,
     judge_hang,
     judge_stragglers,
+    slowest,
 )
 from slurm_hooks.detect.progress.records import RankView, rank_views
 from slurm_hooks.detect.progress.settings import ProgressConfig
@@ -414,9 +418,9 @@ class ProgressPass:
         elif verdict.verdict in (Verdict.HANG, Verdict.STALLED):
             self._stalled(info, verdict, now)
         if verdict.verdict not in (Verdict.HANG, Verdict.STALLED):
-            for st in judge_stragglers(job, views, self.s.slow):
-                if st.rank in local:
-                    out += self._slow(info, st)
+            found = [st for st in judge_stragglers(job, views, self.s.slow) if st.rank in local]
+            if found:
+                out += self._slow(info, found)
         return out
 
     # -- metrics ------------------------------------------------------------------------
@@ -440,7 +444,7 @@ class ProgressPass:
         """Act on a hang: ``base`` is whose evidence the verdict stands on
         (records: USER_FILE; zero-touch samples: USER_PROCESS)."""
         assert v.rank is not None
-        if not self._once(info, f"hang/{v.rank}"):
+        if not self._once(info, ONCE_HANG):
             return []
         drain = self.s.drain_hang
         sources = list(base)
@@ -450,7 +454,7 @@ class ProgressPass:
         if v.trusted is not None and not trusted:
             # The sign that cut the wait short is gone: the stall is the
             # user's again and waits for ``hang_s`` like any other.
-            self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
+            self.seen.acted.discard((info.job_id, info.restart_count, ONCE_HANG))
             log.info("progress node=%s: job %s: trusted evidence gone before acting",
                      self.node, info.job_id)  # fmt: skip
             return []
@@ -475,7 +479,7 @@ class ProgressPass:
         try:
             decisions = list(self.engine.handle(self.node, [finding]))
         except SlurmError:
-            self.seen.acted.discard((info.job_id, info.restart_count, f"hang/{v.rank}"))
+            self.seen.acted.discard((info.job_id, info.restart_count, ONCE_HANG))
             raise
         self._tell(info, "job_hang", f"job {info.job_id}: {message}{outcome(decisions)}",
                    "HANG", {"rank": v.rank, "cause": v.cause, "steps": v.evidence.get("steps"),
@@ -534,18 +538,24 @@ class ProgressPass:
                 return True
         return False
 
-    def _slow(self, info: JobInfo, st: Straggler) -> list[Any]:
-        if not self._once(info, f"slow/{st.rank}"):
+    def _slow(self, info: JobInfo, found: Sequence[Straggler]) -> list[Any]:
+        """One report per job run for this node's straggling ranks (``found``),
+        about the slowest (``judge.ONCE_SLOW``)."""
+        st = slowest(found)
+        if st is None or not self._once(info, ONCE_SLOW):
             return []
         from slurm_hooks.detect.probes.gpu_view import summary
 
         view = self.gpu_view() if self.gpu_view else []
         policy = self.s.slow_policy
-        text = st.explanation + (f"; GPUs: {summary(view)}" if view else "")
+        ranks = sorted(x.rank for x in found)
+        others = f"; {len(ranks) - 1} other rank(s) here are slow too" if len(ranks) > 1 else ""
+        text = st.explanation + others + (f"; GPUs: {summary(view)}" if view else "")
         values: dict[str, Any] = {
             "job": info.job_id, "rank": st.rank, "over_percent": round(st.over_percent, 1),
             "busy_s": round(st.windows[-1][1], 4), "peers_median_s": round(st.windows[-1][2], 4),
             "windows": len(st.windows), "policy": policy, "gpus": summary(view)[:200],
+            "stragglers": len(ranks), "ranks": ranks[:MAX_NAMED_RANKS],
         }  # fmt: skip
         if policy == "drain_at_end":
             values["evacuate"] = False
@@ -569,7 +579,8 @@ class ProgressPass:
         decisions = list(self.engine.handle(self.node, [finding]))
         self._tell(info, "job_straggler",
                    f"job {info.job_id}: {text} (policy: {policy}){outcome(decisions)}", "SLOW",
-                   {"rank": st.rank, "windows": [list(w) for w in st.windows], "gpus": view,
+                   {"rank": st.rank, "ranks": values["ranks"],
+                    "windows": [list(w) for w in st.windows], "gpus": view,
                     "provenance": [str(p) for p in sources]})  # fmt: skip
         return decisions
 
@@ -581,5 +592,5 @@ class ProgressPass:
         self.engine.audit.record(
             kind, node=self.node, job=info.job_id, user=info.user, code=code, why=text,
             actor=self.engine.actor,
-            **{k: v for k, v in fields.items() if k in ("rank", "steps", "provenance")},
+            **{k: v for k, v in fields.items() if k in ("rank", "ranks", "steps", "provenance")},
         )  # fmt: skip

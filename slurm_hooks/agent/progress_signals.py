@@ -37,7 +37,14 @@ from slurm_hooks.detect.progress import tasks as tasklist
 from slurm_hooks.detect.progress.activity import JobActivity, RankSample
 from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.gather import read_hints
-from slurm_hooks.detect.progress.judge import HangVerdict, ProcState, StepState, Verdict, judge_hang
+from slurm_hooks.detect.progress.judge import (
+    ONCE_HANG,
+    HangVerdict,
+    ProcState,
+    StepState,
+    Verdict,
+    judge_hang,
+)
 
 if TYPE_CHECKING:
     from slurm_hooks.detect.progress.judge import TrustedSign
@@ -312,7 +319,7 @@ class SignalWatch:
             or v.stalled_s < p.s.hang_s + p.s.no_culprit_report_s
         ):
             return []  # only the batch host reports a stall, and only late enough
-        key = f"hang/{v.rank}" if v.verdict is Verdict.HANG else "stalled"
+        key = ONCE_HANG if v.verdict is Verdict.HANG else "stalled"
         if (info.job_id, info.restart_count, key) in p.seen.acted:
             return []
         try:

@@ -41,12 +41,15 @@ from slurm_hooks.decide import PolicyConfig, decide
 from slurm_hooks.detect.progress.departures import Departures
 from slurm_hooks.detect.progress.judge import (
     CAUSES,
+    ONCE_HANG,
+    ONCE_SLOW,
     ProcState,
     StepState,
     TrustedSign,
     Verdict,
     judge_hang,
     judge_stragglers,
+    slowest,
 )
 from slurm_hooks.detect.progress.records import RankView
 from slurm_hooks.detect.progress.settings import STEP_RECHECK_S, ProgressConfig
@@ -238,7 +241,7 @@ class _Watcher:
             self.stalls[cause] = max(self.stalls.get(cause, 0.0), v.stalled_s)
         out: list[Alarm] = []
         if v is not None and hung and v.verdict is Verdict.HANG and v.rank is not None:
-            if self._once(f"hang/{v.rank}"):
+            if self._once(ONCE_HANG):
                 out.append(self._hang(now, phase, v.rank, v.cause or "", v.stalled_s,
                                       v.explanation))  # fmt: skip
         elif v is not None and hung:
@@ -246,10 +249,10 @@ class _Watcher:
                 out.append(Alarm(self.job, self.run, now, STALLED, str(phase), None,
                                  v.explanation))  # fmt: skip
         else:
-            for st in slow:
-                if self._once(f"slow/{st.rank}"):
-                    out.append(Alarm(self.job, self.run, now, STRAGGLER, str(phase), st.rank,
-                                     st.explanation))  # fmt: skip
+            st = slowest(slow)
+            if st is not None and self._once(ONCE_SLOW):
+                out.append(Alarm(self.job, self.run, now, STRAGGLER, str(phase), st.rank,
+                                 st.explanation))  # fmt: skip
         return out
 
     def _once(self, key: str) -> bool:

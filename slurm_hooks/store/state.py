@@ -24,12 +24,13 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.core.errors import StateError
+from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.store.atomicfile import ensure_dir, write_atomic
 
 if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
@@ -41,6 +42,34 @@ log = logging.getLogger(__name__)
 #: Entries kept per list in a node file (oldest dropped first).
 MAX_ENTRIES = 500
 _SAFE = re.compile(r"^[A-Za-z0-9_.\-\[\],:+]{1,128}$")
+
+
+def by_users(entry: Mapping[str, Any]) -> bool:
+    """Whether a fault history entry is one the node's users can write or
+    cause: user-side evidence (``trusted`` false), a fault their processes
+    raised (``user`` names them), or a code of ``core/user_caused.py``."""
+    return (
+        entry.get("trusted") is False or bool(entry.get("user")) or entry.get("code") in USERS_CAUSE
+    )
+
+
+def kept_faults(faults: list[Any]) -> list[Any]:
+    """The fault history a node file keeps: the newest ``MAX_ENTRIES`` of
+    what its users can write or cause (:func:`by_users`) and the newest
+    ``MAX_ENTRIES`` of the rest, in their order.  One list for both let a
+    user who forges a thousand stragglers push the node's own XID drains
+    out of it, and with them the evidence REPLACE and the repeat rules
+    count (decide.py)."""
+    if len(faults) <= MAX_ENTRIES:
+        return faults
+    users = [i for i, f in enumerate(faults) if isinstance(f, Mapping) and by_users(f)]
+    if len(users) <= MAX_ENTRIES and len(faults) - len(users) <= MAX_ENTRIES:
+        return faults
+    mine = set(users)
+    drop = set(users[:-MAX_ENTRIES]) | set(
+        [i for i in range(len(faults)) if i not in mine][:-MAX_ENTRIES]
+    )
+    return [f for i, f in enumerate(faults) if i not in drop]
 
 
 def iso(t: datetime) -> str:
@@ -171,7 +200,9 @@ class StateStore:
         with self.lock(f"node-{node}", timeout):
             data = self.read_node(node)
             change(data)
-            for key in ("faults", "resumes", "acceptance"):
+            if "faults" in data:
+                data["faults"] = kept_faults(data["faults"])
+            for key in ("resumes", "acceptance"):
                 if key in data and len(data[key]) > MAX_ENTRIES:
                     data[key] = data[key][-MAX_ENTRIES:]
             atomic_write_json(self.node_path(node), data)

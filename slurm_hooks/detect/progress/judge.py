@@ -463,3 +463,22 @@ def judge_stragglers(
                 f"its peers in {n} consecutive windows of {w} steps "
                 f"(busy {rows[-1][1]:.3f}s vs {rows[-1][2]:.3f}s)"))  # fmt: skip
     return out
+
+
+#: The once-keys of a job run's reports (``agent/progress_pass.py``, and
+#: the replay's copy in ``simulate/hang_replay.py``): one hang report and
+#: one straggler report per job run and node, however many ranks the
+#: records name.  The records are their user's to write: a thousand forged
+#: ranks cost one alert, one audit line and one history entry, not a
+#: thousand that flood the owner and the admins and push the node's own
+#: faults out of its history (store/state.py).
+ONCE_HANG = "hang"
+ONCE_SLOW = "slow"
+#: At most this many straggler ranks are named in the one report.
+MAX_NAMED_RANKS = 32
+
+
+def slowest(stragglers: Sequence[Straggler]) -> Straggler | None:
+    """The straggler a job run's one report is about: the one furthest
+    behind its peers (the lowest rank of a tie); None for none."""
+    return max(stragglers, key=lambda s: (s.over_percent, -s.rank), default=None)
