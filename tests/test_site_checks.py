@@ -538,6 +538,20 @@ def test_site_function_status_without_die_fails_with_nhcs_text(node, scripts, tm
     assert _fn_finding(node, line, _site(scripts)).message.endswith(f"Check {line} returned 1")
 
 
+def test_a_site_functions_die_text_reaches_the_finding_as_one_printable_line(node, scripts):
+    """A site's own function that quotes what a user wrote (a file name, a
+    process's arguments) in its ``die`` passes the user's escape sequences
+    on: the finding's message (audit log, alerts, terminals) keeps none."""
+    (scripts / "quotes.nhc").write_text(
+        "function check_site_quotes() {\n"
+        "  die 1 \"bad file: $(printf 'x\\033]52;c;cm0gLXJmIH4=\\007\\033[2K y')\"\n"
+        "}\n"
+    )
+    f = _fn_finding(node, "check_site_quotes", _site(scripts))
+    assert f.status is Status.FAIL and "bad file: x" in f.message
+    assert f.message.isprintable() and "\x1b" not in f.message
+
+
 def test_site_function_values_are_never_evaluated(node, scripts, tmp_path):
     # The import refuses $(...) in a line; a hand-written row is passed as
     # words all the same: arguments, variables and the directory are data.

@@ -42,6 +42,7 @@ from slurm_hooks.core.errors import (
 )
 from slurm_hooks.core.incident import IncidentStatus, Outcome
 from slurm_hooks.core.model import JobInfo
+from slurm_hooks.core.reason import sanitize_text
 from slurm_hooks.detect.probes.process import pid_alive
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.door import Requeue, SlurmDoor
@@ -414,7 +415,9 @@ def record_outcome(
 
 def job_alert(doc: dict[str, Any], job_id: str, rec: dict[str, Any], outcome: str) -> Alert:
     fault = " ".join(p for p in (doc.get("code"), doc.get("component")) if p)
-    name = f" ({rec['name']})" if rec.get("name") else ""
+    # The job's name is its user's to choose (newlines, escape sequences,
+    # a paragraph posing as ours): one short printable line in the alert.
+    name = f" ({sanitize_text(str(rec['name']))[:64]})" if rec.get("name") else ""
     what = {
         "requeued": "was requeued and will restart on a healthy node",
         "cancelled": "could not be requeued (--no-requeue) and was cancelled",

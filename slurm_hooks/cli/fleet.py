@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.model import NodeState, ReasonOwner
-from slurm_hooks.core.reason import SLURM_REASONS, classify_owner, try_parse_reason
+from slurm_hooks.core.reason import SLURM_REASONS, classify_owner, printable, try_parse_reason
 
 #: Fault code of the reason the bridge writes when it lends an idle node to
 #: inference.  A lent node is out of Slurm on purpose, not broken.
@@ -189,7 +189,9 @@ def classify(node: NodeState, now: datetime) -> NodeRow | None:
     """The row for a drained, down or failing node; None for a node in service."""
     if not is_out_of_service(node):
         return None
-    raw = (node.reason or "").strip() or None
+    # Other writers' reasons (an NHC note quoting a process's arguments, a
+    # script's) reach an admin's terminal: one printable line.
+    raw = printable(node.reason or "").strip() or None
     owner = classify_owner(raw)
     ours = try_parse_reason(raw) if owner is ReasonOwner.OURS else None
     common: _RowCommon = {

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_hooks.core.reason import printable
 from slurm_hooks.detect.progress.bounded import Rejected
 from slurm_hooks.detect.progress.external import (
     MAX_BYTES,
@@ -374,7 +375,7 @@ def _parsed(path: str, uid: int | None, kind: str, parse: Callable[[bytes], obje
     try:
         value = parse(got.value)
     except Exception as exc:  # noqa: BLE001 - a user's file must never stop the pass
-        log.exception("progress: the %s parser failed on %s", kind, path)
+        log.exception("progress: the %s parser failed on %s", kind, printable(path))
         value = Rejected(f"the parser failed ({type(exc).__name__})")
     global _parsed_weight  # noqa: PLW0603 - the cache is this module's own
     weight = _weight(value)
@@ -407,7 +408,10 @@ _told: set[tuple[str, str]] = set()
 
 def _rejected(path: str, why: str) -> None:
     """A user's file a parser refused: logged (once per file and reason),
-    and kept for the pass's report (counted every pass)."""
+    and kept for the pass's report (counted every pass).  Its name is the
+    user's to choose: a newline or an escape sequence in it must not forge
+    a line of the watcher's log or reach an admin's terminal."""
+    path = printable(path)
     if (path, why) not in _told:
         if len(_told) >= 4096:
             _told.clear()

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
+from slurm_hooks.core.reason import printable
 from slurm_hooks.core.record import field, record
 from slurm_hooks.detect.checks.base import CheckContext, ok
 from slurm_hooks.detect.site.gather import Facts, Ran
@@ -235,7 +236,10 @@ def judge_one(
     if not problems:
         return []
     fatal = c.fatal and enforcing
-    message = "; ".join(p.message for p in problems[:3])
+    # One printable line, whatever a check quotes: a site function's ``die``
+    # text, a command's output, a file's lines can hold what a user wrote
+    # (a process's arguments, a file name), escape sequences included.
+    message = "; ".join(printable(p.message) for p in problems[:3])
     if len(problems) > 3:
         message += f" (+{len(problems) - 3} more)"
     return [
