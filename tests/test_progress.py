@@ -118,6 +118,21 @@ def test_symlinked_and_foreign_files_are_not_read(tmp_path):
     assert len(read_tail(str(tmp_path / JOB / "rank0.log"), 4096, os.getuid())) == 2
 
 
+def test_a_job_directory_swapped_for_a_symlink_or_another_owners_is_not_read(tmp_path):
+    """Every read of a job's directory holds to what the pass's first look
+    checked: a real directory of the job's owner.  A directory swapped for
+    a symlink (to the owner's own records elsewhere) between two looks, or
+    one another user made, is read no further."""
+    base, elsewhere = tmp_path / "base", tmp_path / "elsewhere"
+    base.mkdir()
+    _write(elsewhere, 0, [1, 2])
+    assert len(read_job(str(elsewhere), JOB, uid=os.getuid())) == 3  # step 0 and two steps
+    os.symlink(elsewhere / JOB, base / JOB)
+    assert read_job(str(base), JOB, uid=os.getuid()) == []
+    assert read_job(str(base), JOB) == []  # slurm-hooks job --no-slurm: no owner known
+    assert read_job(str(elsewhere), JOB, uid=os.getuid() + 12345) == []
+
+
 def test_only_the_latest_restart_counts(tmp_path):
     _write(tmp_path, 0, [1, 2, 3], restart=0)
     _write(tmp_path, 0, [4], t0=2000.0, restart=1)

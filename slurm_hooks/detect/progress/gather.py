@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from slurm_hooks.core.reason import printable
 from slurm_hooks.detect.progress.bounded import Rejected
@@ -203,11 +202,13 @@ def is_job_dir(base: str | os.PathLike[str], name: str, uid: int | None = None) 
     return stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid)
 
 
-def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
-    """The last ``limit`` bytes of ``path`` as lines (a cut first line dropped);
-    [] for a symlink, a non-regular file or a file of another owner."""
+def read_tail(path: str, limit: int, uid: int | None, *, dir_fd: int | None = None) -> list[str]:
+    """The last ``limit`` bytes of ``path`` (relative to ``dir_fd`` when
+    given) as lines (a cut first line dropped); [] for a symlink, a
+    non-regular file or a file of another owner."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError:
         return []
     budget = current_budget()
@@ -233,23 +234,36 @@ def read_tail(path: str, limit: int, uid: int | None) -> list[str]:
 def read_job(
     base: str | os.PathLike[str], job: str, *, tail_bytes: int = 65536, uid: int | None = None
 ) -> list[Record]:
-    d = Path(base) / job
+    """The records of ``job``'s directory under ``base``: a real directory
+    (never a symlink), owned by ``uid`` (None: by anyone), opened once and
+    read through that descriptor, so a directory swapped for a symlink or
+    another owner's between a pass's looks is read no further."""
     try:
-        with os.scandir(d) as it:  # the job's user chooses how many entries there are
+        dfd = os.open(
+            os.path.join(base, job), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
+    except OSError:
+        return []
+    out: list[Record] = []
+    try:
+        if uid is not None and os.fstat(dfd).st_uid != uid:
+            return []
+        with os.scandir(dfd) as it:  # the job's user chooses how many entries there are
             names = sorted(
                 e.name
                 for e in itertools.islice(it, MAX_ENTRIES)
                 if e.name.startswith("rank") and e.name.endswith(".log")
             )
+        for name in names[:MAX_FILES]:
+            for line in read_tail(name, tail_bytes, uid, dir_fd=dfd):
+                rec = parse_line(line)
+                # A file speaks for one rank: the one its name says.
+                if rec is not None and rec.job == job and name == f"rank{rec.rank}.log":
+                    out.append(rec)
     except OSError:
         return []
-    out: list[Record] = []
-    for name in names[:MAX_FILES]:
-        for line in read_tail(str(d / name), tail_bytes, uid):
-            rec = parse_line(line)
-            # A file speaks for one rank: the one its name says.
-            if rec is not None and rec.job == job and name == f"rank{rec.rank}.log":
-                out.append(rec)
+    finally:
+        os.close(dfd)
     return out
 
 
