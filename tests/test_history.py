@@ -168,6 +168,8 @@ def test_users_words_in_the_log_reach_the_terminal_without_control_characters(tm
     log = AuditLog(path, actor="slurm-hooks/healthcheck", clock=Clock())
     why = "unauthorised user: mallory process 600 (/tmp/x \x1b]52;c;cm0gLXJm\x07\nFAKE resumed)"
     log.record("drain", node="gpu003", incident="inc9", code="PS_USERS", why=why)
+    # An action of no stage we know is shown as it is: a forged line's too.
+    log.record("\x1b[2J\x1b]52;c;cm0gLXJm\x07odd\nFAKE resumed", node="gpu003", incident="inc9")
     out = CliRunner().invoke(main, ["history", "--audit-log", str(path)])
     assert out.exit_code == 0, out.output
     assert "\x1b" not in out.output and "\x07" not in out.output

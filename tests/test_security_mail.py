@@ -201,3 +201,14 @@ def test_webhook_payload_names_no_forged_user_and_mentions_nobody():
     assert "&lt;!here&gt;" in p["text"]
     ok = payload(_alert())
     assert ok["slurm_hooks"]["user"] == "alice"
+
+
+def test_webhook_text_pages_no_channel_and_links_nothing():
+    """Mattermost and Rocket.Chat read a plain ``@channel`` or ``@user`` as
+    a mention, and chats link bare URLs: a job's name carries both."""
+    p = payload(_alert(text="job 7 (@channel @all ops: log in at https://sso.example/x) requeued"))
+    shown = json.dumps({"text": p["text"], "attachments": p["attachments"]}, ensure_ascii=False)
+    for word in ("@channel", "@all", "https://"):
+        assert word not in shown
+    assert p["text"].replace("\u200b", "").endswith("https://sso.example/x) requeued")
+    assert p["unfurl_links"] is False and p["unfurl_media"] is False

@@ -275,6 +275,7 @@ def event_from_record(rec: Mapping[str, Any]) -> Event:
     action = rec.get("action")
     if not isinstance(action, str) or not action.strip():
         raise ValueError("record has no action")
+    action = printable(action)  # shown as the stage when not one we know
     outcome = rec.get("outcome", rec.get("result"))
     return Event(
         ts=ts,

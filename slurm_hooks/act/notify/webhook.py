@@ -19,11 +19,20 @@ class NotifyError(SlurmHooksError):
     """A notification could not be delivered (caught by the Notifier)."""
 
 
+#: A zero-width space: put after ``@`` and inside ``://`` it keeps a word
+#: from being a mention or a link, and reads the same.
+_ZWSP = "\u200b"
+
+
 def _chat_escape(text: str) -> str:
-    """Slack's (and Mattermost's) control sequences are ``<...>`` (``<!channel>``,
-    ``<@U123>``, links) and ``&``: escaped as their docs ask, so no value can
-    mention or link anyone."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Slack's control sequences are ``<...>`` (``<!channel>``, ``<@U123>``,
+    links) and ``&``: escaped as its docs ask.  Mattermost and Rocket.Chat
+    also read a plain ``@channel``, ``@all`` or ``@user`` as a mention, and
+    every one of them links a bare URL: an alert quotes what users wrote (a
+    job's name, a process's arguments), so neither is left whole.  No value
+    can mention, page or link anyone."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("@", "@" + _ZWSP).replace("://", ":" + _ZWSP + "//")
 
 
 def _safe_dict(alert: Alert) -> dict[str, Any]:
@@ -51,6 +60,8 @@ def payload(alert: Alert) -> dict[str, Any]:
     return {
         "text": f"*{_chat_escape(alert.subject)}*\n{text}",
         "attachments": [{"fallback": text, "fields": fields}],
+        "unfurl_links": False,
+        "unfurl_media": False,
         "slurm_hooks": raw,
     }
 
