@@ -231,3 +231,20 @@ def test_the_door_adopts_only_the_operator_reason_the_bridge_names():
     with pytest.raises(ForeignReasonError):
         door.drain("n2", REASON, foreign_prefixes=(sp.OPERATOR_PREFIX,))
     assert len(mem.writes) == 1
+
+
+def test_a_tenants_pod_claiming_a_slurm_nodes_hostname_holds_no_machine():
+    """A pod's labels and hostname are whoever created it's to choose: a
+    second live pod claiming n1 (a tenant's, on their victim machine) makes
+    n1's machine unknown, so neither machine is held, marked or replaced;
+    and the bridge never lists pods outside the NodeSets' namespace."""
+    fake = pod("aaa", "n1", "victim", "u9")
+    fake["metadata"]["namespace"] = "tenant"
+    pods = pods_of(fake, pod("gpu-0", "n1", "m1", "u1"))
+    states = [node("n1", flags={"DRAIN"}, reason=REASON)]
+    assert sp.map_slinky(["n1"], [machine("m1"), machine("victim")], pods) == {}
+    assert sp.plan(states, [machine("m1"), machine("victim")], pods, CFG).steps == ()
+    for empty in ("", "Not_A_Namespace"):
+        with pytest.raises(ValueError, match="slinky_namespace"):
+            BridgeConfig(node_mapping="slinky", slinky_namespace=empty).validate()
+    BridgeConfig(node_mapping="same", slinky_namespace="").validate()  # unused there

@@ -8,6 +8,7 @@ one frozen value.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ MAPPINGS = ("same", "label", "template", "slinky")
 REPLACEMENTS = ("none", "cluster-api", "webhook", "crd")
 #: Plain http is accepted for a receiver on this host only (tests, the demo).
 _WEBHOOK_SCHEMES = ("https://", "http://127.0.0.1:", "http://127.0.0.1/", "http://localhost:")
+#: A Kubernetes namespace name (an RFC 1123 label).
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 #: What a lent node's drain timeout leads to: keep waiting for the disruption
@@ -185,7 +188,8 @@ class BridgeConfig:
     #: contain ``{name}`` (the Slurm node name), e.g. ``"{name}.k8s.example"``.
     node_template: str = "{name}"
     #: With ``node_mapping = "slinky"``: namespace of the NodeSet pods (the
-    #: one pod LIST per pass, selected by ``slurmd_pod_selector``; empty: all).
+    #: one pod LIST per pass, selected by ``slurmd_pod_selector``).  Required:
+    #: pods of other namespaces are their tenants' to label as they like.
     slinky_namespace: str = "slurm"
     #: Label selector restricting the one Node LIST per pass (empty: all nodes).
     node_selector: str = ""
@@ -303,6 +307,13 @@ class BridgeConfig:
         check_qualified_name(self.node_label, "node_label")
         if self.node_mapping not in MAPPINGS:
             raise ValueError(f"node_mapping must be one of {', '.join(MAPPINGS)}")
+        if self.node_mapping == "slinky" and not _NAMESPACE.fullmatch(self.slinky_namespace):
+            # Every namespace's pods would do: a tenant's pod labelled as
+            # slurmd with a Slurm node's hostname would map that node onto
+            # the tenant's machine (cordoned, replaced) (docs/security.md).
+            raise ValueError(
+                "slinky_namespace must name the namespace of the NodeSet pods (a DNS label)"
+            )
         if self.replacement not in REPLACEMENTS:
             raise ValueError(f"replacement must be one of {', '.join(REPLACEMENTS)}")
         if self.capi_mode not in ("annotate", "delete"):

@@ -205,11 +205,12 @@ def slurmd_pods(pods: Iterable[Obj], selector: str) -> dict[str, list[SlurmdPod]
 
 
 def live_pod(pods: Sequence[SlurmdPod], not_uid: str | None = None) -> SlurmdPod | None:
-    """The pod serving the Slurm node now (not terminating, not ``not_uid``)."""
-    for p in pods:
-        if not p.terminating and p.uid != not_uid:
-            return p
-    return None
+    """The pod serving the Slurm node now (not terminating, not ``not_uid``).
+    None also when two pods claim it: a NodeSet keeps one per Slurm node, and
+    a pod's hostname and labels are whoever created it's to choose, so which
+    machine is that node's is then unknown and nothing is done to either."""
+    live = [p for p in pods if not p.terminating and p.uid != not_uid]
+    return live[0] if len(live) == 1 else None
 
 
 def map_slinky(
