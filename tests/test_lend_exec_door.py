@@ -87,3 +87,46 @@ def test_abort_never_lifts_a_fault_written_over_our_lend() -> None:
     )
     assert lend._resume_lent("n1", "0a0b0c0d") is True
     assert slurm.writes == [("resume", "n1")]
+
+
+def _pod(ns: str, name: str, *, gpus: int = 0, labels=None, owner=None, ann=None) -> dict:
+    res = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    return {
+        "metadata": {"namespace": ns, "name": name, "labels": labels or {},
+                     "annotations": ann or {},
+                     "ownerReferences": [{"kind": owner, "name": "x"}] if owner else []},
+        "spec": {"nodeName": "k1", "containers": [{"name": "c", "resources": res}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+
+
+def test_a_reclaim_moves_every_pod_holding_gpus_whatever_it_claims_to_be() -> None:
+    """Labels, owner references and the mirror annotation are a pod's
+    creator's to write: a tenant's pod dressed as slurmd, as a DaemonSet's
+    or as a static pod still has to leave before Slurm gets the node back.
+    The node's own slurmd pod (in slinky_namespace) and a real DaemonSet
+    pod that holds no GPU stay."""
+    slurmd = {"app.kubernetes.io/name": "slurmd"}
+    pods = [
+        _pod("slurm", "slurmd-n1", labels=slurmd),
+        _pod("monitoring", "dcgm-exporter-k1", owner="DaemonSet"),
+        _pod("tenant", "fake-slurmd", gpus=8, labels=slurmd),
+        _pod("tenant", "fake-ds", gpus=8, owner="DaemonSet"),
+        _pod("tenant", "fake-static", gpus=8, ann={"kubernetes.io/config.mirror": "x"}),
+        _pod("tenant", "plain", gpus=1),
+    ]
+
+    class Kube:
+        evicted: list[str] = []
+
+        def list(self, path: str, **kw: object) -> dict:
+            return {"items": pods}
+
+        def create(self, path: str, body: dict) -> None:
+            self.evicted.append(body["metadata"]["name"])
+
+    lend = Lender(Slurm(NodeState("n1", "idle")), Kube(), CFG)  # type: ignore[arg-type]
+    left = {p["metadata"]["name"] for p in lend._workload_pods("k1")}
+    assert left == {"fake-slurmd", "fake-ds", "fake-static", "plain"}
+    evicted, blocked = lend._evict("k1")
+    assert (evicted, blocked) == (4, []) and set(Kube.evicted) == left

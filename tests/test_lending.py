@@ -469,6 +469,8 @@ def _pending_pod(
         ([_pending_pod("a", 8, reason="SchedulingGated")], LC, 0, 0),
         ([_pending_pod("a", 8, phase="Running")], LC, 0, 0),
         ([_pending_pod("a", 8, labels={"app": "web"})], LC, 0, 0),
+        # More GPUs than a node has: fits on no node we could lend, adds nothing.
+        ([_pending_pod("a", 100_000), _pending_pod("b", 9), _pending_pod("c", 8)], LC, 1, 1),
         (
             [_pending_pod("a", 8, labels={"app": "web"}, prio_class="inference")],
             dataclasses.replace(LC, priority_classes=("inference",)),

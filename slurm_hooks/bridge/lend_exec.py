@@ -26,6 +26,7 @@ from typing import Any
 from slurm_hooks.bridge import lending as L
 from slurm_hooks.bridge import plan as bridge_plan
 from slurm_hooks.bridge._exec import Obj, evict_pods, patch_node
+from slurm_hooks.bridge.lending_inputs import pod_gpus
 from slurm_hooks.bridge.metrics import BridgeMetrics
 from slurm_hooks.bridge.settings import BridgeConfig
 from slurm_hooks.core.errors import (
@@ -334,8 +335,12 @@ class Lender:
         )
 
     def _evict(self, node: str) -> tuple[int, list[str]]:
-        pods = self._workload_pods(node)
-        todo = bridge_plan.pods_to_evict(pods, keep_slurmd=True, cfg=self.cfg)
+        # Every pod that must leave (:func:`_is_workload`) and is not on its way out.
+        todo = [
+            p
+            for p in self._workload_pods(node)
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]
         evicted, blocked = evict_pods(self.kube, todo)
         if evicted:
             self.metrics.lend_events.labels("pods_evicted").inc(evicted)
@@ -367,14 +372,20 @@ class Lender:
 
 
 def _is_workload(pod: Mapping[str, Any], cfg: BridgeConfig) -> bool:
-    """A pod that must leave a reclaimed node: not a DaemonSet or mirror pod,
-    not the node's slurmd pod, not finished.  Terminating pods count (their
-    GPUs are not free yet)."""
+    """A pod that must leave a reclaimed node before Slurm has it back: one
+    that holds GPUs (``gpu_resource``), whatever it claims to be, and any
+    other that is not a DaemonSet or mirror pod; never the node's slurmd pod
+    (:func:`bridge.plan.is_slurmd_pod`), nor a finished one.  Terminating
+    pods count (their GPUs are not free yet).  An owner reference, a mirror
+    annotation and labels are the pod's creator's to write: a tenant's pod
+    dressed as a DaemonSet's must not keep GPUs Slurm's jobs get next."""
     md = pod.get("metadata") or {}
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return False
+    if bridge_plan.is_slurmd_pod(pod, cfg):
+        return False
+    if pod_gpus(pod, cfg.lending.gpu_resource) > 0:
+        return True
     if bridge_plan.MIRROR_ANNOTATION in (md.get("annotations") or {}):
         return False
-    if any(o.get("kind") == "DaemonSet" for o in md.get("ownerReferences") or []):
-        return False
-    return not bridge_plan.is_slurmd_pod(pod, cfg.slurmd_pod_selector)
+    return not any(o.get("kind") == "DaemonSet" for o in md.get("ownerReferences") or [])

@@ -66,7 +66,9 @@ def is_inference_pod(pod: Obj, cfg: LendingConfig) -> bool:
 
 def pod_demand(pods: Iterable[Obj], cfg: LendingConfig, target: int | None = None) -> Demand:
     """Nodes the unschedulable inference pods need: their GPUs packed into
-    nodes of ``gpus_per_node``; a pod asking for no GPU takes a node."""
+    nodes of ``gpus_per_node``; a pod asking for no GPU takes a node.  A pod
+    asking for more GPUs than a node has fits on no node we could lend, so
+    it adds nothing (one pod asking for 100,000 GPUs is not 12,500 nodes)."""
     gpus = 0
     whole = 0
     count = 0
@@ -75,8 +77,10 @@ def pod_demand(pods: Iterable[Obj], cfg: LendingConfig, target: int | None = Non
             continue
         if not is_inference_pod(pod, cfg):
             continue
-        count += 1
         n = pod_gpus(pod, cfg.gpu_resource)
+        if n > cfg.gpus_per_node:
+            continue
+        count += 1
         if n:
             gpus += n
         else:

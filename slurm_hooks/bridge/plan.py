@@ -443,9 +443,16 @@ def plan(
 # -- pods -----------------------------------------------------------------------
 
 
-def is_slurmd_pod(pod: Obj, selector: str) -> bool:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return bool(selector) and label_selector_matches(selector, labels)
+def is_slurmd_pod(pod: Obj, cfg: BridgeConfig) -> bool:
+    """A node's slurmd pod: ``slurmd_pod_selector`` in ``slinky_namespace``.
+    Labels are the pod's creator's to choose: a tenant's pod labelled as
+    slurmd in a namespace of theirs is a workload like any other."""
+    md = pod.get("metadata") or {}
+    return (
+        bool(cfg.slurmd_pod_selector)
+        and md.get("namespace") == cfg.slinky_namespace
+        and label_selector_matches(cfg.slurmd_pod_selector, md.get("labels") or {})
+    )
 
 
 def pods_to_evict(pods: Iterable[Obj], *, keep_slurmd: bool, cfg: BridgeConfig) -> list[Obj]:
@@ -464,7 +471,7 @@ def pods_to_evict(pods: Iterable[Obj], *, keep_slurmd: bool, cfg: BridgeConfig) 
             continue
         if any(o.get("kind") == "DaemonSet" for o in md.get("ownerReferences") or []):
             continue
-        if keep_slurmd and is_slurmd_pod(pod, cfg.slurmd_pod_selector):
+        if keep_slurmd and is_slurmd_pod(pod, cfg):
             continue
         out.append(pod)
     return out
