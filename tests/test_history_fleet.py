@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -159,6 +160,41 @@ def test_symlink_in_the_shared_dir_is_not_followed(tmp_path: Path) -> None:
     AuditLog(tmp_path / "audit.jsonl", shared_dir=shared).record("drain", node="n1")
     assert victim.read_text() == "keep\n"
     assert (tmp_path / "audit.jsonl").read_text().count("drain") == 1
+
+
+def test_a_fifo_in_a_nodes_file_place_holds_up_nothing(tmp_path: Path) -> None:
+    """A FIFO where a node's file belongs would block the writer's open (a
+    record waiting out the whole shared timeout, a thread stuck) and the
+    reader's: neither opens one."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.mkfifo(shared / "n1.jsonl")
+    a = AuditLog(tmp_path / "audit.jsonl", shared_dir=shared, shared_timeout_s=30.0)
+    started = time.monotonic()
+    a.record("drain", node="n1")
+    assert time.monotonic() - started < 5.0
+    assert (tmp_path / "audit.jsonl").read_text().count("drain") == 1
+    with pytest.raises(hist.HistoryError, match="not a regular file"):
+        hist.read_fleet([shared / "n1.jsonl"])
+    assert hist.shared_bases(shared) == []  # not a regular file: not a node's log
+
+
+def test_a_shared_dir_any_user_may_write_is_neither_written_nor_read(tmp_path: Path) -> None:
+    """In a directory any user may write (sticky or not), a user could make
+    the file of a node that has none yet and write records in our name."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    forged = {"ts": "2026-12-06T10:00:00+00:00", "action": "resume", "node": "n9",
+              "actor": "admin:alice", "why": "checked by hand"}  # fmt: skip
+    (shared / "n9.jsonl").write_text(json.dumps(forged) + "\n")
+    os.chmod(shared, 0o1777)
+    AuditLog(tmp_path / "audit.jsonl", shared_dir=shared).record("drain", node="n1")
+    assert not (shared / "n1.jsonl").exists()
+    assert (tmp_path / "audit.jsonl").read_text().count("drain") == 1  # nothing lost
+    with pytest.raises(hist.HistoryError, match="any user may write it"):
+        hist.shared_bases(shared)
+    os.chmod(shared, 0o755)
+    assert [p.name for p in hist.shared_bases(shared)] == ["n9.jsonl"]
 
 
 def test_a_hung_shared_filesystem_never_holds_up_the_record(

@@ -21,14 +21,17 @@ table someone else read (docs/history.md: the fleet's three sources).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from slurm_hooks.core.errors import SlurmHooksError
 from slurm_hooks.core.reason import printable
@@ -345,9 +348,16 @@ def read_records(path: str | Path) -> tuple[list[Event], int]:
 def shared_bases(directory: str | Path) -> list[Path]:
     """Every per-node log of a shared audit dir (``n4.jsonl``; also one
     only its rotated copies ``n4.jsonl.1`` are left of), sorted by name."""
+    from slurm_hooks.store.audit import UntrustedSharedDir, check_shared_dir
+
     d = Path(directory)
     try:
-        names = [q.name for q in d.iterdir() if q.is_file()]
+        check_shared_dir(d)
+        names = [q.name for q in d.iterdir() if stat.S_ISREG(q.lstat().st_mode)]
+    except UntrustedSharedDir as exc:
+        raise HistoryError(
+            f"shared audit dir {d} not read: {exc.strerror}; its records could be any user's"
+        ) from exc
     except OSError as exc:
         raise HistoryError(f"cannot read shared audit dir {d}: {exc}") from exc
     bases = set()
@@ -358,6 +368,20 @@ def shared_bases(directory: str | Path) -> list[Path]:
         elif dot and suffix.isdigit() and base.endswith(".jsonl"):
             bases.add(base)
     return [d / b for b in sorted(bases)]
+
+
+def _open_log(path: Path) -> TextIO:
+    """A log opened for reading: never through a symlink, never blocking (a
+    FIFO in a log's place), and only a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return open(fd, encoding="utf-8", errors="replace")  # noqa: SIM115 - the caller closes it
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_fleet(logs: Iterable[str | Path]) -> tuple[list[Event], int, list[Path]]:
@@ -373,7 +397,7 @@ def read_fleet(logs: Iterable[str | Path]) -> tuple[list[Event], int, list[Path]
     for base in logs:
         for f in audit_files(base):
             try:
-                with f.open(encoding="utf-8", errors="replace") as fh:
+                with _open_log(f) as fh:
                     fresh = [ln for ln in fh if ln.strip() and ln.strip() not in seen]
             except OSError as exc:
                 raise HistoryError(f"cannot read audit log {f}: {exc}") from exc

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,26 @@ _FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 SHARED_SUFFIX = ".jsonl"
 #: Seconds a record may wait for the shared filesystem (lock and write).
 SHARED_TIMEOUT_S = 2.0
+
+
+class UntrustedSharedDir(OSError):
+    """The shared audit directory is one any user can write: its files could
+    be theirs (forged records, a FIFO where a node's file belongs)."""
+
+
+def check_shared_dir(directory: str | os.PathLike[str]) -> None:
+    """Refuse a shared audit directory any user may write (mode ``o+w``,
+    sticky or not): on it, a user could make the file of a node that has
+    none yet and write records in the automation's name.  Root-squashed NFS
+    wants the directory writable by the squash user (``nobody``), not by
+    all (docs/history.md)."""
+    st = os.stat(directory)
+    if st.st_mode & stat.S_IWOTH:
+        raise UntrustedSharedDir(
+            errno.EPERM,
+            f"any user may write it (mode {stat.S_IMODE(st.st_mode):o})",
+            str(directory),
+        )
 
 
 def shared_file_name(name: str | None) -> str | None:
@@ -155,10 +176,15 @@ def _append_locked(target: Path, data: bytes, deadline: float) -> None:
     before the deadline (past it: appended unlocked, never dropped).  The
     shared directory is never created (no mkdir): a missing mount must fail,
     not be papered over by a local directory of the same name; a symlink in
-    the file's place is refused (``O_NOFOLLOW``)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    the file's place is refused (``O_NOFOLLOW``), and so is anything but a
+    regular file (opened without blocking), and a directory any user may
+    write (:func:`check_shared_dir`)."""
+    check_shared_dir(target.parent)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     fd = os.open(target, flags, 0o640)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device in a node's file's place
+            raise OSError(errno.EINVAL, "not a regular file", str(target))
         locked = False
         while True:
             try:
