@@ -58,7 +58,8 @@ class CrashAfterRequeue:
 def start_job(lab, job_dir: Path) -> tuple[str, str]:
     script = job_dir / "job.sh"
     script.write_text(JOB.replace("{dir}", str(job_dir)))
-    job_id = submit(lab, script, "--requeue", "-N1", "-o", str(job_dir / "out.%j"))
+    job_id = submit(lab, script, "--requeue", "-N1", "-o", str(job_dir / "out.%j"),
+                    "--comment", "my run,slurm-hooks:no-watch")  # fmt: skip
     job = lab.wait_job(job_id, lambda j: j.state == "RUNNING", timeout=30)
     lab.wait_for(lambda: (job_dir / f"starts.{job_id}").exists(), 15, what="job start")
     return job_id, job.batch_host or job.nodes
@@ -109,7 +110,9 @@ def test_drain_signal_grace_requeue_elsewhere(fresh_lab, job_dir, tmp_path):
         lab.wait_for(
             lambda: "restart=1" in (job_dir / f"starts.{job_id}").read_text(), 15, what="restart"
         )
-        assert "slurm-hooks:" in (job.comment or "") and node in job.comment
+        # Our note, after the owner's word to us (kept: the job stays unwatched).
+        assert (job.comment or "").startswith("slurm-hooks:no-watch slurm-hooks: job ")
+        assert node in job.comment
         doc = eng.state.read_incident(d.incident)
         assert doc["jobs"][job_id]["outcome"] == "requeued"
         assert doc["jobs"][job_id]["user"] == "sltest"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 
@@ -113,11 +115,29 @@ def test_mail_argv_placeholders_and_failure(tmp_path):
 
 
 class Comments:
-    def __init__(self):
+    def __init__(self, comment=None):
         self.calls = []
+        self.comment = comment
 
     def set_job_comment(self, job_id, comment, *, admin=False):
         self.calls.append((job_id, comment, admin))
+        self.comment = comment
+
+    def get_job(self, job_id):
+        return SimpleNamespace(comment=self.comment)
+
+
+def test_the_note_keeps_the_owners_words_to_us_in_the_jobs_comment():
+    """The note replaces the job's Comment: the owner's opt-out and opt-in
+    stay first, so the requeued job is still watched (or not) as they asked;
+    the rest of their comment gives way."""
+    slurm = Comments("run 7,slurm-hooks:no-watch  slurm-hooks:requeue-on-hang slurm-hooks:BAD")
+    Notifier([JobCommentSink(slurm)]).send(replace(ALERT, text="job 42 requeued " + "x" * 300))
+    ((job, text, admin),) = slurm.calls
+    assert not admin and len(text) == 200
+    assert text.startswith("slurm-hooks:no-watch slurm-hooks:requeue-on-hang slurm-hooks: job 42")
+    Notifier([JobCommentSink(slurm)]).send(ALERT)  # a second note keeps them too
+    assert slurm.comment.startswith("slurm-hooks:no-watch slurm-hooks:requeue-on-hang slurm-")
 
 
 def test_job_comment_only_for_job_alerts():

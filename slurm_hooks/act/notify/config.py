@@ -29,6 +29,8 @@ class NotifyConfig:
     #: Seconds the mail command may run before it is killed (> 0).
     mail_timeout: float = 10.0
     #: Leave a note on the job itself (which node, which fault, requeued).
+    #: In Comment it replaces the owner's text but keeps their words to us
+    #: (``slurm-hooks:no-watch``, ``slurm-hooks:requeue-on-hang``) first.
     job_comment: bool = True
     #: Write it to AdminComment (operators only) instead of Comment (the user sees it).
     job_comment_admin: bool = False
