@@ -531,6 +531,30 @@ def test_a_second_ranks_hang_in_the_same_job_run_is_not_reported_again(tmp_path)
     assert [f.values["rank"] for _, [f] in engine.handled] == [1, 2]  # a new run: told again
 
 
+def test_reports_about_one_users_jobs_are_capped_per_hour_and_audited_all(tmp_path):
+    """Many jobs of one user (or requeues of one) each stalling: the admins
+    get ``reports_per_user_hour`` of them and one note that more are held;
+    every one is audited; another user's reports go out all the same."""
+    now = [1e9]
+    p, engine = _pass(tmp_path, "n1", FakeSlurm(None), 0.0, reports_per_user_hour=2)
+    p.clock = lambda: now[0]
+    audited = []
+    engine.audit = SimpleNamespace(record=lambda kind, **kw: audited.append((kind, kw)))
+    for job in range(5):
+        p._tell(
+            JobInfo(str(job), "mallory", "RUNNING", "n1"), "job_stalled", f"job {job}", "HANG", {}
+        )
+    p._tell(JobInfo("9", "alice", "RUNNING", "n1"), "job_stalled", "job 9", "HANG", {})
+    kinds = [(a.kind, a.user, a.job_id) for a in engine.alerts]
+    assert kinds == [("job_stalled", "mallory", "0"), ("job_stalled", "mallory", "1"),
+                     ("job_reports_held", "mallory", "2"), ("job_stalled", "alice", "9")]  # fmt: skip
+    assert [kw.get("sent", True) for _, kw in audited] == [True, True, False, False, False, True]
+    assert p.totals.held_reports == 3
+    now[0] += 3601
+    p._tell(JobInfo("7", "mallory", "RUNNING", "n1"), "job_stalled", "job 7", "HANG", {})
+    assert engine.alerts[-1].job_id == "7"  # a new hour
+
+
 def test_step_skew_metrics_per_job_on_the_watchers_metrics(tmp_path):
     """The last pass's per-job skew, stall and verdict are served beside the
     watcher's own families (``/metrics``)."""

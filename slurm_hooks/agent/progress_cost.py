@@ -63,6 +63,8 @@ class PassTotals(PassCounts):
     crashes: int = 0
     #: Passes that took longer than ``interval_s``.
     overruns: int = 0
+    #: Job reports audited but not sent (``reports_per_user_hour``).
+    held_reports: int = 0
     last_rejected: tuple[tuple[str, str], ...] = ()
 
     def add(self, s: PassStats) -> None:
@@ -98,6 +100,8 @@ class PassTotals(PassCounts):
             counter("cpu_seconds", "CPU seconds of the progress thread's passes.", self.cpu_s),
             counter("crashes", "Progress passes that raised (the watcher goes on).", self.crashes),
             counter("overruns", "Progress passes longer than interval_s.", self.overruns),
+            counter("held_reports", "Job reports audited but not sent: past a user's "
+                    "reports_per_user_hour.", self.held_reports),
         ]  # fmt: skip
 
 

@@ -43,11 +43,14 @@ from typing import Any
 from slurm_hooks.agent.progress_cost import PassReads, PassStats, PassTotals
 from slurm_hooks.agent.progress_report import (
     JobReport,
+    Report,
+    ReportCap,
     Seen,
     opted_in,
     outcome,
     report_families,
     skew,
+    tell,
 )
 from slurm_hooks.agent.progress_steps import RECHECK_S, StepWatch
 from slurm_hooks.core import hostlist
@@ -119,6 +122,7 @@ class ProgressPass:
         self.clock = clock
         self.proc = proc
         self.seen = Seen()
+        self.cap = ReportCap(settings.reports_per_user_hour)
         self.reports: dict[str, JobReport] = {}
         #: This node's running jobs from the last Slurm read, and when.
         self._jobs: dict[str, JobInfo] | None = None
@@ -585,12 +589,7 @@ class ProgressPass:
         return decisions
 
     def _tell(self, info: JobInfo, kind: str, text: str, code: str, fields: dict[str, Any]) -> None:
-        from slurm_hooks.act.notify.base import Alert
-
-        self.engine.notify(Alert(kind, text, node=self.node, job_id=info.job_id, user=info.user,
-                                 code=code, fields=fields))  # fmt: skip
-        self.engine.audit.record(
-            kind, node=self.node, job=info.job_id, user=info.user, code=code, why=text,
-            actor=self.engine.actor,
-            **{k: v for k, v in fields.items() if k in ("rank", "ranks", "steps", "provenance")},
-        )  # fmt: skip
+        """The owner and the admins told (within ``reports_per_user_hour``), and the audit."""
+        held = tell(self.engine, self.cap, self.node, info, Report(kind, text, code, fields),
+                    self.clock())  # fmt: skip
+        self.totals.held_reports += held

@@ -2,11 +2,14 @@
 (``/metrics``, logs) and the verdicts acted on.  Its own module so that the
 records' pass and the zero-touch watch (agent/progress_signals.py) share them
 without importing each other; with them, what both say of a job: its
-opt-in, its ranks' skew, what came of a finding."""
+opt-in, its ranks' skew, what came of a finding, and how many reports
+about one user's jobs go out (:class:`ReportCap`)."""
 
 from __future__ import annotations
 
+import enum
 import statistics
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,39 @@ class JobReport:
     explanation: str = ""
     #: Seconds since any rank of the job recorded a step.
     stalled_s: float = 0.0
+
+
+class Sent(enum.Enum):
+    """Whether a job report goes out (:class:`ReportCap`)."""
+
+    SEND = "send"
+    #: The first one past the cap: a note that the rest are held goes instead.
+    CAP_REACHED = "cap_reached"
+    HELD = "held"
+
+
+@dataclass
+class ReportCap:
+    """At most ``per_hour`` reports a user in any hour (0: no cap); the times
+    of the last ones sent, per user, are all it keeps."""
+
+    per_hour: int
+    sent: dict[str, deque[float]] = field(default_factory=dict)
+    told: dict[str, float] = field(default_factory=dict)
+
+    def take(self, user: str, now: float) -> Sent:
+        if self.per_hour <= 0:
+            return Sent.SEND
+        times = self.sent.setdefault(user, deque())
+        while times and times[0] <= now - 3600.0:
+            times.popleft()
+        if len(times) < self.per_hour:
+            times.append(now)
+            return Sent.SEND
+        if self.told.get(user, -1e18) > now - 3600.0:
+            return Sent.HELD
+        self.told[user] = now
+        return Sent.CAP_REACHED
 
 
 @dataclass
@@ -101,3 +137,39 @@ def outcome(decisions: list[Any]) -> str:
     if DecisionKind.BREAKER_TRIPPED in kinds:
         return "; the node is held by the circuit breaker"
     return ""
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report about one job: its alert's kind and text, the code, the
+    alert's fields (some of them audited too)."""
+
+    kind: str
+    text: str
+    code: str
+    fields: dict[str, Any]
+
+
+def tell(engine: Any, cap: ReportCap, node: str, info: JobInfo, r: Report, now: float) -> int:
+    """The owner and the admins told of ``r`` while ``cap`` lets it out
+    (the first one past it: a note that more are held), and the audit line
+    always.  Returns 1 for a report held back, else 0."""
+    from slurm_hooks.act.notify.base import Alert
+
+    sent = cap.take(info.user or "", now)
+    if sent is Sent.SEND:
+        engine.notify(Alert(r.kind, r.text, node=node, job_id=info.job_id, user=info.user,
+                            code=r.code, fields=r.fields))  # fmt: skip
+    elif sent is Sent.CAP_REACHED:
+        engine.notify(Alert(
+            "job_reports_held",
+            f"{cap.per_hour} reports about jobs of {info.user} from {node} within an hour: "
+            f"more are audited here, not sent, until the hour is over (latest: {r.text})",
+            node=node, job_id=info.job_id, user=info.user, code=r.code,
+        ))  # fmt: skip
+    engine.audit.record(
+        r.kind, node=node, job=info.job_id, user=info.user, code=r.code, why=r.text,
+        actor=engine.actor, **({} if sent is Sent.SEND else {"sent": False}),
+        **{k: v for k, v in r.fields.items() if k in ("rank", "ranks", "steps", "provenance")},
+    )  # fmt: skip
+    return 0 if sent is Sent.SEND else 1

@@ -117,6 +117,11 @@ class ProgressConfig:
     #: Slurm reads of suspect jobs per pass (one ``get_job``); other
     #: suspects wait for the next pass, in turn.
     max_job_reads: int = 1
+    #: Job reports (hang, stall, straggler) about one user's jobs this node
+    #: sends per hour at most.  Past it they are audited but not sent, and
+    #: one alert says so: each is evidence the user writes, and many jobs (or
+    #: requeues of one) must not bury the admins' chat and mail.  0: no cap.
+    reports_per_user_hour: int = 20
     #: A SLOW report this recent makes the prolog run its full check instead
     #: of its cached pass, and acceptance report it (seconds).
     slow_history_s: float = 7 * 86400.0
@@ -134,8 +139,8 @@ class ProgressConfig:
             value = getattr(self, name)
             if value and (not value.startswith("/") or "{job}" not in value):
                 raise ValueError(f"{name} must be an absolute glob containing {{job}}")
-        if self.slow_history_s < 0:
-            raise ValueError("slow_history_s must be >= 0")
+        if self.slow_history_s < 0 or self.reports_per_user_hour < 0:
+            raise ValueError("slow_history_s and reports_per_user_hour must be >= 0")
         if self.slow_windows < 1 or self.window_steps < 1:
             raise ValueError("slow_windows and window_steps must be >= 1")
 
