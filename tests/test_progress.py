@@ -555,6 +555,17 @@ def test_reports_about_one_users_jobs_are_capped_per_hour_and_audited_all(tmp_pa
     assert engine.alerts[-1].job_id == "7"  # a new hour
 
 
+def test_the_verdicts_kept_are_those_of_the_runs_running_here():
+    """Months of a watcher, and a user requeueing their own job again and
+    again: what is kept is the current runs' verdicts (a run newer than the
+    node's job list is kept: the list may be older than Slurm's answer)."""
+    from slurm_hooks.agent.progress_report import Seen
+
+    seen = Seen({("1", 0, "hang"), ("1", 1, "hang"), ("1", 2, "slow"), ("2", 0, "hang")})
+    seen.keep({"1": 1})
+    assert seen.acted == {("1", 1, "hang"), ("1", 2, "slow")}
+
+
 def test_step_skew_metrics_per_job_on_the_watchers_metrics(tmp_path):
     """The last pass's per-job skew, stall and verdict are served beside the
     watcher's own families (``/metrics``)."""

@@ -261,6 +261,7 @@ class ProgressPass:
         out: list[Any] = []
         suspects: list[str] = []
         self._signs = {j: v for j, v in self._signs.items() if j in jobs}
+        self.seen.keep({j: info.restart_count for j, info in jobs.items()})
         self.departures.keep(set(jobs))
         self.steps.keep(jobs)
         for i, job in enumerate(mine):

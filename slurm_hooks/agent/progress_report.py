@@ -72,6 +72,14 @@ class Seen:
 
     acted: set[tuple[str, int, str]] = field(default_factory=set)
 
+    def keep(self, runs: Mapping[str, int]) -> None:
+        """Keep the verdicts of the job runs running here now (``runs``: job
+        id -> restart count) only: a watcher that runs for months keeps the
+        node's current runs', not every run's since it started (a user's
+        requeues of their own job make as many as they like).  A later run
+        than ``runs`` says is kept: the list may be older than Slurm's answer."""
+        self.acted = {k for k in self.acted if k[0] in runs and k[1] >= runs[k[0]]}
+
 
 def report_families(reports: Mapping[str, JobReport]) -> list[Any]:
     """``/metrics`` of a progress pass's reports: step-time skew, stall and
