@@ -364,8 +364,9 @@ def test_cordon_patch_on_foreign_cordon_does_not_claim_it():
     assert K.cordoned not in body["metadata"]["annotations"]
 
 
-def pod(name, *, owner=None, labels=None, phase="Running", mirror=False, deleting=False):
-    md = {"name": name, "namespace": "default", "labels": labels or {}, "annotations": {}}
+def pod(name, *, owner=None, labels=None, phase="Running", mirror=False, deleting=False,
+        ns="default"):  # fmt: skip
+    md = {"name": name, "namespace": ns, "labels": labels or {}, "annotations": {}}
     if owner:
         md["ownerReferences"] = [{"kind": owner, "name": "x", "apiVersion": "apps/v1", "uid": "u"}]
     if mirror:
@@ -384,8 +385,10 @@ def pod(name, *, owner=None, labels=None, phase="Running", mirror=False, deletin
         (pod("static", mirror=True), False, False),
         (pod("done", phase="Succeeded"), False, False),
         (pod("going", deleting=True), False, False),
-        (pod("slurmd", labels={"app.kubernetes.io/name": "slurmd"}), True, False),
-        (pod("slurmd", labels={"app.kubernetes.io/name": "slurmd"}), False, True),
+        (pod("slurmd", labels={"app.kubernetes.io/name": "slurmd"}, ns="slurm"), True, False),
+        (pod("slurmd", labels={"app.kubernetes.io/name": "slurmd"}, ns="slurm"), False, True),
+        # A tenant's pod labelled as slurmd, outside slinky_namespace: a workload.
+        (pod("slurmd", labels={"app.kubernetes.io/name": "slurmd"}), True, True),
     ],
 )
 def test_pods_to_evict(the_pod, keep_slurmd, evicted):

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.core.errors import StateError
-from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.store.atomicfile import ensure_dir, write_atomic
 
 if TYPE_CHECKING:  # the policy is imported only where history is read: hooks
@@ -48,6 +47,8 @@ def by_users(entry: Mapping[str, Any]) -> bool:
     """Whether a fault history entry is one the node's users can write or
     cause: user-side evidence (``trusted`` false), a fault their processes
     raised (``user`` names them), or a code of ``core/user_caused.py``."""
+    from slurm_hooks.core.user_caused import USERS_CAUSE  # a long history only: not at start-up
+
     return (
         entry.get("trusted") is False or bool(entry.get("user")) or entry.get("code") in USERS_CAUSE
     )
