@@ -109,6 +109,29 @@ def test_burnin_gpu_burn_engine_through_commands(no_scenarios):
     ]
 
 
+def test_gpu_burn_runs_where_its_binary_is_never_where_the_caller_is(no_scenarios, tmp_path,
+                                                                       monkeypatch):  # fmt: skip
+    """gpu_burn reads ``compare.ptx`` from its working directory: root's
+    run must never start where a user could have left one (/tmp)."""
+    text = (DATA / "gpu_burn" / "faulty_gpu3_errors.txt").read_text()
+    bindir = tmp_path / "opt" / "gpu-burn"
+    bindir.mkdir(parents=True)
+    (bindir / "gpu_burn").write_text("#!/bin/sh\n")
+    (bindir / "gpu_burn").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    seen = []
+
+    def fake_run(argv, **kw):
+        seen.append(kw["cwd"])
+        return CommandResult(tuple(argv), 0, text, "", 10.0)
+
+    run_check(BurninCheck(), ctx(settings={"engine": "gpu_burn"}, services={"run": fake_run}))
+    run_check(BurninCheck(), ctx(settings={"engine": "gpu_burn", "gpu_burn_dir": "/srv/gb"},
+                                 services={"run": fake_run}))  # fmt: skip
+    assert seen == [str(bindir), "/srv/gb"]
+
+
 def test_burnin_devices_remap_indices(no_scenarios):
     text = (DATA / "gpu_burn" / "faulty_gpu3_errors.txt").read_text()
 

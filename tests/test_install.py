@@ -74,6 +74,31 @@ def test_prolog_and_epilog_shims_fail_open_on_our_own_failure(tmp_path, phase, h
     assert res.returncode == shim_rc
 
 
+def test_a_slurm_hooks_a_user_left_in_the_hooks_directory_never_runs(tmp_path):
+    """``python -m`` imports from the working directory first: a
+    ``slurm_hooks`` package a user leaves in /tmp (where slurmstepd starts a
+    task whose directory the node lacks) must not run as root.  The shim runs
+    the real Python from a directory the user wrote into."""
+    planted = tmp_path / "users"
+    (planted / "slurm_hooks").mkdir(parents=True)
+    marker = tmp_path / "ran-as-root"
+    (planted / "slurm_hooks" / "__init__.py").write_text("")
+    (planted / "slurm_hooks" / "__main__.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    shim = tmp_path / "shim"
+    shim.write_text(inst.render_shim("prolog", python=sys.executable))
+    res = subprocess.run(["/bin/sh", str(shim), "--no-such-option"], env={}, cwd=planted,
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert not marker.exists(), res.stderr
+    assert "usage: python3 -m slurm_hooks hook" in res.stderr  # the real one answered
+
+
+def test_the_acceptance_job_starts_in_roots_directory():
+    from slurm_hooks.agent.acceptance import AcceptanceConfig, srun_argv
+
+    argv = srun_argv(AcceptanceConfig(), "n1", "slurm-hooks-accept-n1")
+    assert "--chdir=/" in argv and argv.index("--chdir=/") < argv.index("-m")
+
+
 def test_shim_refuses_paths_that_break_quoting():
     with pytest.raises(ValueError):
         inst.render_shim("prolog", slurm_conf='/etc/"x')

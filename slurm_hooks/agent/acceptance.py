@@ -229,6 +229,10 @@ def srun_argv(
         "-w", node, "-N1", "-n1", "--exclusive",
         f"--time={int(ac.reservation_minutes)}",
         "--job-name=slurm-hooks-acceptance",
+        # Root's task, started where root's files are: without it, slurmstepd
+        # starts it in the caller's directory, or /tmp when the node lacks
+        # that, and ``python -m`` imports from there first.
+        "--chdir=/",
         ac.python, "-m", "slurm_hooks", "acceptance", node, "--run-local", "--json",
     ]  # fmt: skip
     if config_path:

@@ -124,6 +124,8 @@ def render_shim(
         f"# slurm-hooks {phase} shim ('slurm-hooks install' puts it in place). slurmd starts\n"
         "# hooks with no PATH (and HealthCheckProgram without SLURM_CONF): set defaults, hand over.\n"
         f"export {' '.join(exports)}\n"
+        "# A working directory of root's: Python looks for modules there first.\n"
+        "cd /\n"
     )
     run = f'{q(python)} -m slurm_hooks hook {phase} "$@"'
     if phase is Phase.HEALTHCHECK and chain is not None:

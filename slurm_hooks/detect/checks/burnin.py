@@ -60,7 +60,9 @@ class BurninSettings:
     #: The gpu_burn binary: a name looked up on PATH, or an absolute path.
     gpu_burn: str = "gpu_burn"
     #: Working directory for gpu_burn, where it finds ``compare.ptx``;
-    #: unset: the hook's own working directory.
+    #: unset: the directory of the gpu_burn binary (a build keeps it there),
+    #: never the caller's (a compare.ptx a user left in /tmp would run as
+    #: root on the GPUs and decide the error count).
     gpu_burn_dir: str | None = None
     #: Extra gpu_burn options placed before the duration, e.g. ``["-tc"]``
     #: (tensor cores: measured as tf32) or ``["-d"]`` (doubles: fp64).
@@ -171,14 +173,18 @@ class BurninCheck:
             eng, req = _engine_check.plugin_engine(ctx, self.name, engine, s.scenario, count)
             return eng.burnin(req, int(duration))
         if engine == "gpu_burn":
-            from slurm_hooks.detect.engines.burnin.gpu_burn import build_argv, run_gpu_burn
+            from slurm_hooks.detect.engines.burnin.gpu_burn import (
+                binary_dir,
+                build_argv,
+                run_gpu_burn,
+            )
 
             argv = build_argv(s.gpu_burn, int(duration))
             argv = [argv[0], *s.gpu_burn_args, *argv[1:]]
             res = run_gpu_burn(
                 argv,
                 timeout=timeout,
-                cwd=s.gpu_burn_dir,
+                cwd=s.gpu_burn_dir or binary_dir(argv[0]),
                 expected_gpus=len(s.devices) if s.devices else None,
                 run=_engine_check.on_devices(run_cmd, s.devices),
             )

@@ -28,7 +28,9 @@ Samples per release family: tests/data/gpu_burn/README.md.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -299,6 +301,14 @@ def build_argv(
 
 
 Runner = Callable[..., commands.CommandResult]
+
+
+def binary_dir(binary: str) -> str:
+    """Where ``binary`` (a name on PATH, or a path) lives, as gpu_burn's
+    working directory: it reads ``compare.ptx`` from there.  "/" when it is
+    not found (the run then fails as a missing binary, UNKNOWN)."""
+    found = shutil.which(binary, path=commands.command_env().get("PATH"))
+    return os.path.dirname(os.path.realpath(found)) if found else "/"
 
 
 def run_gpu_burn(
