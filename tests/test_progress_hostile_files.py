@@ -179,3 +179,58 @@ def test_a_pass_over_a_directory_a_user_owns_reads_nothing(tmp_path):
     os.chown(tmp_path, 0, 0)
     p.run()
     assert p.last.judged == 1
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")
+def test_a_directory_another_user_made_under_a_future_jobs_id_is_moved_aside(tmp_path):
+    """Job ids come in order: anyone may make ``<dir>/<id>`` for the id
+    someone else's job gets next.  Before that job starts the prolog moves
+    whatever is there and is not a real directory of the job's user aside."""
+    from slurm_hooks.detect.progress.claim import claim_job_dir, progress_dir
+
+    base = tmp_path / "progress"
+    base.mkdir()
+    os.chmod(base, 0o1777)
+    owner, other = 4242, 4343
+    (base / "100").mkdir()  # another user's
+    os.chown(base / "100", other, other)
+    os.mkfifo(base / "101")
+    (base / "102").symlink_to(tmp_path)
+    (base / "103").mkdir(mode=0o777)  # the owner's, but anyone may write it
+    os.chmod(base / "103", 0o777)
+    os.chown(base / "103", owner, owner)
+    (base / "104").mkdir()  # the owner's own (a requeued job's): kept
+    os.chown(base / "104", owner, owner)
+    moved = [claim_job_dir(str(base), job, owner) for job in ("100", "101", "102", "103", "104")]
+    assert [m is not None for m in moved] == [True, True, True, True, False]
+    assert sorted(p.name for p in base.iterdir() if p.name.isdigit()) == ["104"]
+    assert claim_job_dir(str(base), "105", owner) is None  # nothing there: the usual case
+    os.chown(base, other, other)
+    (base / "106").mkdir()
+    assert claim_job_dir(str(base), "106", owner) is None  # a directory root does not own
+    assert progress_dir({"enabled": False}) is None
+    assert progress_dir({}) == "/dev/shm/slurm-hooks-progress"
+    assert progress_dir({"dir": "relative"}) is None
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="chown needs root")
+def test_the_job_side_writer_never_fails_or_waits_on_what_another_user_made(tmp_path):
+    """A directory another user made under the job's id, or a FIFO in the
+    rank's file's place: the training goes on, without records (warned)."""
+    from slurm_hooks.jobside.progress import Progress
+
+    base = tmp_path / "progress"
+    base.mkdir()
+    os.chmod(base, 0o1777)
+    (base / "200").mkdir()
+    os.chown(base / "200", 4343, 4343)
+    os.chmod(base / "200", 0o777)
+    (base / "201").mkdir()
+    os.mkfifo(base / "201" / "rank0.log")
+    for job in ("200", "201"):
+        with pytest.warns(RuntimeWarning, match="progress off"):
+            p = Progress(str(base), job, 0)
+        assert not p.enabled
+        p.step(1)  # a no-op, never an error
+    ok = Progress(str(base), "202", 0)
+    assert ok.enabled and (base / "202" / "rank0.log").read_text().count("step=0") == 1

@@ -215,6 +215,20 @@ class PrologOutcome:
         }
 
 
+def _claim_progress_dir(cfg: Config, env: Mapping[str, str], job_id: str | None) -> None:
+    """The job's progress directory, if another user made it first under
+    the id this job got, moved aside before the job writes there
+    (detect/progress/claim.py).  Never costs the job its start."""
+    uid = env.get("SLURM_JOB_UID", "")
+    if not job_id or not uid.isdigit():
+        return
+    from slurm_hooks.detect.progress.claim import claim_job_dir, progress_dir
+
+    base = progress_dir(cfg.data.get("progress"))
+    if base is not None:
+        claim_job_dir(base, job_id, int(uid))
+
+
 def _is_new_xid(findings: Sequence[Finding]) -> bool:
     return any(f.check == "xid" and (f.status is not Status.OK or f.code != "OK") for f in findings)
 
@@ -295,6 +309,7 @@ def run_prolog(
         return out
 
     t0 = clock()
+    _claim_progress_dir(cfg, env, job_id)
     rs = runner.setup(cfg, node=node, services=services)
     gpu = job_gpus(env, pc, rs.profile.gpu_count)
     step("setup", t0)

@@ -29,9 +29,12 @@ A job that never writes records is never judged: opting in is using this.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import stat
 import time
+import warnings
 from collections.abc import Mapping
 
 ENV_DIR = "SLURM_HOOKS_PROGRESS_DIR"
@@ -74,9 +77,20 @@ class Progress:
             f"{VERSION} job={job} restart={int(restart)} rank={self.rank} "
             f"node={_clean(node or socket.gethostname())} pid={os.getpid()}"
         )
-        _mkdir(directory, 0o1777)  # shared by every user's jobs on the node, like /tmp
-        _mkdir(base, 0o755)
-        self._open(truncate=False)
+        try:
+            _mkdir(directory, 0o1777)  # shared by every user's jobs on the node, like /tmp
+            _mkdir(base, 0o755)
+            _check_mine(base)
+            self._open(truncate=False)
+        except OSError as exc:
+            # Progress is a report, never a reason for the training to fail:
+            # another user may have made the directory under this job's id
+            # (the prolog moves such a one aside), or filled the tmpfs.
+            self.enabled = False
+            self.close()
+            warnings.warn(f"slurm-hooks progress off for this rank: {exc}", RuntimeWarning,
+                          stacklevel=2)  # fmt: skip
+            return
         self.step(0)
 
     @classmethod
@@ -94,13 +108,19 @@ class Progress:
         )
 
     def _open(self, *, truncate: bool) -> None:
+        """The rank's file: never through a symlink, never waiting on a FIFO
+        (``O_NONBLOCK``), a regular file or an error."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
         if truncate:
             flags |= os.O_TRUNC
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = os.open(self.path, flags, 0o644)
-        self._written = os.fstat(self._fd).st_size
+        self.close()
+        fd = os.open(self.path, flags | os.O_NONBLOCK, 0o644)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", self.path)
+        os.set_blocking(fd, True)
+        self._fd, self._written = fd, st.st_size
 
     def step(self, step: int, *, busy: float | None = None) -> None:
         """Record that this rank finished ``step`` (one ``write(2)``)."""
@@ -110,14 +130,26 @@ class Progress:
         if busy is not None:
             line += f" busy={float(busy):.6f}"
         data = (line + "\n").encode()
-        if self._written + len(data) > MAX_BYTES:
-            self._open(truncate=True)
-        self._written += os.write(self._fd, data)
+        try:
+            if self._written + len(data) > MAX_BYTES:
+                self._open(truncate=True)
+            if self._fd is not None:
+                self._written += os.write(self._fd, data)
+        except OSError:
+            pass  # a full tmpfs (any user can fill it) costs this record, not the training
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _check_mine(path: str) -> None:
+    """``path`` is a real directory of this process's user that no one else
+    may write; else OSError (then the records are not written there)."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise OSError(errno.EPERM, f"not this user's own directory (owner uid {st.st_uid})", path)
 
 
 def _mkdir(path: str, mode: int) -> None:

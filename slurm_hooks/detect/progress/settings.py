@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurm_hooks.detect.progress.claim import DEFAULT_DIR
 from slurm_hooks.detect.progress.judge import HangSettings, SlowSettings
 
 #: What a straggler verdict does: tell only; drain the node when the job has
@@ -24,7 +25,7 @@ class ProgressConfig:
     enabled: bool = True
     #: The node-local directory jobs write their records to (what
     #: ``SLURM_HOOKS_PROGRESS_DIR`` tells the job; tmpfs: a write per step).
-    dir: str = "/dev/shm/slurm-hooks-progress"
+    dir: str = DEFAULT_DIR
     #: Seconds between two passes of the watcher over the records.
     interval_s: float = 5.0
     #: No rank recorded a step for this long: the job hangs.  Healthy jobs
