@@ -46,9 +46,14 @@ NO_GRES = PrologConfig(gres_gpus=False)
     ("env", "cfg", "count", "gpus", "devices"),
     [
         ({"SLURM_JOB_GPUS": "0,1"}, GRES, 8, True, (0, 1)),  # what 22.05 sets (measured)
-        ({"CUDA_VISIBLE_DEVICES": "3"}, GRES, 8, True, (3,)),
-        ({"GPU_DEVICE_ORDINAL": "2,0"}, GRES, 8, True, (0, 2)),
-        ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, GRES, 8, True, None),  # UUIDs: all GPUs
+        ({"SLURM_JOB_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"}, GRES, 8, True, (3,)),
+        # Without SLURM_JOB_GPUS: GPUs shared with other jobs (gres/mps,
+        # gres/shard): never burned in, whatever the rest of the config says.
+        ({"CUDA_VISIBLE_DEVICES": "3"}, GRES, 8, False, None),
+        ({"GPU_DEVICE_ORDINAL": "2,0"}, GRES, 8, False, None),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, GRES, 8, False, None),
+        ({"CUDA_VISIBLE_DEVICES": "3"}, PrologConfig(gpu_jobs_only=False), 8, False, None),
+        ({"SLURM_JOB_GPUS": "GPU-aaaa"}, GRES, 8, True, None),  # UUIDs: all GPUs
         ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, GRES, 8, False, None),
         ({}, GRES, 8, False, None),  # GRES cluster, no GPU vars: CPU-only job
         ({}, NO_GRES, 8, True, None),  # no GRES: cannot tell, test all

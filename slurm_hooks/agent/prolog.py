@@ -78,8 +78,12 @@ from slurm_hooks.core.model import Finding, Status
 from slurm_hooks.core.record import record
 
 log = logging.getLogger(__name__)
-#: Variables slurmd sets in the prolog for a job with GPUs as GRES.
-GPU_ENV = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+#: The variable slurmd sets in the prolog for a job allocated whole GPUs
+#: (``gres/gpu``): the only one the prolog takes devices from.
+GPU_ENV = "SLURM_JOB_GPUS"
+#: Variables set without it for a job that shares GPUs (``gres/mps``,
+#: ``gres/shard``): other jobs run on those GPUs.
+SHARED_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 
 Clock = Callable[[], float]
 
@@ -149,11 +153,16 @@ def job_gpus(env: Mapping[str, str], cfg: PrologConfig, profile_gpu_count: int |
     """Decide from the prolog's environment; pure."""
     if profile_gpu_count == 0:
         return GpuUse(False, None, "profile expects no GPUs")
-    for var in GPU_ENV:
+    value = (env.get(GPU_ENV) or "").strip()
+    if value and value != "NoDevFiles":
+        return GpuUse(True, parse_devices(value), f"{GPU_ENV}={value}")
+    for var in SHARED_GPU_ENV:
         value = (env.get(var) or "").strip()
         if value and value != "NoDevFiles":
-            devices = parse_devices(value)
-            return GpuUse(True, devices, f"{var}={value}")
+            # A burn-in there would take the GPU from other jobs (its memory,
+            # its time) and judge it slow for their load: never a drain.
+            return GpuUse(False, None, f"{var}={value} without {GPU_ENV}: GPUs shared "
+                          "(gres/mps, gres/shard) are not burned in")  # fmt: skip
     if not cfg.gpu_jobs_only:
         return GpuUse(True, None, "gpu_jobs_only = false: every job gets the GPU checks")
     if cfg.gres_gpus:
