@@ -249,6 +249,31 @@ def test_nccl_check_budget(no_scenarios):
     assert f.code == "CHECK_SKIPPED"
 
 
+@pytest.mark.parametrize("how", ["killed", "its_own_timeout"])
+def test_an_nccl_run_the_phases_time_cut_short_is_not_judged(no_scenarios, how):
+    """The checks before it took the time (a node's users can stretch them):
+    a run stopped by what the phase had left, before its own limit (three
+    times expected_s), is no NCCL failure of the node.  With the whole limit
+    given, a run that does not end is one."""
+    from slurm_hooks.core.errors import CommandTimeout
+
+    def fake_run(argv, **kw):
+        if how == "killed":
+            raise CommandTimeout(argv, kw["timeout"])
+        limit = argv[argv.index("-T") + 1]
+        out = f"#  Rank  0 Group  0 Pid 1 on n1 device  0 [0x1b] NVIDIA H100\n Test timeout ({limit}s)\n"
+        return CommandResult(tuple(argv), 1, out, "", kw["timeout"])
+
+    cut = ctx(settings={"engine": "nccl-tests", "deadline": time.monotonic() + 17},
+              services={"run": fake_run})  # fmt: skip
+    (f,) = run_check(NcclCheck(), cut)
+    assert (f.code, f.status.value) == ("CHECK_SKIPPED", "UNKNOWN"), f
+    assert "not judged" in f.message
+    whole = ctx(settings={"engine": "nccl-tests"}, services={"run": fake_run})
+    f = run_check(NcclCheck(), whole)[0]
+    assert (f.code, f.status.value) == ("NCCL_FAILED", "FAIL")
+
+
 def test_dcgm_check(no_scenarios):
     text = (DATA / "dcgmi" / "fail_gpu_memory_gpu5.json").read_text()
 

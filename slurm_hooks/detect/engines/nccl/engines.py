@@ -70,6 +70,7 @@ def run_all_reduce_perf(
             engine="nccl-tests",
             completed=False,
             errors=(f"all_reduce_perf hung: killed after {timeout:g}s",),
+            killed_after=timeout,
         )
     parsed = parse_nccl_tests(res.stdout + "\n" + res.stderr)
     if res.rc != 0 and parsed.completed and not parsed.errors:
@@ -267,6 +268,7 @@ def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = Non
             nranks=world,
             completed=False,
             errors=tuple(errors or crashed or ["no result from rank 0"]),
+            killed_after=cfg.timeout_s if hung else None,
         )
     rows = rows_from_timings(ok[0], world)
     avg = round(sum(r.oop_busbw for r in rows) / len(rows), 2) if rows else None

@@ -83,6 +83,8 @@ class NcclRun:
     header: tuple[tuple[str, str], ...] = ()
     #: True when the table reports ``#wrong`` counts (False: old ``error`` column).
     counts_wrong: bool = True
+    #: Seconds after which we killed a run that had not ended (None: it ended).
+    killed_after: float | None = None
 
     @property
     def wrong(self) -> int:

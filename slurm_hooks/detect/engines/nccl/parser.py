@@ -125,6 +125,7 @@ def parse_nccl_tests(text: str, *, engine: str = "nccl-tests") -> NcclRun:
     oob: int | None = None
     counts_wrong = True
     saw_avg = False
+    timed_out: float | None = None
     for raw in text.splitlines():
         line = _strip(raw.rstrip("\r"))
         body = line.lstrip("#").strip()
@@ -175,6 +176,7 @@ def parse_nccl_tests(text: str, *, engine: str = "nccl-tests") -> NcclRun:
                 continue
             if m := _TEST_TIMEOUT.search(body):
                 errors.append(f"test timeout ({m.group(1)}s)")
+                timed_out = float(m.group(1)[:9])  # its own -T: stopped for not ending
                 continue
             if m := _TEST_FAIL.search(body):
                 errors.append(f"test failure at {m.group(1)}")
@@ -207,4 +209,5 @@ def parse_nccl_tests(text: str, *, engine: str = "nccl-tests") -> NcclRun:
         warnings=tuple(warnings),
         header=tuple(header.items()),
         counts_wrong=counts_wrong,
+        killed_after=timed_out,
     )
