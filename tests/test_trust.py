@@ -485,7 +485,10 @@ def test_what_the_nodes_users_can_fill_drains_without_moving_their_jobs(tmp_path
     [space] = judge_one(SiteCheck("tmp", "fs_space", A.FsSpace(path="/tmp", min_free="10%")),
                         full, None, True)  # fmt: skip
     [gone] = judge_one(SiteCheck("home", "fs_mount", A.FsMount(paths=("/home",))), [], None, True)
-    for f, evacuate in ((scratch, False), (space, False), (gone, True)):
+    # A write test a storm of the users' I/O makes time out.
+    hung = Finding("mounts", Status.FAIL, "MOUNT_HUNG", "write test timed out after 5s",
+                   Component("mount", "/home"), action=Action.DRAIN)  # fmt: skip
+    for f, evacuate in ((scratch, False), (space, False), (hung, False), (gone, True)):
         [d] = decide([f], node(), None, None, PolicyConfig(), NOW, node="n1")
         assert (d.kind, d.evacuate) == (DecisionKind.DRAIN, evacuate), (f, d)
     # With a real fault beside it, the jobs are moved for that one.

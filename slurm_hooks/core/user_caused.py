@@ -2,7 +2,9 @@
 
 Root measures these on the node, but any user of it can bring them about:
 a full scratch (the ``scratch`` check), a required mount with no space or
-inodes left to create a file (``mounts``), a file system's space or inodes,
+inodes left to create a file, or so loaded (a storm of its users' I/O, or
+its server's trouble) that root's create-and-remove of a file there times
+out (``mounts``), a file system's space or inodes,
 the load, free memory, a process left behind (site check kinds
 ``fs_space``, ``fs_inodes``, ``ps_loadavg``, ``hw_memory_free``,
 ``ps_users``, and ``ps_service`` with ``running = false`` when a user's
@@ -21,6 +23,7 @@ USERS_CAUSE = frozenset(
     {
         "SCRATCH_FULL",
         "MOUNT_FULL",
+        "MOUNT_HUNG",
         "FS_SPACE",
         "FS_INODES",
         "PS_LOADAVG",

@@ -38,7 +38,7 @@ ib                 FAIL       IB_PORT_MISSING       drain        named port abse
 memory             FAIL       MEMORY_SIZE           drain        RAM < ``memory_gb`` - tolerance_pct (5 %)
 mounts             FAIL       MOUNT_MISSING         drain        not in the mount table
 mounts             FAIL       MOUNT_READONLY        drain        mounted ro
-mounts             FAIL       MOUNT_HUNG            drain        write test timed out
+mounts             FAIL       MOUNT_HUNG            drain        write test timed out (jobs kept: users' I/O can do it)
 mounts             FAIL       MOUNT_NOT_WRITABLE    drain        write test failed
 mounts             FAIL       MOUNT_FULL            drain        no space or inodes left (jobs kept: users can fill it)
 scratch            FAIL       SCRATCH_FULL          drain        free < ``scratch_min_free_gb``

@@ -25,6 +25,9 @@ from slurm_hooks.detect.profiles import as_profile
 
 MOUNT_MISSING = Problem("MOUNT_MISSING", Status.FAIL, Action.DRAIN)
 MOUNT_READONLY = Problem("MOUNT_READONLY", Status.FAIL, Action.DRAIN)
+#: The write test timed out: a storm of the users' I/O on a shared file
+#: system does that as well as a server in trouble (core/user_caused.py:
+#: drained, no job moved, lifted by a passing check).
 MOUNT_HUNG = Problem("MOUNT_HUNG", Status.FAIL, Action.DRAIN)
 MOUNT_NOT_WRITABLE = Problem("MOUNT_NOT_WRITABLE", Status.FAIL, Action.DRAIN)
 #: No space or inodes left to create a file: what users can cause by filling
@@ -38,7 +41,7 @@ class Settings:
 
     #: Create and remove a file on each of the profile's mounts that is not
     #: read-only; a failure is MOUNT_NOT_WRITABLE (MOUNT_FULL with no space or
-    #: inodes left, jobs kept), a hang MOUNT_HUNG (drain).
+    #: inodes left, jobs kept), a hang MOUNT_HUNG (drain, jobs kept).
     write_test: bool = True
     #: Seconds the create+remove of the test file may take per mount.
     write_timeout_s: float = 5.0
