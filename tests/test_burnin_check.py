@@ -136,7 +136,10 @@ def test_burnin_devices_remap_indices(no_scenarios):
     text = (DATA / "gpu_burn" / "faulty_gpu3_errors.txt").read_text()
 
     def fake_run(argv, **kw):
-        assert kw["env"] == {"CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15"}
+        assert kw["env"] == {
+            "CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }  # Slurm's numbers: PCI order
         return CommandResult(tuple(argv), 0, text, "", 10.0)
 
     c = ctx(
