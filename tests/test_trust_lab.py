@@ -3,7 +3,8 @@ user (``sltest``) does what any user can - backdated records naming pid 1,
 a rank that exits, a rank stopped by its owner, a planted symlink, records
 naming other jobs and other nodes, flight-recorder dumps that crashed the
 pass, XID 13s of the user's own processes, a job name holding rows of
-another user's job, a thousand forged stragglers, an XID line through ``logger``, an
+another user's job, a thousand forged stragglers, directories made
+under the next job's id, an XID line through ``logger``, an
 XID the kernel quotes from a file name the user chose, a
 connection cut off in a network namespace of their own, a site check
 slowed while the health check runs it, two users' hangs on one node, a
@@ -48,17 +49,23 @@ WATCH = {"nvml_interval_s": 3600.0}
 
 @contextlib.contextmanager
 def _rigged(
-    lab, job_dir: Path, progress: dict, policy: dict | None = None, pdir: Path | None = None
+    lab,
+    job_dir: Path,
+    progress: dict,
+    policy: dict | None = None,
+    pdir: Path | None = None,
+    prolog: bool = False,
 ) -> Iterator[tuple]:
-    """The hooks installed with ``progress`` and a watcher on every node;
-    the progress directory made by root (1777), or ``pdir`` as it is."""
+    """The hooks installed with ``progress`` (and the prolog with ``prolog``)
+    and a watcher on every node; the progress directory made by root
+    (1777), or ``pdir`` as it is."""
     ensure_user(VICTIM_USER)
     if pdir is None:
         pdir = job_dir / "progress"
         pdir.mkdir(mode=0o1777)
         os.chmod(pdir, 0o1777)
     hooks = install(lab, grace_s=3.0, progress={**progress, "dir": str(pdir)}, watch=WATCH,
-                    policy=policy)  # fmt: skip
+                    policy=policy, prolog=prolog)  # fmt: skip
     try:
         for node in lab.node_names:
             hooks.start_watcher(node)
@@ -610,6 +617,54 @@ def test_a_thousand_forged_stragglers_cost_one_report_and_keep_the_nodes_history
         assert not (state.drained or state.down), state
     finally:
         run(["scancel", job, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
+
+
+#: A job of sltest2's writing progress records with the job-side writer,
+#: a step each 0.2 s (the system's python, the writer from this checkout).
+JOBSIDE_WRITER = (
+    USER_PYTHON + " -c 'import time\n"
+    "from slurm_hooks.jobside.progress import Progress\n"
+    "p = Progress.from_env()\n"
+    "for i in range(1, 3000): p.step(i); time.sleep(0.2)'\n"
+)
+
+
+def test_a_directory_a_user_made_under_the_next_jobs_id_costs_that_job_nothing(fresh_lab, job_dir):
+    """Job ids come in order: sltest makes the progress directories of the
+    next ids (anyone may write, a FIFO where rank 0's file goes) before
+    sltest2 submits.  sltest2's job starts and writes its records in a
+    directory of its own (the prolog moved sltest's aside); before, its
+    writer waited on the FIFO for ever."""
+    with _rigged(fresh_lab, job_dir, PROGRESS, prolog=True) as (lab, hooks, pdir):
+        _next_jobs_directories(lab, hooks, pdir, job_dir)
+
+
+def _next_jobs_directories(lab, hooks, pdir: Path, job_dir: Path) -> None:
+    node = lab.node_names[0]
+    probe = submit(lab, script(job_dir / "probe.sh", "true\n"), "-w", node, "-n1",
+                   f"--output={job_dir}/probe.out")  # fmt: skip
+    for n in range(int(probe) + 1, int(probe) + 4):
+        d = pdir / str(n)
+        run(["runuser", "-u", TEST_USER, "--", "mkdir", "-m", "0777", str(d)], timeout=10)
+        run(["runuser", "-u", TEST_USER, "--", "mkfifo", str(d / "rank0.log")], timeout=10)
+    env = {"PYTHONPATH": str(REPO), "SLURM_HOOKS_PROGRESS_DIR": str(pdir)}
+    job = submit(lab, script(job_dir / "writer.sh", JOBSIDE_WRITER), "-w", node, "-n1",
+                 f"--output={job_dir}/writer.out", user=VICTIM_USER, env=env)  # fmt: skip
+    try:
+        assert int(probe) < int(job) < int(probe) + 4
+        f = pdir / job / "rank0.log"
+        try:
+            lab.wait_for(lambda: f.is_file() and int(last_record(f).get("step", 0)) >= 3, 60,
+                         what="sltest2's records")  # fmt: skip
+        except Exception:
+            dump(lab, hooks, pdir, node)
+            raise
+        assert f.stat().st_uid == (pdir / job).stat().st_uid != pdir.stat().st_uid
+        aside = [p for p in pdir.iterdir() if p.name.startswith(f".untrusted-{job}-")]
+        assert len(aside) == 1 and (aside[0] / "rank0.log").is_fifo()
+        assert lab.client().get_job(job).state == "RUNNING"
+    finally:
+        run(["scancel", job, probe], timeout=30, env=lab.env(), check=False)
 
 
 def test_a_progress_directory_a_user_made_first_is_taken_from_them(fresh_lab, job_dir):
