@@ -66,10 +66,9 @@ def kept_faults(faults: list[Any]) -> list[Any]:
     users = [i for i, f in enumerate(faults) if isinstance(f, Mapping) and by_users(f)]
     if len(users) <= MAX_ENTRIES and len(faults) - len(users) <= MAX_ENTRIES:
         return faults
-    mine = set(users)
-    drop = set(users[:-MAX_ENTRIES]) | set(
-        [i for i in range(len(faults)) if i not in mine][:-MAX_ENTRIES]
-    )
+    by_them = set(users)
+    others = [i for i in range(len(faults)) if i not in by_them]
+    drop = set(users[:-MAX_ENTRIES]) | set(others[:-MAX_ENTRIES])
     return [f for i, f in enumerate(faults) if i not in drop]
 
 
