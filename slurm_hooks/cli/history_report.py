@@ -21,7 +21,6 @@ table someone else read (docs/history.md: the fleet's three sources).
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -373,15 +372,9 @@ def shared_bases(directory: str | Path) -> list[Path]:
 def _open_log(path: Path) -> TextIO:
     """A log opened for reading: never through a symlink, never blocking (a
     FIFO in a log's place), and only a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        os.set_blocking(fd, True)
-        return open(fd, encoding="utf-8", errors="replace")  # noqa: SIM115 - the caller closes it
-    except BaseException:
-        os.close(fd)
-        raise
+    from slurm_hooks.store.atomicfile import open_regular
+
+    return open(open_regular(path, os.O_RDONLY), encoding="utf-8", errors="replace")  # noqa: SIM115
 
 
 def read_fleet(logs: Iterable[str | Path]) -> tuple[list[Event], int, list[Path]]:

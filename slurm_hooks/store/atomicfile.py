@@ -9,7 +9,9 @@ this runs on every hook's path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import time
 
 
@@ -65,3 +67,19 @@ def write_atomic(
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+    """``os.open`` of a regular file only: never through a symlink, never
+    waiting on a FIFO or a device someone put in its place (opened without
+    blocking, then checked); OSError otherwise.  The descriptor blocks again
+    once it is known to be a file."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slurm_hooks.store.atomicfile import ensure_dir
+from slurm_hooks.store.atomicfile import ensure_dir, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -180,11 +180,8 @@ def _append_locked(target: Path, data: bytes, deadline: float) -> None:
     regular file (opened without blocking), and a directory any user may
     write (:func:`check_shared_dir`)."""
     check_shared_dir(target.parent)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(target, flags, 0o640)
+    fd = open_regular(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device in a node's file's place
-            raise OSError(errno.EINVAL, "not a regular file", str(target))
         locked = False
         while True:
             try:
