@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -157,14 +159,25 @@ def rows_from_timings(
     return tuple(rows)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@contextmanager
+def private_rendezvous() -> Iterator[str]:
+    """The ``file://`` URL the ranks meet at, in a fresh directory only this
+    process's user can enter (``mkdtemp``: 0700), removed afterwards.
+
+    Why not a TCP store on 127.0.0.1: any user of the node can connect to a
+    loopback port (the store has no authentication) and write the keys the
+    ranks exchange, or take the port first; a failed or hung check would then
+    drain the node on what a user did.  A file in a directory of root's is
+    evidence root can vouch for."""
+    workdir = tempfile.mkdtemp(prefix="slurm-hooks-nccl-")
+    try:
+        yield "file://" + os.path.join(workdir, "store")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _torch_worker(
-    rank: int, world: int, port: int, devices: list[int], cfg: TorchNcclConfig, queue: Any
+    rank: int, world: int, store: str, devices: list[int], cfg: TorchNcclConfig, queue: Any
 ) -> None:  # pragma: no cover - needs GPUs
     import datetime  # noqa: PLC0415
 
@@ -177,7 +190,7 @@ def _torch_worker(
         torch.cuda.set_device(devices[rank])
         dist.init_process_group(
             "nccl",
-            init_method=f"tcp://127.0.0.1:{port}",
+            init_method=store,
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=max(10, int(cfg.timeout_s))),
@@ -213,7 +226,8 @@ def _torch_worker(
 
 def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = None) -> NcclRun:
     """All-reduce through torch.distributed (NCCL) across this node's GPUs,
-    one spawned process per GPU, rendezvous on a TCP store on 127.0.0.1.
+    one spawned process per GPU, rendezvous on a file in a directory only
+    root can enter (:func:`private_rendezvous`).
     Children that outlive ``cfg.timeout_s`` are killed and the run is
     reported as hung."""
     import multiprocessing as mp  # noqa: PLC0415
@@ -226,33 +240,16 @@ def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = Non
         raise RuntimeError("no GPU")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_torch_worker, args=(r, world, port, devices, cfg, queue), daemon=True)
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + cfg.timeout_s
-    messages: list[tuple[str, Any]] = []
-    import queue as queue_mod  # noqa: PLC0415
-
-    while time.monotonic() < deadline:
-        try:
-            messages.append(queue.get(timeout=0.5))
-        except queue_mod.Empty:
-            pass
-        if any(m[0] == "ok" for m in messages) or any(m[0] == "error" for m in messages):
-            break
-        if not any(p.is_alive() for p in procs) and queue.empty():
-            break
-    hung = False
-    for p in procs:
-        p.join(timeout=max(0.1, min(10.0, deadline - time.monotonic())))
-        if p.is_alive():
-            hung = True
-            p.kill()
-            p.join(timeout=5)
+    with private_rendezvous() as store:
+        procs = [
+            ctx.Process(
+                target=_torch_worker, args=(r, world, store, devices, cfg, queue), daemon=True
+            )
+            for r in range(world)
+        ]
+        for p in procs:
+            p.start()
+        messages, hung = _gather(procs, queue, cfg.timeout_s)
     errors = [m[1] for m in messages if m[0] == "error"]
     ok = [m[1] for m in messages if m[0] == "ok"]
     crashed = [
@@ -281,3 +278,32 @@ def run_torch_all_reduce(cfg: TorchNcclConfig, *, torch_module: Any | None = Non
         completed=True,
         errors=tuple(errors),
     )
+
+
+def _gather(
+    procs: Sequence[Any], queue: Any, timeout_s: float
+) -> tuple[list[tuple[str, Any]], bool]:
+    """The ranks' messages until rank 0's result, an error or ``timeout_s``;
+    and whether any child had to be killed (a hang).  Every child is gone on
+    return, so the rendezvous directory can go too."""
+    deadline = time.monotonic() + timeout_s
+    messages: list[tuple[str, Any]] = []
+    import queue as queue_mod  # noqa: PLC0415
+
+    while time.monotonic() < deadline:
+        try:
+            messages.append(queue.get(timeout=0.5))
+        except queue_mod.Empty:
+            pass
+        if any(m[0] == "ok" for m in messages) or any(m[0] == "error" for m in messages):
+            break
+        if not any(p.is_alive() for p in procs) and queue.empty():
+            break
+    hung = False
+    for p in procs:
+        p.join(timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+        if p.is_alive():
+            hung = True
+            p.kill()
+            p.join(timeout=5)
+    return messages, hung
