@@ -63,8 +63,10 @@ ALLOWED = frozenset(
         "slurm_hooks.detect.fold",
         "slurm_hooks.detect.outcome",
         # The prolog moves a progress directory another user made under the
-        # job's id aside (stdlib only: 0.8 ms of imports in a prolog, `python -X importtime`).
+        # job's id aside (stdlib only: 0.8 ms of imports in a prolog, `python -X importtime`),
+        # never looking into a mount a user put there (beneath).
         "slurm_hooks.detect.progress",
+        "slurm_hooks.detect.progress.beneath",
         "slurm_hooks.detect.progress.claim",
         "slurm_hooks.detect.probes",
         "slurm_hooks.detect.probes.host",

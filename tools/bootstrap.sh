@@ -13,8 +13,10 @@ need_pkgs=()
 # openmpi-bin, python3-mpi4py: the lab's MPI job (mpi_train.py), whose ranks
 # block in a real MPI_Allreduce; libpmix-dev: libpmix.so, which Slurm's pmix
 # plugin loads for `srun --mpi=pmix` (the runtime package has only libpmix.so.2).
+# bindfs: a FUSE file system an unprivileged user mounts in the hostile-user
+# tests (tests/test_progress_fuse.py).
 for p in slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin util-linux procps \
-  python3 python3-venv python3-numpy openmpi-bin python3-mpi4py libpmix-dev; do
+  python3 python3-venv python3-numpy openmpi-bin python3-mpi4py libpmix-dev bindfs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -7,8 +7,10 @@ another owner), or its writer waits for ever (a FIFO in ``rank0.log``'s
 place), or its user's records are theirs to read and remove.  Root, before
 the job starts, moves anything under the job's id that is not a real
 directory of the job's user aside (kept for an admin to read; a name that is
-no job's), so the job makes its own.  Standard library only: the prolog
-imports it on every job start.
+no job's), so the job makes its own.  A mount a user put there (FUSE: a
+stopped daemon holds whoever looks, the job's own writer too) is detached
+first, never looked into.  Standard library only: the prolog imports it on
+every job start.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import os
 import stat
 import time
 from collections.abc import Mapping
+
+from slurm_hooks.detect.progress.beneath import AnotherMount, open_dir, stat_beneath
 
 #: ``[progress] dir``'s default (``slurm_hooks.jobside.progress`` keeps its
 #: own copy: what training jobs import imports nothing else of ours).
@@ -48,7 +52,7 @@ def claim_job_dir(base: str, job: str, uid: int) -> str | None:
         if not stat.S_ISDIR(top.st_mode) or top.st_uid != 0:
             return None
         path = os.path.join(base, job)
-        st = os.lstat(path)
+        st = _look(base, job)
     except OSError:  # no directory yet (the usual case), or none we may look at
         return None
     mode = st.st_mode
@@ -63,3 +67,34 @@ def claim_job_dir(base: str, job: str, uid: int) -> str | None:
     log.warning("progress: %s was not job %s's (owner uid %d, mode %o): moved aside to %s",
                 path, job, st.st_uid, mode, aside)  # fmt: skip
     return aside
+
+
+#: Mounts stacked on one name that are detached, at most.
+MAX_DETACH = 8
+
+
+def _look(base: str, job: str) -> os.stat_result:
+    """``lstat`` of ``<base>/<job>``, detaching any mount a user put there
+    first (it is not looked into: a stopped FUSE daemon would hold us)."""
+    for _ in range(MAX_DETACH):
+        bfd = open_dir(base)
+        try:
+            return stat_beneath(job, dir_fd=bfd)
+        except AnotherMount:
+            _detach(os.path.join(base, job))
+        finally:
+            os.close(bfd)
+    raise OSError(f"{base}/{job}: more than {MAX_DETACH} mounts stacked")
+
+
+def _detach(path: str) -> None:
+    """``umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW)``: it asks nothing of
+    the mounted file system, so a stopped daemon cannot hold it.  ctypes
+    only on this rare path (the prolog's imports stay light)."""
+    import ctypes  # noqa: PLC0415 - only when a user mounted something here
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(path), 2 | 8) != 0:  # MNT_DETACH | UMOUNT_NOFOLLOW
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    log.warning("progress: detached a mount a user put at %s", path)

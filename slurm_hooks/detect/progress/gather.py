@@ -3,7 +3,9 @@
 The files live in a directory every user's jobs write to
 (``[progress] dir``, tmpfs by default), so everything read here is
 untrusted: files are opened with ``O_NOFOLLOW`` (a symlink to someone
-else's file is skipped), must be regular files, only their tail is read,
+else's file is skipped), never across a mount point a user put there
+(:mod:`~slurm_hooks.detect.progress.beneath`: a stopped FUSE daemon would
+hold the pass), must be regular files, only their tail is read,
 and :func:`read_job` keeps only files owned by the uid the caller names
 (the job's owner, from Slurm).  A process counts as the rank's only when
 its uid is the job's and it started before the rank's first record (a
@@ -13,7 +15,7 @@ recycled pid is GONE, not a healthy stranger).
 from __future__ import annotations
 
 import contextlib
-import glob
+import fnmatch
 import itertools
 import logging
 import os
@@ -25,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from slurm_hooks.core.reason import printable
+from slurm_hooks.detect.progress.beneath import mount_id, open_beneath, open_dir, stat_beneath
 from slurm_hooks.detect.progress.bounded import Rejected
 from slurm_hooks.detect.progress.external import (
     MAX_BYTES,
@@ -194,21 +197,29 @@ def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator
 def is_job_dir(base: str | os.PathLike[str], name: str, uid: int | None = None) -> bool:
     """A real directory (never a symlink to someone else's), owned by
     ``uid`` (None: by anyone): a directory another user made under a job's
-    id before the job ran is not that job's."""
+    id before the job ran is not that job's, nor is a mount point."""
     try:
-        st = os.lstat(os.path.join(base, name))
+        bfd = open_dir(os.fspath(base))
     except OSError:
         return False
+    try:
+        st = stat_beneath(name, dir_fd=bfd)
+    except OSError:
+        return False
+    finally:
+        os.close(bfd)
     return stat.S_ISDIR(st.st_mode) and (uid is None or st.st_uid == uid)
 
 
-def read_tail(path: str, limit: int, uid: int | None, *, dir_fd: int | None = None) -> list[str]:
-    """The last ``limit`` bytes of ``path`` (relative to ``dir_fd`` when
+def read_tail(
+    path: str, limit: int, uid: int | None, *, dir_fd: int | None = None, here: int | None = None
+) -> list[str]:
+    """The last ``limit`` bytes of ``path`` (a name in ``dir_fd`` when
     given) as lines (a cut first line dropped); [] for a symlink, a
-    non-regular file or a file of another owner."""
+    non-regular file, a mount point or a file of another owner.  ``here``:
+    ``dir_fd``'s mount id where the caller has it (:func:`mount_id`)."""
     try:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(path, flags, dir_fd=dir_fd)
+        fd = _open_file(path, dir_fd, here)
     except OSError:
         return []
     budget = current_budget()
@@ -239,15 +250,20 @@ def read_job(
     read through that descriptor, so a directory swapped for a symlink or
     another owner's between a pass's looks is read no further."""
     try:
-        dfd = os.open(
-            os.path.join(base, job), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        )
+        bfd = open_dir(os.fspath(base))
     except OSError:
         return []
+    try:
+        dfd = open_beneath(job, dir_fd=bfd, flags=os.O_RDONLY | os.O_DIRECTORY, kind=stat.S_IFDIR)
+    except OSError:
+        return []
+    finally:
+        os.close(bfd)
     out: list[Record] = []
     try:
         if uid is not None and os.fstat(dfd).st_uid != uid:
             return []
+        here = mount_id(dfd)  # once for all its files
         with os.scandir(dfd) as it:  # the job's user chooses how many entries there are
             names = sorted(
                 e.name
@@ -255,7 +271,7 @@ def read_job(
                 if e.name.startswith("rank") and e.name.endswith(".log")
             )
         for name in names[:MAX_FILES]:
-            for line in read_tail(name, tail_bytes, uid, dir_fd=dfd):
+            for line in read_tail(name, tail_bytes, uid, dir_fd=dfd, here=here):
                 rec = parse_line(line)
                 # A file speaks for one rank: the one its name says.
                 if rec is not None and rec.job == job and name == f"rank{rec.rank}.log":
@@ -331,12 +347,24 @@ _parsed_weight = 0
 _MISSING = object()
 
 
-def _read_whole(path: str, limit: int, uid: int | None, kind: str | None) -> object:
+def _open_file(path: str, dir_fd: int | None, here: int | None = None) -> int:
+    """``path`` opened for reading without waiting on a FIFO or following a
+    symlink; a name in ``dir_fd`` (never across a mount point) when given."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    if dir_fd is None:
+        return os.open(path, flags)
+    return open_beneath(path, dir_fd=dir_fd, flags=flags, kind=stat.S_IFREG, here=here)
+
+
+def _read_whole(
+    path: str, limit: int, uid: int | None, kind: str | None, *, at: tuple[int, str] | None = None
+) -> object:
     """The bytes (``kind`` None), or the cached parse of this very file
     (keyed by what ``fstat`` says of the descriptor read, so never another
-    file's), or None."""
+    file's), or None.  ``at``: the file as (directory descriptor, name),
+    opened there (:func:`_open_file`); ``path`` then only names it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _open_file(path, None) if at is None else _open_file(at[1], at[0])
     except OSError:
         return None
     budget = current_budget()
@@ -378,9 +406,13 @@ class _Cached:
     fresh: bool = False
 
 
-def _parsed(path: str, uid: int | None, kind: str, parse: Callable[[bytes], object]) -> object:
-    """``parse`` of the file's bytes, from the cache while it is unchanged."""
-    got = _read_whole(path, MAX_BYTES, uid, kind)
+def _parsed(
+    found: tuple[str, int, str], uid: int | None, kind: str, parse: Callable[[bytes], object]
+) -> object:
+    """``parse`` of the bytes of ``found`` (path, directory descriptor, name:
+    :func:`_evidence`), from the cache while the file is unchanged."""
+    path = found[0]
+    got = _read_whole(path, MAX_BYTES, uid, kind, at=found[1:])
     if not isinstance(got, _Cached):
         return None
     if not got.fresh:
@@ -410,11 +442,44 @@ def _weight(value: object) -> int:
     return 1
 
 
-def _paths(pattern: str, job: str) -> list[str]:
-    if not pattern or not job.isdigit():
-        return []
-    found = glob.iglob(pattern.replace("{job}", job))
-    return sorted(itertools.islice(found, MAX_ENTRIES))[:MAX_EVIDENCE_FILES]
+@contextlib.contextmanager
+def _evidence(pattern: str, job: str) -> Iterator[list[tuple[str, int, str]]]:
+    """The files a glob with ``{job}`` names for ``job``, as (path, directory
+    descriptor, name), sorted, at most :data:`MAX_EVIDENCE_FILES`.  Only the
+    file name may hold wildcards (settings say so).  The directories from
+    the one ``{job}`` names on are the job's user's, so they are opened one
+    name at a time, never across a mount point (:func:`open_beneath`); the
+    directories before it are the admin's."""
+    raw = [p for p in pattern.split("/") if p]
+    at = next((i for i, p in enumerate(raw) if "{job}" in p), None)
+    parts = [p.replace("{job}", job) for p in raw]
+    if not job.isdigit() or not parts or at is None:
+        yield []
+        return
+    *dirs, last = parts
+    fds: list[int] = []
+    try:
+        fds.append(open_dir("/" + "/".join(dirs[:at])))
+        for name in dirs[at:]:
+            flags = os.O_RDONLY | os.O_DIRECTORY
+            fds.append(open_beneath(name, dir_fd=fds[-1], flags=flags, kind=stat.S_IFDIR))
+        if len(fds) == 1:  # no directory of the user's: list the admin's
+            fds.append(os.open(f"/proc/self/fd/{fds[0]}", os.O_RDONLY | os.O_DIRECTORY))
+        with os.scandir(fds[-1]) as it:
+            names = [
+                e.name
+                for e in itertools.islice(it, MAX_ENTRIES)
+                if fnmatch.fnmatchcase(e.name, last)
+                and (last.startswith(".") or not e.name.startswith("."))  # as glob
+            ]
+    except OSError:
+        names = []
+    try:
+        where = "/" + "/".join(dirs)
+        yield [(f"{where}/{n}", fds[-1], n) for n in sorted(names)[:MAX_EVIDENCE_FILES]]
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 _told: set[tuple[str, str]] = set()
@@ -444,8 +509,20 @@ def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) 
     file a parser refuses (too large, too deep, not plain data) is left out
     and reported (:func:`_rejected`)."""
     hints: list[Suspect] = []
-    for path in _paths(ras_pattern, job):
-        report = _parsed(path, uid, "ras",
+    with _evidence(ras_pattern, job) as ras:
+        hints += _ras_hints(ras, uid)
+    with _evidence(fr_pattern, job) as dumps:
+        fr = fr_waited_for(_dumps(dumps, uid))
+    if fr is not None:
+        hints.append(fr)
+    return hints
+
+
+def _ras_hints(found: list[tuple[str, int, str]], uid: int | None) -> list[Suspect]:
+    hints: list[Suspect] = []
+    for one in found:
+        path = one[0]
+        report = _parsed(one, uid, "ras",
                          lambda b: parse_ras(b.decode("utf-8", errors="replace")))  # fmt: skip
         if isinstance(report, RasReport):
             if report.rejected is not None:
@@ -453,17 +530,20 @@ def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) 
             hints += report.suspects
         elif isinstance(report, Rejected):
             _rejected(path, str(report))
+    return hints
+
+
+def _dumps(found: list[tuple[str, int, str]], uid: int | None) -> dict[int, FrDump]:
+    """Flight-recorder dumps by the rank their file name ends with."""
     dumps: dict[int, FrDump] = {}
-    for path in _paths(fr_pattern, job):
-        m = _TRAILING_RANK.search(os.path.basename(path))
+    for one in found:
+        path = one[0]
+        m = _TRAILING_RANK.search(one[2])
         if m is None:
             continue
-        dump = _parsed(path, uid, "fr", read_flight_recorder)
+        dump = _parsed(one, uid, "fr", read_flight_recorder)
         if isinstance(dump, Rejected):
             _rejected(path, str(dump))
         elif isinstance(dump, FrDump):
             dumps[int(m.group(1))] = dump
-    fr = fr_waited_for(dumps)
-    if fr is not None:
-        hints.append(fr)
-    return hints
+    return dumps

@@ -94,12 +94,14 @@ class ProgressConfig:
     #: NCCL RAS text status of a job (what ``ncclras`` prints), read on a stall
     #: as extra evidence of the rank the others wait for; a glob where
     #: ``{job}`` is the job id, e.g. ``/dev/shm/slurm-hooks-progress/{job}/ras*.txt``
-    #: ("": not read).  Only files owned by the job's owner count.
+    #: ("": not read).  Only files owned by the job's owner count; only the
+    #: file name may hold wildcards.
     ras_path: str = ""
     #: PyTorch flight-recorder dumps of a job, one per rank, the global rank
     #: the file name's trailing digits (``TORCH_FR_DUMP_TEMP_FILE`` prefix):
     #: a glob with ``{job}``; the default is where the TaskProlog that
-    #: ``slurm-hooks install`` writes has PyTorch put them ("": not read).
+    #: ``slurm-hooks install`` writes has PyTorch put them ("": not read);
+    #: only the file name may hold wildcards.
     flight_recorder_path: str = "/dev/shm/slurm-hooks-progress/{job}/nccl_trace_rank_*"
     #: What one pass may cost, however many directories and files users
     #: create: its job list comes from one Slurm read of this node's jobs
@@ -140,6 +142,10 @@ class ProgressConfig:
             value = getattr(self, name)
             if value and (not value.startswith("/") or "{job}" not in value):
                 raise ValueError(f"{name} must be an absolute glob containing {{job}}")
+            if value and any(c in value.rpartition("/")[0] for c in "*?["):
+                # The directories are opened one name at a time (never
+                # across a mount point a user made): no wildcard there.
+                raise ValueError(f"{name}: only the file name may hold wildcards (*, ?, [)")
         if self.slow_history_s < 0 or self.reports_per_user_hour < 0:
             raise ValueError("slow_history_s and reports_per_user_hour must be >= 0")
         if self.slow_windows < 1 or self.window_steps < 1:
