@@ -12,6 +12,7 @@ import os
 import queue as queue_mod
 import stat
 import subprocess
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -58,15 +59,8 @@ def test_another_user_can_neither_make_nor_read_the_store():
         assert "keys" not in peek.stdout
 
 
-class _FakeTorch:
-    class cuda:  # noqa: N801 - torch's name
-        @staticmethod
-        def is_available():
-            return True
-
-        @staticmethod
-        def device_count():
-            return 2
+#: Just enough torch for the engine to choose its GPUs (two).
+_TORCH = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 2))
 
 
 class _Ctx:
@@ -122,7 +116,7 @@ def test_the_torch_check_hands_every_rank_the_private_file_and_removes_it(monkey
 
     ctx = _Ctx()
     monkeypatch.setattr(multiprocessing, "get_context", lambda method: ctx)
-    run = run_torch_all_reduce(TorchNcclConfig(timeout_s=5), torch_module=_FakeTorch())
+    run = run_torch_all_reduce(TorchNcclConfig(timeout_s=5), torch_module=_TORCH)
     assert run.completed and run.nranks == 2
     stores = {args[2] for args in ctx.started}
     assert len(stores) == 1  # one meeting place for both ranks
