@@ -222,3 +222,59 @@ def test_a_file_mounted_over_a_rank_file_is_not_read(tmp_path: Path):
     assert got == {"ranks": [1], "evidence": {"rank0.log": False, "rank1.log": True}}
     # Unmounted, the same file is read: what refused it was the mount.
     assert _looks(FILE_LOOKS, str(base), str(os.geteuid()))["ranks"] == [0, 1]
+
+
+BASE_LOOKS = """
+import json, os, stat, sys
+from slurm_hooks.detect.progress import gather
+from slurm_hooks.detect.progress.claim import claim_job_dir
+base, victim = sys.argv[1], int(sys.argv[2])
+out = {"base_stat": gather.base_stat(base) is not None,
+       "claim_job_dir": claim_job_dir(base, "5", victim),
+       "is_job_dir": gather.is_job_dir(base, "5", victim),
+       "read_job": len(gather.read_job(base, "5", uid=victim))}
+out["claim_base"] = gather.claim_base(base)
+st = os.lstat(base)
+out["now"] = [st.st_uid, oct(stat.S_IMODE(st.st_mode))]
+out["aside"] = sorted(n for n in os.listdir(os.path.dirname(base)) if ".untrusted-" in n)
+print(json.dumps(out))
+"""
+
+
+@needs_fuse
+def test_a_progress_directory_a_user_made_first_and_mounted_holds_no_look(fuse_site: None):
+    """sltest makes the progress directory before the watcher does (it is
+    in /dev/shm-like space, 1777) and mounts its stopped FUSE on it.  Before,
+    the pass's ``lstat`` of the directory, the prolog's claim and the
+    watcher's claim all waited on the daemon.  Now none of them asks it: the
+    pass reads nothing, the prolog does nothing, and the watcher detaches
+    the mount, moves the user's directory aside and makes its own."""
+    hostile = ensure_user(TEST_USER)
+    victim = ensure_user(VICTIM)
+    top = Path(tempfile.mkdtemp(prefix="slurm-hooks-fuse-", dir="/tmp"))
+    top.chmod(0o1777)  # as /dev/shm
+    base = top / "progress"
+    src = top / "src"
+    try:
+        src.mkdir()
+        os.chown(src, hostile.pw_uid, hostile.pw_gid)
+        assert _as(TEST_USER, "mkdir", "--", str(base)).returncode == 0
+        mounted = _as(TEST_USER, "bindfs", "-o", "allow_other,attr_timeout=0,entry_timeout=0",
+                      str(src), str(base))  # fmt: skip
+        assert mounted.returncode == 0, mounted.stderr
+        for pid in _daemons(hostile.pw_uid):
+            assert _as(TEST_USER, "kill", "-STOP", str(pid)).returncode == 0
+        got = _looks(BASE_LOOKS, str(base), str(victim.pw_uid))
+        mounts = Path("/proc/self/mounts").read_text()  # before this test's clean-up
+    finally:
+        for pid in _daemons(hostile.pw_uid):
+            os.kill(pid, 9)
+        subprocess.run(["umount", "-l", "--", str(base)], capture_output=True, check=False)
+        shutil.rmtree(top, ignore_errors=True)
+    assert got["base_stat"] is False
+    assert got["claim_job_dir"] is None
+    assert got["is_job_dir"] is False and got["read_job"] == 0
+    assert got["claim_base"] is True
+    assert got["now"] == [0, "0o1777"]
+    assert len(got["aside"]) == 1 and got["aside"][0].startswith("progress.untrusted-")
+    assert str(top) not in mounts  # the watcher detached it

@@ -234,3 +234,24 @@ def test_the_job_side_writer_never_fails_or_waits_on_what_another_user_made(tmp_
         p.step(1)  # a no-op, never an error
     ok = Progress(str(base), "202", 0)
     assert ok.enabled and (base / "202" / "rank0.log").read_text().count("step=0") == 1
+
+
+def test_a_users_fuse_mount_is_told_from_roots_and_from_other_file_systems(tmp_path):
+    """``/proc/self/mountinfo`` as the kernel writes it (proc(5)): a FUSE
+    mount a user made carries their ``user_id``; root's (an admin's sshfs)
+    ``user_id=0``; a tmpfs is no FUSE at all."""
+    from slurm_hooks.detect.progress.beneath import users_fuse
+
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        "30 25 0:26 / /dev/shm rw,nosuid,nodev shared:4 - tmpfs tmpfs rw,inode64\n"
+        "45 30 0:40 / /dev/shm/p/101 rw,nosuid,nodev,relatime shared:9 - fuse /tmp/src"
+        " rw,user_id=1001,group_id=1001,default_permissions,allow_other\n"
+        "46 30 0:41 / /dev/shm/p/102 rw,relatime - fuse.sshfs host:/x rw,user_id=1002,group_id=1002\n"
+        "47 30 0:42 / /mnt/site rw,relatime - fuse.sshfs host:/y rw,user_id=0,group_id=0,allow_other\n"
+    )
+    assert users_fuse(45, str(info)) and users_fuse(46, str(info))
+    assert not users_fuse(47, str(info))  # root's own
+    assert not users_fuse(30, str(info))  # tmpfs
+    assert not users_fuse(99, str(info))  # no such mount (gone)
+    assert users_fuse(45, str(tmp_path / "unreadable"))  # cannot tell: do not look

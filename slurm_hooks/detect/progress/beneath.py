@@ -16,7 +16,14 @@ is not its directory's is refused before anything asks that mount.  The
 file is then opened again through that very descriptor (``/proc/self/fd/N``
 reaches the inode the descriptor holds, never a mount put on top of it
 since), so a mount made between the look and the open is not crossed
-either.  Standard library only: the prolog imports it on every job start.
+either.
+
+The progress directory itself is root's once the watcher made it, but a
+user can make it first and mount on it: :func:`lstat_path` refuses a FUSE
+mount a user made (``/proc/self/mountinfo``) wherever it stands, while an
+admin's own mount there (a tmpfs of its own) is fine; :func:`detach` takes
+such a mount away without asking its daemon anything.  Standard library
+only: the prolog imports it on every job start.
 """
 
 from __future__ import annotations
@@ -94,5 +101,78 @@ def open_beneath(name: str, *, dir_fd: int, flags: int, kind: int, here: int | N
 def open_dir(path: str) -> int:
     """An ``O_PATH`` descriptor of the directory ``path`` (an admin's: the
     progress directory, or what a configured glob names before ``{job}``),
-    for :func:`open_beneath` to start from."""
-    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    for :func:`open_beneath` to start from; AnotherMount where it is a FUSE
+    mount a user made (looking up a name in it would ask their daemon)."""
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _refuse_users_fuse(fd, path)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def lstat_path(path: str) -> os.stat_result:
+    """``lstat`` of the absolute ``path``, refused (AnotherMount) where a
+    user's FUSE mount is there: the ``stat`` would ask their daemon."""
+    pfd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _refuse_users_fuse(pfd, path)
+        return os.fstat(pfd)
+    finally:
+        os.close(pfd)
+
+
+def _refuse_users_fuse(fd: int, path: str) -> None:
+    """AnotherMount where ``fd`` is on a FUSE mount a user made.  Cheap in
+    the usual case: only a mount other than the parent directory's is looked
+    up in ``/proc/self/mountinfo``."""
+    here = mount_id(fd)
+    if here is None:
+        raise AnotherMount(errno.EXDEV, "no mount id in /proc", path)
+    parent = os.path.dirname(os.path.normpath(path)) or "/"
+    try:
+        pfd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        pfd = -1
+    try:
+        if pfd >= 0 and mount_id(pfd) == here:
+            return
+    finally:
+        if pfd >= 0:
+            os.close(pfd)
+    if users_fuse(here):
+        raise AnotherMount(errno.EXDEV, "a FUSE mount of a user's", path)
+
+
+def users_fuse(mnt: int, mountinfo: str = "/proc/self/mountinfo") -> bool:
+    """Whether mount ``mnt`` is a FUSE file system (``fuse``, ``fuse.*``,
+    ``fuseblk``) that a user other than root mounted (``user_id=`` in its
+    super options, as the kernel shows it)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if not fields or fields[0] != str(mnt) or "-" not in fields:
+                    continue
+                dash = fields.index("-")
+                fstype = fields[dash + 1] if len(fields) > dash + 1 else ""
+                opts = fields[dash + 3].split(",") if len(fields) > dash + 3 else []
+                fuse = fstype in ("fuse", "fuseblk") or fstype.startswith("fuse.")
+                return fuse and "user_id=0" not in opts
+    except OSError:
+        return True  # cannot tell: do not look
+    return False
+
+
+def detach(path: str) -> None:
+    """``umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW)``: it asks nothing of
+    the mounted file system, so a stopped daemon cannot hold it.  ctypes
+    only on this rare path (the prolog's imports stay light)."""
+    import ctypes  # noqa: PLC0415 - only when a user mounted something here
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(path), 2 | 8) != 0:  # MNT_DETACH | UMOUNT_NOFOLLOW
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    log.warning("progress: detached a mount a user put at %s", path)

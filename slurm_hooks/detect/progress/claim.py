@@ -21,7 +21,13 @@ import stat
 import time
 from collections.abc import Mapping
 
-from slurm_hooks.detect.progress.beneath import AnotherMount, open_dir, stat_beneath
+from slurm_hooks.detect.progress.beneath import (
+    AnotherMount,
+    detach,
+    lstat_path,
+    open_dir,
+    stat_beneath,
+)
 
 #: ``[progress] dir``'s default (``slurm_hooks.jobside.progress`` keeps its
 #: own copy: what training jobs import imports nothing else of ours).
@@ -48,7 +54,7 @@ def claim_job_dir(base: str, job: str, uid: int) -> str | None:
     if not job.isdigit():
         return None
     try:
-        top = os.lstat(base)
+        top = lstat_path(base)
         if not stat.S_ISDIR(top.st_mode) or top.st_uid != 0:
             return None
         path = os.path.join(base, job)
@@ -81,20 +87,7 @@ def _look(base: str, job: str) -> os.stat_result:
         try:
             return stat_beneath(job, dir_fd=bfd)
         except AnotherMount:
-            _detach(os.path.join(base, job))
+            detach(os.path.join(base, job))
         finally:
             os.close(bfd)
     raise OSError(f"{base}/{job}: more than {MAX_DETACH} mounts stacked")
-
-
-def _detach(path: str) -> None:
-    """``umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW)``: it asks nothing of
-    the mounted file system, so a stopped daemon cannot hold it.  ctypes
-    only on this rare path (the prolog's imports stay light)."""
-    import ctypes  # noqa: PLC0415 - only when a user mounted something here
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.umount2(os.fsencode(path), 2 | 8) != 0:  # MNT_DETACH | UMOUNT_NOFOLLOW
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-    log.warning("progress: detached a mount a user put at %s", path)

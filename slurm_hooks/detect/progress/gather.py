@@ -27,7 +27,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from slurm_hooks.core.reason import printable
-from slurm_hooks.detect.progress.beneath import mount_id, open_beneath, open_dir, stat_beneath
+from slurm_hooks.detect.progress.beneath import (
+    AnotherMount,
+    detach,
+    lstat_path,
+    mount_id,
+    open_beneath,
+    open_dir,
+    stat_beneath,
+)
 from slurm_hooks.detect.progress.bounded import Rejected
 from slurm_hooks.detect.progress.external import (
     MAX_BYTES,
@@ -130,9 +138,15 @@ def base_stat(base: str | os.PathLike[str]) -> os.stat_result | None:
     sticky if others may write it.  Whoever owns it can rename or remove
     every job's directory in it, so one a user made (a job that ran before
     the watcher made it) is refused (None, logged once) until
-    :func:`claim_base` replaces it."""
+    :func:`claim_base` replaces it.  A user's FUSE mount there is refused
+    before anything asks it (:func:`lstat_path`)."""
     try:
-        st = os.lstat(base)
+        st = lstat_path(os.fspath(base))
+    except AnotherMount:
+        if str(base) not in _told_bases:
+            _told_bases.add(str(base))
+            log.error("progress: %s is a FUSE mount of a user's: not read", base)
+        return None
     except OSError:
         return None
     mode = st.st_mode
@@ -163,6 +177,10 @@ def claim_base(base: str | os.PathLike[str]) -> bool:
     if base_stat(path) is not None:
         return True
     try:
+        for _ in range(8):  # a user may stack mounts: each is detached, never asked
+            if not _users_mount(path):
+                break
+            detach(path)
         if os.path.lexists(path):
             aside = f"{path}.untrusted-{int(time.time())}"
             os.rename(path, aside)
@@ -178,6 +196,17 @@ def claim_base(base: str | os.PathLike[str]) -> bool:
     _told_bases.discard(path)
     _told_claims.difference_update({t for t in _told_claims if t[0] == path})
     return base_stat(path) is not None
+
+
+def _users_mount(path: str) -> bool:
+    """Whether a user's FUSE mount is at ``path`` (:func:`lstat_path`)."""
+    try:
+        lstat_path(path)
+    except AnotherMount:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def job_dirs(base: str | os.PathLike[str], limit: int | None = None) -> Iterator[str]:
