@@ -278,3 +278,34 @@ def test_a_progress_directory_a_user_made_first_and_mounted_holds_no_look(fuse_s
     assert got["now"] == [0, "0o1777"]
     assert len(got["aside"]) == 1 and got["aside"][0].startswith("progress.untrusted-")
     assert str(top) not in mounts  # the watcher detached it
+
+
+WRITER = """
+import json, sys, warnings
+from slurm_hooks.jobside.progress import Progress
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    p = Progress(sys.argv[1], sys.argv[2], 0, node="n1")
+print(json.dumps({"enabled": p.enabled, "warned": [str(w.message) for w in seen]}))
+"""
+
+
+@needs_fuse
+def test_the_job_side_writer_never_waits_on_another_users_mount_under_its_jobs_id(scene: Scene):
+    """Without the prolog (a site running the watcher alone), sltest's
+    stopped mount sits under the id sltest2's job gets.  sltest2's training
+    starts its writer there: before, the writer's ``lstat`` waited on the
+    daemon and the training never began; now the writer turns itself off
+    with a warning and the training goes on."""
+    try:
+        res = subprocess.run(
+            ["runuser", "-u", VICTIM, "--", "env", f"PYTHONPATH={ROOT}", "/usr/bin/python3",
+             "-c", WRITER, str(scene.base), "101"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job-side writer waited on another user's stopped daemon")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["enabled"] is False
+    assert any("mount point" in w for w in got["warned"]), got

@@ -80,7 +80,7 @@ class Progress:
         try:
             _mkdir(directory, 0o1777)  # shared by every user's jobs on the node, like /tmp
             _mkdir(base, 0o755)
-            _check_mine(base)
+            _check_mine(directory, str(job))
             self._open(truncate=False)
         except OSError as exc:
             # Progress is a report, never a reason for the training to fail:
@@ -144,12 +144,39 @@ class Progress:
             self._fd = None
 
 
-def _check_mine(path: str) -> None:
-    """``path`` is a real directory of this process's user that no one else
-    may write; else OSError (then the records are not written there)."""
-    st = os.lstat(path)
+def _check_mine(directory: str, job: str) -> None:
+    """``<directory>/<job>`` is a real directory of this process's user that
+    no one else may write, on the progress directory's own mount; else
+    OSError (then the records are not written there).  Another user's FUSE
+    mount there (where the site allows ``user_allow_other``), its daemon
+    stopped, would hold this rank's start for as long as they like: the look
+    (``O_PATH``, /proc's ``mnt_id``) asks no file system, and a mount point
+    is refused before anything asks it."""
+    path = os.path.join(directory, job)
+    top = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(job, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+        try:
+            if _mount(fd) != _mount(top):
+                raise OSError(errno.EXDEV, "a mount point, not this job's directory", path)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(top)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise OSError(errno.EPERM, f"not this user's own directory (owner uid {st.st_uid})", path)
+
+
+def _mount(fd: int) -> bytes:
+    """The mount ``fd`` is on, as ``/proc/self/fdinfo`` names it (the
+    watcher has ``detect.progress.beneath.mount_id``; what training jobs
+    import imports nothing else of ours)."""
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
+        words = fh.read().split()
+    if b"mnt_id:" not in words:
+        raise OSError(errno.ENOTSUP, "no mnt_id in /proc/self/fdinfo")
+    return words[words.index(b"mnt_id:") + 1]
 
 
 def _mkdir(path: str, mode: int) -> None:
