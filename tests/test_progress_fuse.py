@@ -192,8 +192,9 @@ from slurm_hooks.detect.progress import gather
 base, uid = sys.argv[1], int(sys.argv[2])
 evidence = {}
 with gather._evidence(base + "/{job}/rank*.log", "103") as found:
-    for path, fd, name in found:
-        evidence[name] = gather._read_whole(path, 4096, uid, None, at=(fd, name)) is not None
+    for one in found:
+        got = gather._read_whole(one.path, 4096, uid, None, at=(one.dir_fd, one.name))
+        evidence[one.name] = got is not None
 print(json.dumps({
     "ranks": sorted(r.rank for r in gather.read_job(base, "103", uid=uid)),
     # What read_hints reads of a glob's files (a RAS output or a dump each).

@@ -32,6 +32,7 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,22 @@ def users_fuse(mnt: int, mountinfo: str = "/proc/self/mountinfo") -> bool:
     except OSError:
         return True  # cannot tell: do not look
     return False
+
+
+#: Mounts stacked on one name that are detached, at most (a user may stack
+#: them: each is detached, none is asked anything).
+MAX_DETACH = 8
+
+
+def detach_while(path: str, mounted: Callable[[], bool]) -> None:
+    """:func:`detach` ``path`` while ``mounted()`` says a mount is still
+    there, at most :data:`MAX_DETACH` times (OSError past that)."""
+    for _ in range(MAX_DETACH):
+        if not mounted():
+            return
+        detach(path)
+    if mounted():
+        raise OSError(errno.EBUSY, f"more than {MAX_DETACH} mounts stacked", path)
 
 
 def detach(path: str) -> None:

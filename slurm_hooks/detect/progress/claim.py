@@ -15,6 +15,7 @@ every job start.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -22,6 +23,7 @@ import time
 from collections.abc import Mapping
 
 from slurm_hooks.detect.progress.beneath import (
+    MAX_DETACH,
     AnotherMount,
     detach,
     lstat_path,
@@ -75,19 +77,17 @@ def claim_job_dir(base: str, job: str, uid: int) -> str | None:
     return aside
 
 
-#: Mounts stacked on one name that are detached, at most.
-MAX_DETACH = 8
-
-
 def _look(base: str, job: str) -> os.stat_result:
     """``lstat`` of ``<base>/<job>``, detaching any mount a user put there
-    first (it is not looked into: a stopped FUSE daemon would hold us)."""
-    for _ in range(MAX_DETACH):
+    first (it is not looked into: a stopped FUSE daemon would hold us).
+    One look in the usual case (no mount): the prolog runs on every job."""
+    for _ in range(MAX_DETACH + 1):
         bfd = open_dir(base)
         try:
             return stat_beneath(job, dir_fd=bfd)
         except AnotherMount:
-            detach(os.path.join(base, job))
+            pass
         finally:
             os.close(bfd)
-    raise OSError(f"{base}/{job}: more than {MAX_DETACH} mounts stacked")
+        detach(os.path.join(base, job))
+    raise OSError(errno.EBUSY, f"more than {MAX_DETACH} mounts stacked", f"{base}/{job}")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from slurm_hooks.core.reason import printable
 from slurm_hooks.detect.progress.beneath import (
     AnotherMount,
-    detach,
+    detach_while,
     lstat_path,
     mount_id,
     open_beneath,
@@ -177,10 +177,7 @@ def claim_base(base: str | os.PathLike[str]) -> bool:
     if base_stat(path) is not None:
         return True
     try:
-        for _ in range(8):  # a user may stack mounts: each is detached, never asked
-            if not _users_mount(path):
-                break
-            detach(path)
+        detach_while(path, lambda: _users_mount(path))
         if os.path.lexists(path):
             aside = f"{path}.untrusted-{int(time.time())}"
             os.rename(path, aside)
@@ -435,13 +432,21 @@ class _Cached:
     fresh: bool = False
 
 
-def _parsed(
-    found: tuple[str, int, str], uid: int | None, kind: str, parse: Callable[[bytes], object]
-) -> object:
-    """``parse`` of the bytes of ``found`` (path, directory descriptor, name:
-    :func:`_evidence`), from the cache while the file is unchanged."""
-    path = found[0]
-    got = _read_whole(path, MAX_BYTES, uid, kind, at=found[1:])
+@dataclass(frozen=True)
+class _Found:
+    """A file a glob names (:func:`_evidence`): its path, for reports, and
+    where it is opened: its directory's descriptor and its name there."""
+
+    path: str
+    dir_fd: int
+    name: str
+
+
+def _parsed(found: _Found, uid: int | None, kind: str, parse: Callable[[bytes], object]) -> object:
+    """``parse`` of the bytes of ``found``, from the cache while the file is
+    unchanged."""
+    path = found.path
+    got = _read_whole(path, MAX_BYTES, uid, kind, at=(found.dir_fd, found.name))
     if not isinstance(got, _Cached):
         return None
     if not got.fresh:
@@ -472,9 +477,9 @@ def _weight(value: object) -> int:
 
 
 @contextlib.contextmanager
-def _evidence(pattern: str, job: str) -> Iterator[list[tuple[str, int, str]]]:
-    """The files a glob with ``{job}`` names for ``job``, as (path, directory
-    descriptor, name), sorted, at most :data:`MAX_EVIDENCE_FILES`.  Only the
+def _evidence(pattern: str, job: str) -> Iterator[list[_Found]]:
+    """The files a glob with ``{job}`` names for ``job``, sorted, at most
+    :data:`MAX_EVIDENCE_FILES`.  Only the
     file name may hold wildcards (settings say so).  The directories from
     the one ``{job}`` names on are the job's user's, so they are opened one
     name at a time, never across a mount point (:func:`open_beneath`); the
@@ -505,7 +510,7 @@ def _evidence(pattern: str, job: str) -> Iterator[list[tuple[str, int, str]]]:
         names = []
     try:
         where = "/" + "/".join(dirs)
-        yield [(f"{where}/{n}", fds[-1], n) for n in sorted(names)[:MAX_EVIDENCE_FILES]]
+        yield [_Found(f"{where}/{n}", fds[-1], n) for n in sorted(names)[:MAX_EVIDENCE_FILES]]
     finally:
         for fd in fds:
             os.close(fd)
@@ -547,10 +552,10 @@ def read_hints(ras_pattern: str, fr_pattern: str, job: str, *, uid: int | None) 
     return hints
 
 
-def _ras_hints(found: list[tuple[str, int, str]], uid: int | None) -> list[Suspect]:
+def _ras_hints(found: list[_Found], uid: int | None) -> list[Suspect]:
     hints: list[Suspect] = []
     for one in found:
-        path = one[0]
+        path = one.path
         report = _parsed(one, uid, "ras",
                          lambda b: parse_ras(b.decode("utf-8", errors="replace")))  # fmt: skip
         if isinstance(report, RasReport):
@@ -562,12 +567,12 @@ def _ras_hints(found: list[tuple[str, int, str]], uid: int | None) -> list[Suspe
     return hints
 
 
-def _dumps(found: list[tuple[str, int, str]], uid: int | None) -> dict[int, FrDump]:
+def _dumps(found: list[_Found], uid: int | None) -> dict[int, FrDump]:
     """Flight-recorder dumps by the rank their file name ends with."""
     dumps: dict[int, FrDump] = {}
     for one in found:
-        path = one[0]
-        m = _TRAILING_RANK.search(one[2])
+        path = one.path
+        m = _TRAILING_RANK.search(one.name)
         if m is None:
             continue
         dump = _parsed(one, uid, "fr", read_flight_recorder)
