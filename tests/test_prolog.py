@@ -23,6 +23,7 @@ from slurm_hooks.agent.prolog import (
     run_prolog,
     xid_mark,
 )
+from slurm_hooks.agent.prolog_cache import CACHE_FILE, still_good, widened
 from slurm_hooks.core.config import parse
 from slurm_hooks.core.errors import ConfigError
 from slurm_hooks.core.model import Status
@@ -345,6 +346,49 @@ def test_cpu_only_job_skips_gpu_work(node_files):
     # The pass covered GPUs 0,1 only: a job on GPU 3 gets a full run, one on GPU 1 the cache.
     assert run_prolog({"SLURM_JOB_GPUS": "1"}, cfg, node="n1").verdict == "cached"
     assert run_prolog({"SLURM_JOB_GPUS": "3"}, cfg, node="n1").verdict == "passed"
+    # ... and that run widened the pass: GPUs 0, 1 and 3 are all still good
+    # (before, it replaced the pass, and the next job on GPU 1 paid again).
+    assert run_prolog({"SLURM_JOB_GPUS": "1"}, cfg, node="n1").verdict == "cached"
+    assert run_prolog({"SLURM_JOB_GPUS": "3"}, cfg, node="n1").verdict == "cached"
+
+
+def test_packed_one_gpu_jobs_pay_the_full_run_once_per_gpu_per_validity(node_files):
+    """A 1-GPU job on each of the node's four GPUs, then four more on the
+    same GPUs: the second round is cached (before: every job paid again)."""
+    cfg = config(node_files)
+    first = [run_prolog({"SLURM_JOB_GPUS": str(g)}, cfg, node="n1").verdict for g in range(4)]
+    again = [run_prolog({"SLURM_JOB_GPUS": str(g)}, cfg, node="n1").verdict for g in range(4)]
+    assert first == ["passed"] * 4 and again == ["cached"] * 4
+    entry = PassCache(node_files / "state" / CACHE_FILE).read()
+    assert entry is not None and entry.devices == (0, 1, 2, 3)
+
+
+def test_a_widening_run_that_finds_a_bad_gpu_drops_the_pass(node_files):
+    """A pass kept for GPU 0 while a job on GPU 1 runs the full checks is
+    dropped when that run fails: the next job on GPU 0 is tested again."""
+    engine = node_files / "engine.toml"
+    good = engine.read_text()
+    cfg = config(node_files)
+    assert run_prolog({"SLURM_JOB_GPUS": "0"}, cfg, node="n1").verdict == "passed"
+    engine.write_text(good + "[burnin.gpu.1]\nerrors = 40\n")
+    eng = FakeEngine(drains=False)
+    out = run_prolog({"SLURM_JOB_GPUS": "1"}, cfg, node="n1", engine_factory=lambda c: eng)
+    assert out.verdict == "failed"
+    assert PassCache(node_files / "state" / CACHE_FILE).read() is None
+    engine.write_text(good)
+    assert run_prolog({"SLURM_JOB_GPUS": "0"}, cfg, node="n1").verdict == "passed"
+
+
+def test_still_good_and_widened_are_what_the_cache_keeps():
+    two = CachedPass("n1", 10_000.0, (0, 1), "b1", "m1")
+    assert still_good(two, facts(), 1800.0) == two
+    assert still_good(two, facts(xid_mark="m2"), 1800.0) is None  # new XIDs: nothing holds
+    assert still_good(two, facts(now=12_000.0), 1800.0) is None  # expired
+    assert still_good(PASS, facts(xid_mark="m2"), 1800.0) is None  # an all-GPU pass
+    new = CachedPass("n1", 10_500.0, (3,), "b1", "m1", "7", 2.0)
+    assert widened(two, new) == CachedPass("n1", 10_000.0, (0, 1, 3), "b1", "m1", "7", 2.0)
+    assert widened(None, new) == new
+    assert widened(two, CachedPass("n1", 10_500.0, None, "b1", "m1")).devices is None
 
 
 def test_budget_too_small_for_full_run_is_incomplete_not_a_fault(node_files):

@@ -70,6 +70,8 @@ from slurm_hooks.agent.prolog_cache import (  # noqa: F401 (re-exported: importa
     last_fault_at,
     last_slow_at,
     read_boot_id,
+    still_good,
+    widened,
     xid_mark,
 )
 from slurm_hooks.core.config import Config, GeneralConfig
@@ -380,7 +382,8 @@ def run_prolog(
     step("cache", t0)
     if fresh:
         return done("cached", why, findings=warm_findings, gpu=gpu)
-    if entry is not None:
+    kept = still_good(entry, facts, pc.validity_s) if not new_xid else None
+    if entry is not None and kept is None:
         cache.invalidate(why)
 
     # 3. The full run, within what is left.
@@ -407,6 +410,8 @@ def run_prolog(
     step("full", t0)
     failed = any(f.status is Status.FAIL for f in full_findings)
     problems = [f for f in full_findings if f.is_problem]
+    if (failed or problems) and kept is not None:
+        cache.invalidate("the full run on this job's GPUs found problems")
     if failed or problems:
         engine = _act(engine_factory, cfg, node, full_findings, steps, clock)
         if engine is not None:
@@ -422,14 +427,17 @@ def run_prolog(
         return done("incomplete", f"not cached: could not run {', '.join(names)}",
                     findings=findings, gpu=gpu)  # fmt: skip
     t0 = clock()
-    passed = CachedPass(
-        node=node,
-        passed_at=wall(),
-        devices=gpu.devices,
-        boot_id=facts.boot_id,
-        xid_mark=xid_mark(state_dir),
-        job_id=job_id,
-        seconds=full_seconds,
+    passed = widened(
+        kept,
+        CachedPass(
+            node=node,
+            passed_at=wall(),
+            devices=gpu.devices,
+            boot_id=facts.boot_id,
+            xid_mark=xid_mark(state_dir),
+            job_id=job_id,
+            seconds=full_seconds,
+        ),
     )
     try:
         cache.write(passed)

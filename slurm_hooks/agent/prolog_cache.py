@@ -5,7 +5,8 @@ good for ``validity_s`` unless the node rebooted, new XID events came, a
 fault or a SLOW report was recorded since, or the job asks for GPUs the pass
 did not test (``cache_verdict``, pure; the facts it judges against are read
 fresh on every prolog: ``read_boot_id``, ``xid_mark``, ``last_fault_at``,
-``last_slow_at``).
+``last_slow_at``).  A pass that missed only for its GPUs is kept and widened
+by the next full run's (``still_good``, ``widened``).
 """
 
 from __future__ import annotations
@@ -114,6 +115,27 @@ def cache_verdict(
     if entry.devices is not None and (devices is None or not set(devices) <= set(entry.devices)):
         return False, "the pass did not test all of this job's GPUs"
     return True, f"passed {age:.0f}s ago"
+
+
+def still_good(entry: CachedPass | None, facts: NodeFacts, validity_s: float) -> CachedPass | None:
+    """``entry`` where it still holds for the GPUs it tested (a job asking
+    for others misses the cache, but that pass is no less true), else None.
+    Pure."""
+    if entry is None or entry.devices is None:
+        return None  # an all-GPU pass missed for a reason other than GPUs
+    return entry if cache_verdict(entry, facts, entry.devices, validity_s)[0] else None
+
+
+def widened(kept: CachedPass | None, new: CachedPass) -> CachedPass:
+    """``new`` together with the GPUs a still-good earlier pass tested, so
+    1-GPU jobs packed on a node each pay the full run once per validity,
+    not once per job: the union of the GPUs, and the earlier pass's time
+    (the older test sets when both expire).  Pure."""
+    if kept is None or kept.devices is None or new.devices is None:
+        return new
+    both = tuple(sorted(set(kept.devices) | set(new.devices)))
+    return CachedPass(new.node, kept.passed_at, both, new.boot_id, new.xid_mark,
+                      new.job_id, new.seconds)  # fmt: skip
 
 
 class PassCache:
