@@ -17,6 +17,7 @@ installs bindfs); the site's FUSE settings are put back afterwards.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -59,22 +60,31 @@ class Scene:
     victim_uid: int
 
 
+#: Held by each test that changes the site's FUSE settings or mounts as the
+#: test user, for as long as it does: pytest-xdist's workers (and the lab
+#: test) would otherwise save each other's settings as the site's, or kill
+#: each other's daemons.
+FUSE_LOCK = Path("/tmp/slurm-hooks-test-fuse.lock")
+
+
 @pytest.fixture
 def fuse_site() -> Iterator[None]:
     """What a site that lets users mount FUSE for others has: user_allow_other
     in /etc/fuse.conf, /dev/fuse open to all.  Put back afterwards."""
-    conf = FUSE_CONF.read_text() if FUSE_CONF.exists() else None
-    mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
-    FUSE_CONF.write_text((conf or "") + "\nuser_allow_other\n")
-    os.chmod("/dev/fuse", 0o666)
-    try:
-        yield
-    finally:
-        os.chmod("/dev/fuse", mode)
-        if conf is None:
-            FUSE_CONF.unlink()
-        else:
-            FUSE_CONF.write_text(conf)
+    with FUSE_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        conf = FUSE_CONF.read_text() if FUSE_CONF.exists() else None
+        mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+        FUSE_CONF.write_text((conf or "") + "\nuser_allow_other\n")
+        os.chmod("/dev/fuse", 0o666)
+        try:
+            yield
+        finally:
+            os.chmod("/dev/fuse", mode)
+            if conf is None:
+                FUSE_CONF.unlink()
+            else:
+                FUSE_CONF.write_text(conf)
 
 
 @pytest.fixture
