@@ -99,12 +99,14 @@ def open_beneath(name: str, *, dir_fd: int, flags: int, kind: int, here: int | N
         os.close(pfd)
 
 
-def open_dir(path: str) -> int:
+def open_dir(path: str, *, follow: bool = True) -> int:
     """An ``O_PATH`` descriptor of the directory ``path`` (an admin's: the
     progress directory, or what a configured glob names before ``{job}``),
     for :func:`open_beneath` to start from; AnotherMount where it is a FUSE
-    mount a user made (looking up a name in it would ask their daemon)."""
-    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    mount a user made (looking up a name in it would ask their daemon).
+    ``follow=False``: a symlink there is refused (ENOTDIR)."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         _refuse_users_fuse(fd, path)
     except OSError:

@@ -26,7 +26,6 @@ from slurm_hooks.detect.progress.beneath import (
     MAX_DETACH,
     AnotherMount,
     detach,
-    lstat_path,
     open_dir,
     stat_beneath,
 )
@@ -55,14 +54,20 @@ def claim_job_dir(base: str, job: str, uid: int) -> str | None:
     Only under a ``base`` root owns (a user's could be renamed under us)."""
     if not job.isdigit():
         return None
+    path = os.path.join(base, job)
     try:
-        top = lstat_path(base)
-        if not stat.S_ISDIR(top.st_mode) or top.st_uid != 0:
+        bfd = open_dir(base, follow=False)  # one look at base, a user's FUSE refused
+    except OSError:
+        return None
+    try:
+        top = os.fstat(bfd)
+        if top.st_uid != 0:
             return None
-        path = os.path.join(base, job)
-        st = _look(base, job)
+        st = _look(bfd, path)
     except OSError:  # no directory yet (the usual case), or none we may look at
         return None
+    finally:
+        os.close(bfd)
     mode = st.st_mode
     if stat.S_ISDIR(mode) and st.st_uid == uid and not mode & (stat.S_IWGRP | stat.S_IWOTH):
         return None
@@ -77,17 +82,15 @@ def claim_job_dir(base: str, job: str, uid: int) -> str | None:
     return aside
 
 
-def _look(base: str, job: str) -> os.stat_result:
-    """``lstat`` of ``<base>/<job>``, detaching any mount a user put there
-    first (it is not looked into: a stopped FUSE daemon would hold us).
-    One look in the usual case (no mount): the prolog runs on every job."""
+def _look(bfd: int, path: str) -> os.stat_result:
+    """``lstat`` of ``path``, a name in the directory ``bfd``, detaching any
+    mount a user put there first (it is not looked into: a stopped FUSE
+    daemon would hold us).  One look in the usual case (no mount): the
+    prolog runs on every job."""
+    name = os.path.basename(path)
     for _ in range(MAX_DETACH + 1):
-        bfd = open_dir(base)
         try:
-            return stat_beneath(job, dir_fd=bfd)
+            return stat_beneath(name, dir_fd=bfd)
         except AnotherMount:
-            pass
-        finally:
-            os.close(bfd)
-        detach(os.path.join(base, job))
-    raise OSError(errno.EBUSY, f"more than {MAX_DETACH} mounts stacked", f"{base}/{job}")
+            detach(path)
+    raise OSError(errno.EBUSY, f"more than {MAX_DETACH} mounts stacked", path)
