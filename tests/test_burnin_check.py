@@ -214,6 +214,58 @@ def test_fake_engines_follow_the_nvml_scenario(tmp_path):
     assert (n.code, n.status.value) == ("NCCL_FAILED", "FAIL")
 
 
+def test_a_plugin_engine_runs_on_the_jobs_gpus_only(tmp_path):
+    """A prolog on a shared node restricts the checks to the job's GPUs
+    (``devices``): a plug-in engine is told them, and another job's lost
+    GPU (6) neither fails this job's burn-in nor its all-reduce; a fault on
+    the job's own GPU 3 is reported as gpu3, the node's index."""
+    nv = tmp_path / "nvml.toml"
+    nv.write_text(NVML_SCENARIO)
+    svc = {"nvml": fake_nvml(nv)}
+    mine = {"engine": "lab:fake", "devices": [2, 3]}
+    fs = run_check(BurninCheck(), ctx(settings=mine, services=svc))
+    assert [(f.code, f.status.value) for f in fs] == [("OK", "OK")], fs
+    (n,) = run_check(NcclCheck(), ctx(settings=mine, services=svc))
+    assert (n.code, n.status.value) == ("OK", "OK"), n
+    run = BurninCheck().gather(ctx(settings=mine, services=svc))
+    assert [g.index for g in run.gpus] == [2, 3]
+    sc = tmp_path / "engine.toml"
+    sc.write_text("[burnin.gpu.3]\nerrors = 40\n")
+    fs = run_check(BurninCheck(), ctx(settings={**mine, "scenario": str(sc)}, services=svc))
+    assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_ERRORS", "gpu3")]
+    theirs = {"engine": "lab:fake", "devices": [5, 6]}
+    fs = run_check(BurninCheck(), ctx(settings=theirs, services=svc))
+    assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_FAILED", "gpu6")]
+
+
+def test_a_plugin_that_ignores_devices_has_no_say_on_other_gpus(monkeypatch, caplog):
+    """A site's engine that burns every GPU whatever it is told: what it
+    reports of GPUs not given to it (another job's, busy and failing) is left
+    out, and the site is told in the log."""
+    from slurm_hooks.detect.engines import registry
+    from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
+
+    text = (DATA / "gpu_burn" / "slow_gpu5.txt").read_text()
+    asked = []
+
+    class Careless:
+        def burnin(self, req, duration_s):
+            asked.append(req)
+            return parse_gpu_burn(text)
+
+    monkeypatch.setattr(registry, "backend", lambda *a, **k: Careless())
+    c = ctx(settings={"engine": "site:careless", "devices": [0, 1]})
+    run = BurninCheck().gather(c)
+    assert asked[0].devices == (0, 1) and asked[0].gpu_count == 2
+    assert [g.index for g in run.gpus] == [0, 1]
+    assert "reported GPUs [2, 3, 4, 5, 6, 7], not given to it" in caplog.text
+    slow = {f.component.short() for f in BurninCheck().judge(run, c) if f.code != "OK"}
+    assert "gpu5" not in slow
+    everyone = BurninCheck().gather(ctx(settings={"engine": "site:careless"}))
+    assert asked[1].devices is None and len(everyone.gpus) == 8
+    assert any(f.component.short() == "gpu5" for f in BurninCheck().judge(everyone, c))
+
+
 def test_fake_engine_scenario_file(tmp_path):
     sc = tmp_path / "engines.json"
     sc.write_text(

@@ -49,6 +49,7 @@ def test_all_reduce_fake_roundtrip():
 def test_main_stands_in_for_the_binaries(capsys, monkeypatch):
     monkeypatch.delenv("SLURM_HOOKS_NVML_SCENARIO", raising=False)
     monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert main(["gpu_burn", "-tc", "5"]) == 0
     out = capsys.readouterr().out
     assert "using Tensor Cores" in out and parse_gpu_burn(out).completed
@@ -68,3 +69,22 @@ def test_module_runs_as_a_program():
         env={"PATH": "/usr/bin:/bin"},
     )
     assert p.returncode == 0 and "Tested 8 GPUs:" in p.stdout
+
+
+def test_the_stand_in_sees_only_the_visible_devices(capsys, monkeypatch, tmp_path):
+    """Under CUDA_VISIBLE_DEVICES (what the checks set for a job's GPUs) the
+    stand-in, like CUDA, shows only those GPUs, numbered from 0: a lost GPU
+    of another job's is not there to fail the run."""
+    nv = tmp_path / "nvml.toml"
+    nv.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 8\n[gpu.6]\nlost = true\n')
+    monkeypatch.setenv("SLURM_HOOKS_NVML_SCENARIO", str(nv))
+    monkeypatch.delenv("SLURM_HOOKS_ENGINE_SCENARIO", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert main(["gpu_burn", "3"]) == 0
+    run = parse_gpu_burn(capsys.readouterr().out)
+    assert [g.index for g in run.gpus] == [0, 1] and run.completed
+    assert all(g.error_text is None for g in run.gpus)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
+    assert main(["all_reduce_perf", "-g", "2"]) == 1  # GPU 6 (now 1) is lost
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,7")
+    assert main(["all_reduce_perf", "-g", "7"]) == 0

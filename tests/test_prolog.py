@@ -363,6 +363,26 @@ def test_packed_one_gpu_jobs_pay_the_full_run_once_per_gpu_per_validity(node_fil
     assert entry is not None and entry.devices == (0, 1, 2, 3)
 
 
+def test_another_jobs_bad_gpu_neither_fails_nor_is_burned_by_this_jobs_prolog(node_files):
+    """A node shared by whole GPUs: the prolog of a job given GPUs 2 and 3
+    burns in those two only (the plug-in engine is told them), so GPU 0's
+    fault, on another user's job, neither fails this job nor drains the
+    node from it; the prolog of a job given GPU 0 finds it."""
+    (node_files / "engine.toml").write_text("[burnin.gpu.0]\nerrors = 40\n")
+    cfg = config(node_files)
+    eng = FakeEngine()
+    out = run_prolog({"SLURM_JOB_ID": "11", "SLURM_JOB_GPUS": "2,3"}, cfg, node="n1",
+                     engine_factory=lambda c: eng)  # fmt: skip
+    assert out.verdict == "passed" and eng.handled == [], out.why
+    burnin = [f for f in out.findings if f.check == "burnin"]
+    assert burnin and all(f.status is Status.OK for f in burnin), burnin
+    out = run_prolog({"SLURM_JOB_ID": "12", "SLURM_JOB_GPUS": "0"}, cfg, node="n1",
+                     engine_factory=lambda c: eng)  # fmt: skip
+    assert out.verdict == "failed" and eng.handled
+    bad = [f for f in out.findings if f.check == "burnin" and f.status is Status.FAIL]
+    assert [f.component.index for f in bad] == [0]
+
+
 def test_a_widening_run_that_finds_a_bad_gpu_drops_the_pass(node_files):
     """A pass kept for GPU 0 while a job on GPU 1 runs the full checks is
     dropped when that run fails: the next job on GPU 0 is tested again."""

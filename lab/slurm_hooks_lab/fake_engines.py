@@ -94,9 +94,16 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def load_scenario(
-    engine_path: str | None = None, nvml_path: str | None = None, *, gpu_count: int = 8
+    engine_path: str | None = None,
+    nvml_path: str | None = None,
+    *,
+    gpu_count: int = 8,
+    devices: Sequence[int] | None = None,
 ) -> EngineScenario:
-    """Build the scenario from the two files (either may be absent)."""
+    """Build the scenario from the two files (either may be absent).  With
+    ``devices`` the node's other GPUs are not there, and those are numbered
+    0..k-1 in that order: what CUDA shows a process started with
+    ``CUDA_VISIBLE_DEVICES`` (a lost GPU outside them fails nothing)."""
     data = _read(engine_path) if engine_path else {}
     nvml_gpus: list[dict[str, Any]] = []
     if nvml_path:
@@ -106,6 +113,8 @@ def load_scenario(
     burnin = data.get("burnin", {})
     per_gpu = burnin.get("gpu", {})
     count = len(nvml_gpus) if nvml_path else int(burnin.get("gpu_count", gpu_count))
+    if devices and not nvml_path:
+        count = max(count, max(devices) + 1)
     gpus = []
     for i in range(count):
         nv = nvml_gpus[i] if i < len(nvml_gpus) else {}
@@ -131,6 +140,8 @@ def load_scenario(
                 pci=f"0x{bus.split(':')[1].lower()}" if ":" in bus else "0x18",
             )
         )
+    if devices is not None:
+        gpus = [replace(gpus[d], index=i) for i, d in enumerate(devices) if d < len(gpus)]
     nccl = data.get("nccl", {})
     fail = nccl.get("fail")
     if fail is None and any(g.init_error for g in gpus):
@@ -322,6 +333,19 @@ def _size_arg(text: str) -> int:
     return int(t)
 
 
+def visible_devices(value: str | None) -> tuple[int, ...] | None:
+    """``CUDA_VISIBLE_DEVICES`` as indices; None (every GPU) when unset.
+    CUDA stops at the first entry that is not a valid index, so do we."""
+    if value is None:
+        return None
+    out: list[int] = []
+    for part in value.split(","):
+        if not part.strip().isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("gpu_burn", "all_reduce_perf"):
@@ -331,7 +355,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     tool, rest = args[0], args[1:]
-    sc = load_scenario(os.environ.get(ENV_ENGINE_SCENARIO), os.environ.get(ENV_NVML_SCENARIO))
+    sc = load_scenario(
+        os.environ.get(ENV_ENGINE_SCENARIO),
+        os.environ.get(ENV_NVML_SCENARIO),
+        devices=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")),
+    )
     if tool == "gpu_burn":
         positional = [a for a in rest if not a.startswith("-")]
         duration = int(positional[-1]) if positional else 10
@@ -398,13 +426,22 @@ class FakeEngines:
     def burnin(self, req: EngineRequest, duration_s: int) -> BurninRun:
         from slurm_hooks.detect.engines.burnin.gpu_burn import parse_gpu_burn
 
-        sc = load_scenario(req.scenario, req.nvml_scenario, gpu_count=req.gpu_count)
-        return parse_gpu_burn(gpu_burn_output(sc, int(duration_s)))
+        sc = load_scenario(
+            req.scenario, req.nvml_scenario, gpu_count=req.gpu_count, devices=req.devices
+        )
+        run = parse_gpu_burn(gpu_burn_output(sc, int(duration_s)))
+        if not req.devices:
+            return run
+        # Reported by the node's own index, as the registry asks of an engine.
+        gpus = tuple(replace(g, index=req.devices[g.index]) for g in run.gpus)
+        return replace(run, gpus=gpus)
 
     def all_reduce(self, req: EngineRequest, min_bytes: int, max_bytes: int) -> NcclRun:
         from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
 
-        sc = load_scenario(req.scenario, req.nvml_scenario, gpu_count=req.gpu_count)
+        sc = load_scenario(
+            req.scenario, req.nvml_scenario, gpu_count=req.gpu_count, devices=req.devices
+        )
         text = all_reduce_perf_output(sc, min_bytes=min_bytes, max_bytes=max_bytes)
         return parse_nccl_tests(text, engine="fake")
 

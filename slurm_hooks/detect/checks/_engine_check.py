@@ -109,28 +109,40 @@ def _resolve(path: str | None, config_path: str | None) -> str | None:
     return path or None
 
 
-def plugin_request(ctx: CheckContext | None, scenario: str | None, gpu_count: int) -> Any:
+def plugin_request(
+    ctx: CheckContext | None,
+    scenario: str | None,
+    gpu_count: int,
+    devices: tuple[int, ...] | None = None,
+) -> Any:
     """The :class:`~slurm_hooks.detect.engines.registry.EngineRequest` for a
     plug-in engine: ``scenario`` (the check's setting) resolved against the
-    config file, the run's NVML scenario, and ``gpu_count``."""
+    config file, the run's NVML scenario, ``gpu_count`` and the GPUs it may
+    touch (``devices``: the job's on a shared node; None for all)."""
     from slurm_hooks.detect.engines.registry import EngineRequest
 
     return EngineRequest(
         scenario=_resolve(scenario, ctx.config_path if ctx is not None else None),
         nvml_scenario=session_scenario(ctx),
         gpu_count=gpu_count,
+        devices=tuple(devices) if devices else None,
     )
 
 
 def plugin_engine(
-    ctx: CheckContext, check: str, engine: str, scenario: str | None, gpu_count: int
+    ctx: CheckContext,
+    check: str,
+    engine: str,
+    scenario: str | None,
+    gpu_count: int,
+    devices: tuple[int, ...] | None = None,
 ) -> tuple[Any, Any]:
     """The plug-in engine named ``engine`` (errors name
     ``checks.<check>.engine``) and the request to hand it
     (:func:`plugin_request`)."""
     from slurm_hooks.detect.engines.registry import backend
 
-    request = plugin_request(ctx, scenario, gpu_count)
+    request = plugin_request(ctx, scenario, gpu_count, devices)
     return backend(engine, key=f"checks.{check}.engine", path=ctx.config_path), request
 
 

@@ -145,6 +145,20 @@ def _remap(run: BurninRun, devices: tuple[int, ...] | None) -> BurninRun:
     return replace(run, gpus=gpus)
 
 
+def _only(run: BurninRun, devices: tuple[int, ...] | None, engine: str) -> BurninRun:
+    """A plug-in engine's run with only the GPUs it was given: one that
+    reports another GPU (another job's, on a shared node) has no say in this
+    check, and the site hears that its engine ignored ``devices``."""
+    if not devices:
+        return run
+    mine = tuple(g for g in run.gpus if g.index in devices)
+    if len(mine) < len(run.gpus):
+        others = sorted({g.index for g in run.gpus} - set(devices))
+        log.warning("burn-in engine %s reported GPUs %s, not given to it: left out", engine, others)
+        return replace(run, gpus=mine)
+    return run
+
+
 class BurninCheck:
     name: ClassVar[str] = "burnin"
     settings_class: ClassVar[type] = BurninSettings
@@ -170,8 +184,10 @@ class BurninCheck:
         log.info("burn-in engine=%s duration=%ss", engine, duration)
         if plugin:
             count = len(s.devices) if s.devices else int(ctx.profile.get("gpu_count") or 8)
-            eng, req = _engine_check.plugin_engine(ctx, self.name, engine, s.scenario, count)
-            return eng.burnin(req, int(duration))
+            eng, req = _engine_check.plugin_engine(
+                ctx, self.name, engine, s.scenario, count, s.devices
+            )
+            return _only(eng.burnin(req, int(duration)), s.devices, engine)
         if engine == "gpu_burn":
             from slurm_hooks.detect.engines.burnin.gpu_burn import (
                 binary_dir,

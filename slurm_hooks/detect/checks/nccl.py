@@ -149,7 +149,9 @@ class NcclCheck:
         if engine not in ENGINES:
             from slurm_hooks.detect.engines.nccl.engines import parse_size
 
-            eng, req = _engine_check.plugin_engine(ctx, self.name, engine, s.scenario, ngpus or 8)
+            eng, req = _engine_check.plugin_engine(
+                ctx, self.name, engine, s.scenario, ngpus or 8, s.devices
+            )
             return eng.all_reduce(req, parse_size(s.min_bytes), parse_size(max_bytes))
         if ngpus is None:
             raise RuntimeError("cannot tell how many GPUs to test (no profile gpu_count, no NVML)")

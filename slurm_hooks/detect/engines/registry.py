@@ -36,6 +36,13 @@ class EngineRequest:
     nvml_scenario: str | None = None
     #: GPUs to exercise (the profile's gpu_count, the devices, or NVML's count).
     gpu_count: int = 8
+    #: The node's GPUs the engine may touch (Slurm's indices: the
+    #: ``/dev/nvidiaN`` minors, PCI bus order), e.g. the job's GPUs in a
+    #: prolog on a shared node; None: every GPU.  On a shared node the other
+    #: GPUs are other jobs': an engine runs on these only (as the built-in
+    #: ones do through ``CUDA_VISIBLE_DEVICES``) and reports each GPU by
+    #: this index.  The check drops any other GPU it reports.
+    devices: tuple[int, ...] | None = None
 
 
 class MultiNodeEngine(Protocol):
