@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -182,3 +183,46 @@ def test_torch_all_reduce_with_empty_devices_uses_every_gpu(monkeypatch):
     monkeypatch.setattr(multiprocessing, "get_context", get_context)
     with pytest.raises(_PastTheDeviceCheck):  # not RuntimeError("no GPU")
         run_torch_all_reduce(TorchNcclConfig(devices=()), torch_module=_FakeTorch())
+
+
+class _CudaOfAnEightGpuNode:
+    """torch on a node of eight GPUs, as CUDA starts: it reads
+    CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER from the environment then
+    (and shows only the visible GPUs, numbered from 0)."""
+
+    def __init__(self) -> None:
+        self.order: str | None = None
+        node = self
+
+        class cuda:  # noqa: N801 - torch's name
+            @staticmethod
+            def is_available():
+                node.order = os.environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+                return True
+
+            @staticmethod
+            def device_count():
+                visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+                return 8 if visible is None else len(visible.split(","))
+
+        self.cuda = cuda
+
+
+def test_the_torch_engines_name_the_jobs_gpus_by_the_nodes_index(monkeypatch):
+    """slurmd puts the job's CUDA_VISIBLE_DEVICES=2,3 in the prolog's
+    environment, and the prolog asks the torch engines for GPUs 2 and 3
+    (Slurm's indices).  Under that variable CUDA shows two GPUs, 0 and 1:
+    GPU 2 does not exist (its burn-in "failed setup", a drain of a healthy
+    node where the job's other GPU was in range), and in its default order
+    CUDA numbers them fastest first.  The engines see the whole node in PCI
+    bus order."""
+    from slurm_hooks.detect.engines.burnin.torch_engine import cuda_torch
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    node = _CudaOfAnEightGpuNode()
+    torch, devices = cuda_torch((2, 3), node)
+    assert devices == [2, 3]
+    assert all(d < torch.cuda.device_count() for d in devices)
+    assert node.order == "PCI_BUS_ID"
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # nor in the ranks the NCCL check spawns

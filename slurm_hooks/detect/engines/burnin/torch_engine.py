@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,13 +60,33 @@ def gpu_indices(devices: Sequence[int] | None, count: int) -> list[int]:
     return list(devices) if devices else list(range(count))
 
 
+def whole_node_view(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Make CUDA, in this process and the ranks it spawns, number every GPU
+    of the node as Slurm, NVML and nvidia-smi do (PCI bus order), so
+    ``devices`` and the findings name the same GPUs as every other check.
+
+    Two things in an inherited environment would change that, and CUDA
+    reads both once, when it starts: its own default order (fastest
+    first), and ``CUDA_VISIBLE_DEVICES``, which slurmd puts in the prolog's
+    environment for the job's GPUs (``2,3``).  Under it CUDA shows those
+    two as 0 and 1 and hides the rest, so the job's GPUs (Slurm's 2 and 3)
+    could not be asked for by their index.  The subprocess engines are
+    given their own ``CUDA_VISIBLE_DEVICES`` (``_engine_check.on_devices``)."""
+    environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    inherited = environ.pop("CUDA_VISIBLE_DEVICES", None)
+    if inherited is not None:
+        log.debug("torch engine: inherited CUDA_VISIBLE_DEVICES=%s set aside", inherited)
+
+
 def cuda_torch(
     devices: Sequence[int] | None, torch_module: Any | None = None
 ) -> tuple[Any, list[int]]:
     """torch and the GPUs a torch engine (burn-in, all-reduce) runs on
-    (:func:`gpu_indices`).  torch is imported here, on first use, so only a
+    (:func:`gpu_indices`), by the node's own indices (:func:`whole_node_view`,
+    set before CUDA starts).  torch is imported here, on first use, so only a
     torch run pays for it; ``torch_module`` stands in for it in tests.
     RuntimeError when torch sees no CUDA device."""
+    whole_node_view()
     if torch_module is None:
         import torch  # noqa: PLC0415 - lazy on purpose
     else:
@@ -165,9 +185,6 @@ def run_torch_burnin(
     """Run the burn-in; raises ImportError without torch, RuntimeError
     without CUDA devices (both mean "could not run").  ``nvml_shared``: the
     NVML module belongs to an initialised session (do not init/shut down)."""
-    # CUDA numbers GPUs fastest-first by default; NVML, nvidia-smi and Slurm
-    # by PCI bus.  Findings must name the same gpuN as every other check.
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     torch, devices = cuda_torch(cfg.devices, torch_module)
     if not devices:
         raise RuntimeError("no GPU to burn")
