@@ -29,6 +29,7 @@ import pytest
 from slurm_hooks_lab.hooks import install, wait_drained
 from slurm_hooks_lab.lab import TEST_USER, ensure_user
 
+from slurm_hooks.core.errors import LabError
 from slurm_hooks.core.reason import parse_reason
 from slurm_hooks.detect.probes.commands import run
 from slurm_hooks.store.state import StateStore
@@ -734,9 +735,18 @@ def test_a_users_own_xid13s_on_one_gpu_stay_theirs(rig, job_dir):
             lab.wait_for(lambda n=n: len(decided()) >= n, 30, what=f"decision {n} on XID 13")
         assert "kind=log" in decided()[-1] and "1 user(s)" in decided()[-1], decided()
         assert_untouched(lab, hooks, victims)
-        theirs = run(["pgrep", "-o", "-u", VICTIM_USER, "-f", "slurm_script"], timeout=10)
-        hooks.inject_xid(node, 13, gpu=1, pid=int(theirs.stdout.split()[0]), name="python3")
-        ours = parse_reason(wait_drained(lab, node, timeout=30))
+        # The victim's own batch script (slurmd keeps it as job<id>/slurm_script,
+        # the id 0-padded): the oldest of sltest2's scripts on the host may be an
+        # earlier test's, on another node, gone before the watcher reads its owner.
+        vid = victims[0][0]
+        theirs = run(["pgrep", "-u", VICTIM_USER, "-f", f"job0*{vid}/slurm_script"], timeout=10)
+        other = int(theirs.stdout.split()[0])
+        hooks.inject_xid(node, 13, gpu=1, pid=other, name="python3")
+        try:
+            ours = parse_reason(wait_drained(lab, node, timeout=30))
+        except LabError as exc:  # say what the watcher made of it
+            alive = os.path.exists(f"/proc/{other}")
+            raise AssertionError(f"{exc}; pid {other} alive={alive}; {decided()[-2:]}") from exc
         assert (ours.code, ours.component) == ("XID13", "gpu1")
     finally:
         run(["scancel", mine, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
