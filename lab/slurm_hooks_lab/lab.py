@@ -337,6 +337,7 @@ class Lab:
         timeout: float = 60.0,
         topology_conf: str = "",
         extra_records: int = 0,
+        gpus: int = 0,
     ) -> None:
         self.base_dir = Path(base_dir or default_dir()).absolute()
         state = self._read_state()
@@ -367,6 +368,15 @@ class Lab:
         if extra_records < 0:
             raise LabError("extra_records must be >= 0")
         self.extra_records = extra_records
+        #: GPUs per node as Slurm GRES (``GresTypes=gpu``, ``Gres=gpu:N``, a
+        #: gres.conf naming character devices made under the lab's ``dev/``,
+        #: major 195 as the driver's): Slurm allocates them to jobs and puts
+        #: ``SLURM_JOB_GPUS`` and ``CUDA_VISIBLE_DEVICES`` in the prolog's
+        #: environment as on a GPU cluster.  0: no GRES (every job may use
+        #: every fake GPU).
+        if gpus < 0:
+            raise LabError("gpus must be >= 0")
+        self.gpus = gpus
 
     # -- paths and names -----------------------------------------------------
 
@@ -528,11 +538,15 @@ class Lab:
             lines += ["AuthAltTypes=auth/jwt", f"AuthAltParameters=jwt_key={self.jwt_key}"]
         if state.get("topology"):
             lines.append("TopologyPlugin=topology/tree")
+        gpus = int(state.get("gpus") or 0)
+        if gpus:
+            lines.append("GresTypes=gpu")
         for name in state["nodes"]:
             lines.append(
                 f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 "
                 f"Port={state['node_ports'][name]} CPUs={state['cpus']} "
                 f"RealMemory={state['memory_mb']} State=UNKNOWN"
+                + (f" Gres=gpu:{gpus}" if gpus else "")
             )
         records = int(state.get("extra_records") or 0)
         if records:
@@ -677,6 +691,7 @@ class Lab:
             "extra_conf": self.extra_conf,
             "topology": bool(self.topology_conf),
             "extra_records": self.extra_records,
+            "gpus": self.gpus,
             "pids": {},
             "started_at": time.time(),
         }
@@ -695,6 +710,8 @@ class Lab:
             lab_reboot.install(b)
             if self.topology_conf:
                 write_atomic(self.slurm_conf.parent / "topology.conf", self.topology_conf)
+            if self.gpus:
+                write_atomic(self.slurm_conf.parent / "gres.conf", self._gres_conf(names))
             cgroup = cgroup_conf(version)
             if cgroup is not None:  # slurmd reads cgroup.conf beside slurm.conf
                 write_atomic(self.slurm_conf.parent / "cgroup.conf", cgroup)
@@ -709,6 +726,23 @@ class Lab:
         self._write_state(state)
         log.info("lab up base=%s nodes=%d seconds=%.2f", b, len(names), state["startup_seconds"])
         return float(state["startup_seconds"])
+
+    def _gres_conf(self, names: Sequence[str]) -> str:
+        """gres.conf for ``self.gpus`` GPUs a node: each node's own character
+        devices (``dev/<node>/nvidia<i>``, major 195, minor i, as the
+        driver's), since every slurmd of the lab runs on this one host."""
+        lines = []
+        last = self.gpus - 1
+        for name in names:
+            d = self.base_dir / "dev" / name
+            d.mkdir(parents=True, exist_ok=True)
+            for i in range(self.gpus):
+                dev = d / f"nvidia{i}"
+                if not dev.exists():
+                    os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(195, i))
+            files = f"{d}/nvidia[0-{last}]" if last else f"{d}/nvidia0"
+            lines.append(f"NodeName={name} Name=gpu File={files}")
+        return "\n".join(lines) + "\n"
 
     def _check_reachable(self) -> None:
         """munged runs as user munge and must reach its socket under the base
