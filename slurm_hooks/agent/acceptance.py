@@ -219,10 +219,15 @@ def srun_argv(
     node: str,
     reservation: str,
     *,
+    gpus: int = 0,
     config_path: str | None = None,
 ) -> list[str]:
     """The job that runs ``acceptance --run-local`` on ``node`` inside the
-    reservation (exclusive, one task)."""
+    reservation (exclusive, one task), given the node's ``gpus`` GPUs where
+    they are GRES: ``--exclusive`` alone gives the step none (measured on
+    22.05: no ``CUDA_VISIBLE_DEVICES`` or ``SLURM_STEP_GPUS`` in it), and
+    with ``ConstrainDevices=yes`` the step is then denied every GPU's device
+    file, so NVML would see no GPU and acceptance would fail a good node."""
     argv = [
         "srun",
         f"--reservation={reservation}",
@@ -233,8 +238,10 @@ def srun_argv(
         # starts it in the caller's directory, or /tmp when the node lacks
         # that, and ``python -m`` imports from there first.
         "--chdir=/",
-        ac.python, "-m", "slurm_hooks", "acceptance", node, "--run-local", "--json",
     ]  # fmt: skip
+    if gpus > 0:
+        argv.append(f"--gres=gpu:{int(gpus)}")
+    argv += [ac.python, "-m", "slurm_hooks", "acceptance", node, "--run-local", "--json"]
     if config_path:
         argv += ["--config", config_path]
     return argv

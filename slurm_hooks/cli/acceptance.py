@@ -102,6 +102,7 @@ def _run_as_job(
     from slurm_hooks.core.errors import SlurmError
     from slurm_hooks.detect.probes.commands import run
     from slurm_hooks.slurm.door import SlurmDoor
+    from slurm_hooks.slurm.gres import gpu_count
 
     ac = cfg.section("acceptance", AcceptanceConfig)  # type: ignore[attr-defined]
     state = slurm_client(cfg).get_node(node)
@@ -121,7 +122,9 @@ def _run_as_job(
         SlurmDoor.create_reservation(reservation, node, int(ac.reservation_minutes))
         created = reservation
     try:
-        argv = srun_argv(ac, node, reservation, config_path=config_path)
+        argv = srun_argv(
+            ac, node, reservation, gpus=gpu_count(state.gres), config_path=config_path
+        )
         res = run(argv, timeout=ac.reservation_minutes * 60 + 60, check=False)
     finally:
         if created:
