@@ -1,0 +1,131 @@
+"""GPUs as Slurm GRES on the real lab (``Lab(gpus=4)``: ``Gres=gpu:4`` per
+node, gres.conf naming character devices): Slurm allocates them, and the
+prolog's environment carries the job's ``SLURM_JOB_GPUS`` and
+``CUDA_VISIBLE_DEVICES`` as on a GPU cluster (measured on 22.05: a second
+``--gres=gpu:2`` job on a node gets ``2,3`` in both).
+
+* A job given GPUs 2 and 3 beside another user's job on 0 and 1: its prolog
+  burns in 2 and 3 only, so a fault on GPU 0 (under the other job) neither
+  drains the node from this prolog nor touches the other user's job.
+* The acceptance job (``slurm-hooks acceptance NODE``, run through srun in a
+  reservation) is given every GPU of the node: ``--exclusive`` alone gives
+  the step none, and where ``ConstrainDevices=yes`` a step without GPUs is
+  denied their device files (the lab has no cgroups: its allocation is what
+  is asserted).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import lab_unavailable, submit
+from slurm_hooks_lab import hooks as labhooks
+from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
+
+from slurm_hooks.core.errors import LabError
+from slurm_hooks.detect.probes.commands import run
+
+pytestmark = [pytest.mark.slurm]
+
+OTHER_USER = "sltest2"
+GPUS = 4
+
+
+@pytest.fixture(scope="module")
+def gres_lab() -> Iterator[Lab]:
+    problems = missing_prerequisites()
+    if problems:
+        lab_unavailable("; ".join(problems))
+    base = tempfile.mkdtemp(prefix="slurm-hooks-test-gres-")
+    for user in (TEST_USER, OTHER_USER):
+        ensure_user(user)
+    lab = Lab(base, 2, gpus=GPUS)
+    try:
+        lab.up()
+    except LabError as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"the GRES lab did not come up: {exc}", False)
+    try:
+        yield lab
+    finally:
+        lab.down()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def work(gres_lab: Lab, request: pytest.FixtureRequest) -> Path:
+    path = gres_lab.shared_dir / request.node.name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    os.chmod(path, 0o1777)
+    return path
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_jobs_prolog_burns_in_its_own_gpus_not_its_neighbours(gres_lab, work):
+    lab = gres_lab
+    hooks = labhooks.install(lab, gpus=GPUS, prolog=True, prolog_settings={"gres_gpus": True})
+    try:
+        signals = work / "theirs.signals"
+        theirs = script(work / "theirs.sh", f"trap 'echo TERM >> {signals}; exit 0' TERM\n"
+                        f"touch {signals}\nfor i in $(seq 600); do sleep 1; done\n")  # fmt: skip
+        other = submit(lab, theirs, "-w", "n1", "-n1", f"--gres=gpu:{GPUS // 2}",
+                       "-o", "/dev/null", user=OTHER_USER)  # fmt: skip
+        # Its script runs: its prolog (which burned in GPUs 0 and 1) is over.
+        lab.wait_for(signals.exists, 60, what="the other user's job to start")
+        # GPU 0, under the other user's job, now miscomputes.
+        hooks.set_engine("n1", "[burnin.gpu.0]\nerrors = 40\n")
+        mine = script(work / "mine.sh", f'echo "$SLURM_JOB_GPUS" > {work}/mine.gpus\n')
+        job = submit(lab, mine, "-w", "n1", "-n1", f"--gres=gpu:{GPUS // 2}", "-o", "/dev/null")
+        done = lab.wait_job(job, lambda j: j.state == "COMPLETED" or j.restart_count > 0,
+                            timeout=90)  # fmt: skip
+        assert (done.state, done.restart_count) == ("COMPLETED", 0), (done, hooks.audit("n1"))
+        assert (work / "mine.gpus").read_text().strip() == "2,3"
+        n1 = lab.client().get_node("n1")
+        assert not (n1.drained or n1.down), n1.reason
+        info = lab.client().get_job(other)
+        assert (info.state, info.restart_count) == ("RUNNING", 0), info
+        assert signals.read_text() == ""  # never signalled
+        assert not [e for e in hooks.audit("n1") if e["action"] in ("drain", "requeue", "signal")]
+    finally:
+        run(["scancel", "-u", OTHER_USER], timeout=30, env=lab.env(), check=False)
+        hooks.close()
+        lab.reset()
+
+
+def test_the_acceptance_job_is_given_every_gpu_of_the_node(gres_lab, work):
+    """``[acceptance] python`` is a wrapper here that notes the GPUs Slurm
+    gave the step (``SLURM_STEP_GPUS``), then runs the product's python."""
+    lab = gres_lab
+    hooks = labhooks.install(lab, gpus=GPUS, prolog=False)
+    try:
+        seen = work / "step.gpus"
+        wrapper = script(work / "python", f'echo "$SLURM_STEP_GPUS" > {seen}\n'
+                         f'exec {sys.executable} "$@"\n')  # fmt: skip
+        cfg = work / "acceptance.toml"
+        cfg.write_text(
+            hooks.node("n2").config.read_text() + f'\n[acceptance]\npython = "{wrapper}"\n'
+        )
+        env = {**os.environ, **lab.env()}
+        res = subprocess.run(
+            [sys.executable, "-m", "slurm_hooks", "acceptance", "n2", "--no-resume", "--json",
+             "-c", str(cfg)],
+            env=env, capture_output=True, text=True, timeout=240, check=False, cwd="/",
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert seen.read_text().strip() == ",".join(map(str, range(GPUS)))
+    finally:
+        hooks.close()
+        lab.reset()
