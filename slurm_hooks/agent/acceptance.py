@@ -225,7 +225,7 @@ def srun_argv(
     """The job that runs ``acceptance --run-local`` on ``node`` inside the
     reservation (exclusive, one task), given the node's ``gpus`` GPUs where
     they are GRES: ``--exclusive`` alone gives the step none (measured on
-    22.05: no ``CUDA_VISIBLE_DEVICES`` or ``SLURM_STEP_GPUS`` in it), and
+    22.05, 24.11 and 26.05: no ``CUDA_VISIBLE_DEVICES`` or ``SLURM_STEP_GPUS`` in it), and
     with ``ConstrainDevices=yes`` the step is then denied every GPU's device
     file, so NVML would see no GPU and acceptance would fail a good node."""
     argv = [

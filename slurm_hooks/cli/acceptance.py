@@ -122,9 +122,7 @@ def _run_as_job(
         SlurmDoor.create_reservation(reservation, node, int(ac.reservation_minutes))
         created = reservation
     try:
-        argv = srun_argv(
-            ac, node, reservation, gpus=gpu_count(state.gres), config_path=config_path
-        )
+        argv = srun_argv(ac, node, reservation, gpus=gpu_count(state.gres), config_path=config_path)
         res = run(argv, timeout=ac.reservation_minutes * 60 + 60, check=False)
     finally:
         if created:
