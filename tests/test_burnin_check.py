@@ -151,6 +151,27 @@ def test_burnin_devices_remap_indices(no_scenarios):
     assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_ERRORS", "gpu11")]
 
 
+def test_every_engine_command_numbers_gpus_in_pci_bus_order(no_scenarios):
+    """Without ``devices`` too (the health check's and acceptance's run on
+    every GPU): CUDA's default order is fastest first and otherwise
+    unpromised, so gpu_burn's "GPU 3" must be told to be NVML's GPU 3, the
+    one a drain names and a repair resets."""
+    text = (DATA / "gpu_burn" / "faulty_gpu3_errors.txt").read_text()
+    nccl = (DATA / "nccl" / "h100_8gpu_ok.txt").read_text()
+    envs = []
+
+    def fake_run(argv, **kw):
+        envs.append(kw.get("env"))
+        return CommandResult(
+            tuple(argv), 0, nccl if "all_reduce_perf" in argv[0] else text, "", 10.0
+        )
+
+    fs = run_check(BurninCheck(), ctx(settings={"engine": "gpu_burn"}, services={"run": fake_run}))
+    assert [(f.code, f.component.short()) for f in fs] == [("BURNIN_ERRORS", "gpu3")]
+    run_check(NcclCheck(), ctx(settings={"engine": "nccl-tests"}, services={"run": fake_run}))
+    assert envs == [{"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}] * 2
+
+
 def test_burnin_settings_are_validated(no_scenarios):
     with pytest.raises(ConfigError, match="checks.burnin.engin"):
         load_settings(ctx(settings={"engin": "x"}), "burnin")

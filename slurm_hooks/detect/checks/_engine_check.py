@@ -147,15 +147,17 @@ def plugin_engine(
 
 
 def on_devices(run_cmd: Runner, devices: tuple[int, ...] | None) -> Runner:
-    """``run_cmd`` limited to ``devices`` through CUDA_VISIBLE_DEVICES; all
-    GPUs (and no ``env`` argument at all) when none are named.  The indices
-    are Slurm's (``SLURM_JOB_GPUS``: the ``/dev/nvidiaN`` minors, PCI bus
-    order), so CUDA counts in PCI bus order too, not its default fastest
-    first: on a node of mixed GPUs the two differ, and the job's GPUs, not
-    another job's, are the ones burned in."""
-    if not devices:
-        return run_cmd
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    """``run_cmd`` with CUDA numbering GPUs in PCI bus order, and limited to
+    ``devices`` through CUDA_VISIBLE_DEVICES (all GPUs when none are named).
+
+    The indices are Slurm's (``SLURM_JOB_GPUS``: the ``/dev/nvidiaN``
+    minors), NVML's and nvidia-smi's: PCI bus order.  CUDA's own default
+    puts the fastest GPU first and leaves the rest in an order it does not
+    promise, so gpu_burn's "GPU 3" could be another GPU than NVML's 3: the
+    drain would name it, and the repair would reset it."""
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
 
     def _run(argv: list[str], **kw: Any) -> commands.CommandResult:
         return run_cmd(argv, env=env, **kw)
