@@ -11,6 +11,7 @@ restores the default configuration before the next test that asks for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -36,25 +37,38 @@ def lab_unavailable(reason: str) -> None:
     pytest.skip(f"Slurm lab not available: {reason}")
 
 
-@pytest.fixture(scope="session")
-def lab() -> Iterator[Lab]:
-    """A running 4-node lab, shared by the whole test run."""
+@contextlib.contextmanager
+def own_lab(
+    prefix: str, nodes: int, *, users: tuple[str, ...] = (TEST_USER,), **options: Any
+) -> Iterator[Lab]:
+    """A lab of its own (``Lab(base, nodes, **options)`` in a fresh
+    ``prefix`` directory), up for the with-block, down and removed after.
+    Skips where no lab can run (fails under SLURM_HOOKS_REQUIRE_LAB=1);
+    fails the test when it does not come up."""
     problems = missing_prerequisites()
     if problems:
         lab_unavailable("; ".join(problems))
-    base = tempfile.mkdtemp(prefix="slurm-hooks-test-lab-")
-    ensure_user(TEST_USER)
-    the_lab = Lab(base, LAB_NODES)
+    base = tempfile.mkdtemp(prefix=prefix)
+    for user in users:
+        ensure_user(user)
+    the_lab = Lab(base, nodes, **options)
     try:
         the_lab.up()
     except LabError as exc:
         shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"the Slurm lab did not come up: {exc}", False)
+        pytest.fail(f"the {nodes}-node lab did not come up: {exc}", False)
     try:
         yield the_lab
     finally:
         the_lab.down()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    """A running 4-node lab, shared by the whole test run."""
+    with own_lab("slurm-hooks-test-lab-", LAB_NODES) as the_lab:
+        yield the_lab
 
 
 @pytest.fixture

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 
 import pytest
-from conftest import REQUIRE_LAB, submit
+from conftest import own_lab, submit
 from slurm_hooks_lab.hooks import install
-from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
 
-from slurm_hooks.core.errors import LabError
 from slurm_hooks.core.held import parse_mark
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.decide import PolicyConfig
@@ -50,24 +46,8 @@ for i in $(seq 1 1500); do sleep 0.2; done
 
 @pytest.fixture(scope="module")
 def big_lab():
-    problems = missing_prerequisites()
-    if problems:
-        if REQUIRE_LAB:
-            pytest.fail("; ".join(problems), False)
-        pytest.skip("; ".join(problems))
-    ensure_user(TEST_USER)
-    base = tempfile.mkdtemp(prefix="slurm-hooks-mass-")
-    lab = Lab(base, NODES, timeout=180)
-    try:
-        lab.up()
-    except LabError as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"the {NODES}-node lab did not come up: {exc}", False)
-    try:
+    with own_lab("slurm-hooks-mass-", NODES, timeout=180) as lab:
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def cli(hooks, node: str, *args: str, timeout: float = 120) -> tuple[int, str]:

@@ -20,16 +20,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import lab_unavailable, submit
+from conftest import own_lab, submit
 from slurm_hooks_lab import hooks as labhooks
-from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
+from slurm_hooks_lab.lab import TEST_USER, Lab
 
-from slurm_hooks.core.errors import LabError
 from slurm_hooks.detect.probes.commands import run
 
 pytestmark = [pytest.mark.slurm]
@@ -40,23 +38,8 @@ GPUS = 4
 
 @pytest.fixture(scope="module")
 def gres_lab() -> Iterator[Lab]:
-    problems = missing_prerequisites()
-    if problems:
-        lab_unavailable("; ".join(problems))
-    base = tempfile.mkdtemp(prefix="slurm-hooks-test-gres-")
-    for user in (TEST_USER, OTHER_USER):
-        ensure_user(user)
-    lab = Lab(base, 2, gpus=GPUS)
-    try:
-        lab.up()
-    except LabError as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"the GRES lab did not come up: {exc}", False)
-    try:
+    with own_lab("slurm-hooks-test-gres-", 2, users=(TEST_USER, OTHER_USER), gpus=GPUS) as lab:
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

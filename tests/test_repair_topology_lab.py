@@ -9,14 +9,11 @@ is requeued and the spare resumed for it is n6, on the job's switch, not n3
 from __future__ import annotations
 
 import shutil
-import tempfile
 
 import pytest
-from conftest import lab_unavailable, submit
+from conftest import own_lab, submit
 from slurm_hooks_lab.hooks import WebhookRecorder, install
-from slurm_hooks_lab.lab import TEST_USER, Lab, ensure_user, missing_prerequisites
 
-from slurm_hooks.core.errors import LabError
 from slurm_hooks.core.ownership import node_ownership
 from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
 
@@ -32,22 +29,8 @@ JOB = "#!/bin/bash\nfor i in $(seq 1 900); do sleep 0.2; done\n"
 
 @pytest.fixture(scope="module")
 def block_lab():
-    problems = missing_prerequisites()
-    if problems:
-        lab_unavailable("; ".join(problems))
-    base = tempfile.mkdtemp(prefix="slurm-hooks-topo-lab-")
-    ensure_user(TEST_USER)
-    the_lab = Lab(base, 6, topology_conf=TOPOLOGY)
-    try:
-        the_lab.up()
-    except LabError as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"the 2-block lab did not come up: {exc}", False)
-    try:
+    with own_lab("slurm-hooks-topo-lab-", 6, topology_conf=TOPOLOGY) as the_lab:
         yield the_lab
-    finally:
-        the_lab.down()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _reason(lab, node):
