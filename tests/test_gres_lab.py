@@ -2,7 +2,8 @@
 node, gres.conf naming character devices): Slurm allocates them, and the
 prolog's environment carries the job's ``SLURM_JOB_GPUS`` and
 ``CUDA_VISIBLE_DEVICES`` as on a GPU cluster (measured on 22.05: a second
-``--gres=gpu:2`` job on a node gets ``2,3`` in both).
+``--gres=gpu:2`` job on a node gets ``2,3`` in both; the job itself gets
+``SLURM_JOB_GPUS=2,3`` on every release, asserted below).
 
 * A job given GPUs 2 and 3 beside another user's job on 0 and 1: its prolog
   burns in 2 and 3 only, so a fault on GPU 0 (under the other job) neither
@@ -62,7 +63,8 @@ def test_a_jobs_prolog_burns_in_its_own_gpus_not_its_neighbours(gres_lab, work):
     hooks = labhooks.install(lab, gpus=GPUS, prolog=True, prolog_settings={"gres_gpus": True})
     try:
         signals = work / "theirs.signals"
-        theirs = script(work / "theirs.sh", f"trap 'echo TERM >> {signals}; exit 0' TERM\n"
+        theirs = script(work / "theirs.sh", f"trap 'echo USR1 >> {signals}' USR1\n"
+                        f"trap 'echo TERM >> {signals}; exit 0' TERM\n"
                         f"touch {signals}\nfor i in $(seq 600); do sleep 1; done\n")  # fmt: skip
         other = submit(lab, theirs, "-w", "n1", "-n1", f"--gres=gpu:{GPUS // 2}",
                        "-o", "/dev/null", user=OTHER_USER)  # fmt: skip
