@@ -37,3 +37,23 @@ def test_the_acceptance_job_asks_for_every_gpu_where_they_are_gres():
     argv = srun_argv(ac, "n2", "r1", gpus=8)
     assert "--gres=gpu:8" in argv and argv.index("--gres=gpu:8") < argv.index("/usr/bin/python3")
     assert not [a for a in srun_argv(ac, "n2", "r1") if a.startswith("--gres")]  # no GRES: none
+
+
+def test_install_says_when_the_prologs_gres_gpus_does_not_fit_slurm():
+    """Recorded ``scontrol show config`` of each release (no GPU GRES there):
+    the default ``gres_gpus = true`` would take every job for a CPU job."""
+    from pathlib import Path
+
+    from slurm_hooks.cli.gres_advice import advice
+    from slurm_hooks.slurm.parse_config import parse_show_config
+
+    for name in ("22.05", "24.11", "26.05"):
+        text = (Path(__file__).parent / "data" / "slurm" / f"{name}-show_config.txt").read_text()
+        running = parse_show_config(text)
+        tip = advice(running.get("GresTypes"), gres_gpus=True)
+        assert tip is not None and "Set [prolog] gres_gpus = false." in tip, name
+        assert advice(running.get("GresTypes"), gres_gpus=False) is None
+        assert advice(running.get("GresTypes"), gres_gpus=True, gpu_jobs_only=False) is None
+    assert "Set [prolog] gres_gpus = true." in advice("gpu,mps", gres_gpus=False)
+    assert advice("gpu,mps", gres_gpus=True) is None
+    assert advice(None, gres_gpus=True) is not None  # 24.11 leaves unset keys out

@@ -114,3 +114,14 @@ def test_the_acceptance_job_is_given_every_gpu_of_the_node(gres_lab, work):
     finally:
         hooks.close()
         lab.reset()
+
+
+def test_install_takes_this_slurm_for_one_with_gpus_as_gres(gres_lab):
+    """What ``install --check`` reads from the running Slurm here: GPUs are
+    GRES, so the default ``[prolog] gres_gpus = true`` fits and ``false``
+    would have every prolog test the other jobs' GPUs too."""
+    from slurm_hooks.cli.gres_advice import advice
+
+    running = gres_lab.client().show_config().get("GresTypes")
+    assert advice(running, gres_gpus=True) is None
+    assert "Set [prolog] gres_gpus = true." in (advice(running, gres_gpus=False) or "")

@@ -298,6 +298,8 @@ def test_installed_glob_prolog_runs_on_the_lab(fresh_lab, job_dir, tmp_path):
     first = subprocess.run(base, env=env, check=False, capture_output=True, text=True, timeout=60)
     assert first.returncode == 1, first.stdout + first.stderr  # slurm.conf lacks our lines
     assert "missing  Prolog" in first.stdout
+    # The lab's GPUs are not GRES, and the written config keeps gres_gpus = true.
+    assert "GresTypes = (null): GPUs are not GRES here" in first.stdout
     snippet = first.stdout.split("slurm.conf lines for slurm-hooks:\n", 1)[1].split("\n\n", 1)[0]
     required = [
         line

@@ -200,6 +200,12 @@ def command(
             click.echo(f"           to keep running {d.running} (NHC?) beside slurm-hooks: "
                        f"slurm-hooks install --chain-healthcheck {d.running}")  # fmt: skip
         needed = needed or d.setting.required
+    from slurm_hooks.cli.gres_advice import advice, prolog_gpu_settings
+
+    gres_gpus, gpu_jobs_only = prolog_gpu_settings(config_abs)
+    tip = advice(running.get("GresTypes"), gres_gpus=gres_gpus, gpu_jobs_only=gpu_jobs_only)
+    if tip:
+        click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:
         click.echo("")
         click.echo("Add the lines above to slurm.conf, then: scontrol reconfigure")

@@ -1,0 +1,62 @@
+"""Whether the prolog's idea of a GPU job fits the running Slurm.
+
+The prolog takes a job's GPUs from ``SLURM_JOB_GPUS``, which Slurm sets only
+where GPUs are GRES (``GresTypes=gpu``); ``[prolog] gres_gpus`` says which
+kind of cluster this is (docs/prolog.md).  Either mismatch is silent on the
+nodes, so ``slurm-hooks install --check`` says it:
+
+* ``gres_gpus = true`` (the default) without GPU GRES: no job ever has
+  ``SLURM_JOB_GPUS``, every job is taken for a CPU job and the prolog never
+  tests a GPU;
+* ``gres_gpus = false`` with GPU GRES: every job's prolog tests every GPU of
+  the node, other jobs' on a shared node included.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def gres_has_gpus(gres_types: str | None) -> bool:
+    """``GresTypes`` (``scontrol show config``) names ``gpu``."""
+    return any(t.strip().lower() == "gpu" for t in (gres_types or "").split(","))
+
+
+def prolog_gpu_settings(cfg: Any = None) -> tuple[bool, bool]:
+    """``[prolog] gres_gpus`` and ``gpu_jobs_only`` of ``cfg`` (a Config, a
+    path, or None for the hooks' config); their defaults when it cannot be
+    read (install reports an unreadable config on its own)."""
+    from slurm_hooks.agent.prolog import PrologConfig
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+
+    try:
+        if cfg is None or isinstance(cfg, str | os.PathLike):
+            cfg = config_mod.load(cfg, validate=False)
+        prolog = cfg.section("prolog", PrologConfig)
+    except SlurmHooksError:
+        prolog = PrologConfig()
+    return bool(prolog.gres_gpus), bool(prolog.gpu_jobs_only)
+
+
+def advice(gres_types: str | None, *, gres_gpus: bool, gpu_jobs_only: bool = True) -> str | None:
+    """What to change in ``[prolog]`` for a Slurm whose ``GresTypes`` is
+    ``gres_types``; None when it fits (or every job gets the GPU checks
+    anyway: ``gpu_jobs_only = false``)."""
+    if not gpu_jobs_only:
+        return None
+    shown = gres_types or "(not set)"
+    if gres_gpus and not gres_has_gpus(gres_types):
+        return (
+            f"GresTypes = {shown}: GPUs are not GRES here, so no job has SLURM_JOB_GPUS and "
+            "with [prolog] gres_gpus = true every job is taken for a CPU job (the prolog "
+            "never tests a GPU). Set [prolog] gres_gpus = false."
+        )
+    if not gres_gpus and gres_has_gpus(gres_types):
+        return (
+            f"GresTypes = {shown}: GPUs are GRES here, but [prolog] gres_gpus = false makes "
+            "every job's prolog test every GPU of the node, other jobs' on a shared node "
+            "included. Set [prolog] gres_gpus = true."
+        )
+    return None
