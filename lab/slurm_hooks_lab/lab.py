@@ -338,6 +338,7 @@ class Lab:
         topology_conf: str = "",
         extra_records: int = 0,
         gpus: int = 0,
+        shards: int = 0,
     ) -> None:
         self.base_dir = Path(base_dir or default_dir()).absolute()
         state = self._read_state()
@@ -377,6 +378,11 @@ class Lab:
         if gpus < 0:
             raise LabError("gpus must be >= 0")
         self.gpus = gpus
+        #: With ``gpus``: that many ``gres/shard`` a node, spread over its
+        #: GPUs (Slurm's GPU sharing: jobs share a GPU, none holds it whole).
+        if shards < 0 or (shards and not gpus):
+            raise LabError("shards must be >= 0, and need gpus")
+        self.shards = shards
 
     # -- paths and names -----------------------------------------------------
 
@@ -539,14 +545,16 @@ class Lab:
         if state.get("topology"):
             lines.append("TopologyPlugin=topology/tree")
         gpus = int(state.get("gpus") or 0)
+        shards = int(state.get("shards") or 0)
         if gpus:
-            lines.append("GresTypes=gpu")
+            lines.append("GresTypes=gpu,shard" if shards else "GresTypes=gpu")
         for name in state["nodes"]:
             lines.append(
                 f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 "
                 f"Port={state['node_ports'][name]} CPUs={state['cpus']} "
                 f"RealMemory={state['memory_mb']} State=UNKNOWN"
                 + (f" Gres=gpu:{gpus}" if gpus else "")
+                + (f",shard:{shards}" if shards else "")
             )
         records = int(state.get("extra_records") or 0)
         if records:
@@ -692,6 +700,7 @@ class Lab:
             "topology": bool(self.topology_conf),
             "extra_records": self.extra_records,
             "gpus": self.gpus,
+            "shards": self.shards,
             "pids": {},
             "started_at": time.time(),
         }
@@ -742,6 +751,8 @@ class Lab:
                     os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(195, i))
             files = f"{d}/nvidia[0-{last}]" if last else f"{d}/nvidia0"
             lines.append(f"NodeName={name} Name=gpu File={files}")
+            if self.shards:
+                lines.append(f"NodeName={name} Name=shard Count={self.shards} File={files}")
         return "\n".join(lines) + "\n"
 
     def _check_reachable(self) -> None:
