@@ -78,6 +78,10 @@ class JobInfo:
     name: str | None = None
     partition: str | None = None
     num_nodes: int | None = None
+    #: What the job asked for per node, job, task and socket (scontrol's
+    #: ``TresPerNode`` ... ``TresPerSocket``, joined by ","), e.g.
+    #: ``gres:shard:2`` (22.05) or ``gres/shard:2`` (24.11 on); None: nothing.
+    tres_per: str | None = None
 
     def runs_on(self, node: str) -> bool:
         """Whether the job's node list (``n[1-3],n7``) names ``node``; a list

@@ -17,6 +17,17 @@ import re
 _BINDING = re.compile(r"\([^)]*\)")
 
 
+#: A GPU-sharing GRES in what a job asked for: ``gres:shard:2`` (22.05),
+#: ``gres/shard:2`` (24.11 on), ``gres/mps:50``.
+_SHARING = re.compile(r"(?:^|[,\s])gres[:/](?:shard|mps)(?=[:,\s]|$)")
+
+
+def shares_gpus(tres_per: str | None) -> bool:
+    """Whether a job's request (``JobInfo.tres_per``) asks for a share of a
+    GPU (``gres/shard``, ``gres/mps``) rather than GPUs whole."""
+    return bool(tres_per and _SHARING.search(tres_per))
+
+
 def gpu_count(gres: str | None) -> int:
     """The GPUs (or GPU slices) in ``gres``: the counts of its ``gpu``
     entries added up; 0 for none, for ``(null)`` and for an entry whose

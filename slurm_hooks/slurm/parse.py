@@ -409,7 +409,14 @@ def job_from_fields(fields: Mapping[str, str]) -> JobInfo:
         name=_none_if_null(fields.get("JobName")),
         partition=_none_if_null(fields.get("Partition")),
         num_nodes=json_int(fields.get("NumNodes")),
+        tres_per=_tres_per(fields),
     )
+
+
+def _tres_per(fields: Mapping[str, str]) -> str | None:
+    keys = ("TresPerNode", "TresPerJob", "TresPerTask", "TresPerSocket")
+    parts = [v for v in (_none_if_null(fields.get(k)) for k in keys) if v]
+    return ",".join(parts) or None
 
 
 class ShadowedRecord(SlurmError):

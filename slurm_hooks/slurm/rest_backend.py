@@ -129,6 +129,12 @@ def job_from_json(obj: Mapping[str, Any]) -> JobInfo:
         name=_str(obj.get("name")),
         partition=_str(obj.get("partition")),
         num_nodes=parse_values.json_int(obj.get("node_count")),
+        tres_per=",".join(
+            v
+            for k in ("tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket")
+            if (v := _str(obj.get(k)))
+        )
+        or None,
     )
 
 
