@@ -50,10 +50,73 @@ def test_install_says_when_the_prologs_gres_gpus_does_not_fit_slurm():
     for name in ("22.05", "24.11", "26.05"):
         text = (Path(__file__).parent / "data" / "slurm" / f"{name}-show_config.txt").read_text()
         running = parse_show_config(text)
-        tip = advice(running.get("GresTypes"), gres_gpus=True)
-        assert tip is not None and "Set [prolog] gres_gpus = false." in tip, name
-        assert advice(running.get("GresTypes"), gres_gpus=False) is None
-        assert advice(running.get("GresTypes"), gres_gpus=True, gpu_jobs_only=False) is None
-    assert "Set [prolog] gres_gpus = true." in advice("gpu,mps", gres_gpus=False)
-    assert advice("gpu,mps", gres_gpus=True) is None
-    assert advice(None, gres_gpus=True) is not None  # 24.11 leaves unset keys out
+        (tip,) = advice(running.get("GresTypes"), gres_gpus=True)
+        assert "Set [prolog] gres_gpus = false." in tip, name
+        assert advice(running.get("GresTypes"), gres_gpus=False) == []
+        assert advice(running.get("GresTypes"), gres_gpus=True, gpu_jobs_only=False) == []
+    (tip,) = advice("gpu,mps", gres_gpus=False, gpu_sharing=True)
+    assert "Set [prolog] gres_gpus = true." in tip
+    assert advice("gpu,mps", gres_gpus=True, gpu_sharing=True) == []
+    (tip,) = advice("gpu,shard", gres_gpus=True)
+    assert "Set [prolog] gpu_sharing = true" in tip
+    assert len(advice(None, gres_gpus=True)) == 1  # 24.11 leaves unset keys out
+
+
+@pytest.mark.parametrize(
+    ("tres_per", "shares"),
+    [
+        ("gres:shard:2", True),  # 22.05
+        ("gres/shard:2", True),  # 24.11, 26.05
+        ("gres/mps:50", True),
+        ("gres/gpu:2,gres/shard:1", True),
+        ("gres:gpu:2", False),
+        ("gres/gpu:h100:8", False),
+        ("gres/gpu:sharding:1", False),  # a GPU type that merely contains the word
+        ("cpu=4", False),
+        (None, False),
+    ],
+)
+def test_shares_gpus(tres_per, shares):
+    from slurm_hooks.slurm.gres import shares_gpus
+
+    assert shares_gpus(tres_per) is shares
+
+
+def test_what_a_job_asked_for_is_read_from_scontrol_and_rest():
+    from slurm_hooks.slurm.parse import job_from_fields
+    from slurm_hooks.slurm.rest_backend import job_from_json
+
+    fields = {"JobId": "7", "JobState": "RUNNING", "TresPerNode": "gres/shard:2",
+              "TresPerJob": "(null)", "TresPerTask": "cpu=1"}  # fmt: skip
+    assert job_from_fields(fields).tres_per == "gres/shard:2,cpu=1"
+    assert job_from_fields({"JobId": "7", "JobState": "RUNNING"}).tres_per is None
+    rest = job_from_json({"job_id": 7, "job_state": ["RUNNING"], "tres_per_node": "gres/mps:50",
+                          "tres_per_job": ""})  # fmt: skip
+    assert rest.tres_per == "gres/mps:50"
+    assert job_from_json({"job_id": 7, "job_state": ["RUNNING"]}).tres_per is None
+
+
+def test_the_prolog_asks_slurm_only_where_gpus_are_shared_and_believes_no_silence(monkeypatch):
+    from slurm_hooks.agent import prolog_sharing
+    from slurm_hooks.core.errors import SlurmError
+    from slurm_hooks.core.slurm_model import JobInfo
+    from slurm_hooks.slurm import factory
+
+    class Client:
+        def __init__(self, job):
+            self.job = job
+
+        def get_job(self, job_id):
+            if isinstance(self.job, Exception):
+                raise self.job
+            return self.job
+
+    def with_job(job):
+        monkeypatch.setattr(factory, "client_from_config", lambda cfg: Client(job))
+
+    with_job(JobInfo("7", "u", "RUNNING", "n1", tres_per="gres:shard:2"))
+    assert "shares its GPUs (gres:shard:2)" in prolog_sharing.shared_gpus_reason(None, "7")
+    with_job(JobInfo("7", "u", "RUNNING", "n1", tres_per="gres/gpu:2"))
+    assert prolog_sharing.shared_gpus_reason(None, "7") is None
+    with_job(SlurmError("slurmctld not responding"))
+    assert "did not say" in prolog_sharing.shared_gpus_reason(None, "7")

@@ -35,11 +35,13 @@ pytestmark = [pytest.mark.slurm]
 
 OTHER_USER = "sltest2"
 GPUS = 4
+SHARDS = 8
 
 
 @pytest.fixture(scope="module")
 def gres_lab() -> Iterator[Lab]:
-    with own_lab("slurm-hooks-test-gres-", 2, users=(TEST_USER, OTHER_USER), gpus=GPUS) as lab:
+    with own_lab("slurm-hooks-test-gres-", 2, users=(TEST_USER, OTHER_USER), gpus=GPUS,
+                 shards=SHARDS) as lab:  # fmt: skip
         yield lab
 
 
@@ -116,12 +118,41 @@ def test_the_acceptance_job_is_given_every_gpu_of_the_node(gres_lab, work):
         lab.reset()
 
 
-def test_install_takes_this_slurm_for_one_with_gpus_as_gres(gres_lab):
+def test_install_takes_this_slurm_for_one_with_gpus_as_gres_and_shared(gres_lab):
     """What ``install --check`` reads from the running Slurm here: GPUs are
-    GRES, so the default ``[prolog] gres_gpus = true`` fits and ``false``
-    would have every prolog test the other jobs' GPUs too."""
+    GRES and shared (``GresTypes=gpu,shard``), so ``gres_gpus = true`` and
+    ``gpu_sharing = true`` fit; each other value gets its hint."""
     from slurm_hooks.cli.gres_advice import advice
 
     running = gres_lab.client().show_config().get("GresTypes")
-    assert advice(running, gres_gpus=True) is None
-    assert "Set [prolog] gres_gpus = true." in (advice(running, gres_gpus=False) or "")
+    assert advice(running, gres_gpus=True, gpu_sharing=True) == []
+    (tip,) = advice(running, gres_gpus=False, gpu_sharing=True)
+    assert "Set [prolog] gres_gpus = true." in tip
+    (tip,) = advice(running, gres_gpus=True, gpu_sharing=False)
+    assert "Set [prolog] gpu_sharing = true" in tip
+
+
+def test_a_jobs_share_of_a_gpu_is_burned_in_by_no_prolog(gres_lab, work):
+    """sltest2's ``--gres=shard:2`` job: Slurm names the GPU it shares in its
+    prolog's environment as if it were whole (``SLURM_JOB_GPUS=0``, measured
+    on every release).  Every GPU now miscomputes in a burn-in; with
+    ``gpu_sharing = true`` the prolog asks Slurm, sees the share and burns
+    nothing: the job runs, the node stays in service."""
+    lab = gres_lab
+    hooks = labhooks.install(lab, gpus=GPUS, prolog=True,
+                             prolog_settings={"gres_gpus": True, "gpu_sharing": True})  # fmt: skip
+    try:
+        hooks.set_engine("n1", "".join(f"[burnin.gpu.{i}]\nerrors = 40\n" for i in range(GPUS)))
+        share = script(work / "share.sh", f'echo "$SLURM_JOB_GPUS" > {work}/share.gpus\n')
+        job = submit(lab, share, "-w", "n1", "-n1", "--gres=shard:2", "-o", "/dev/null",
+                     user=OTHER_USER)  # fmt: skip
+        done = lab.wait_job(job, lambda j: j.state == "COMPLETED" or j.restart_count > 0,
+                            timeout=90)  # fmt: skip
+        assert (done.state, done.restart_count) == ("COMPLETED", 0), (done, hooks.audit("n1"))
+        assert (work / "share.gpus").read_text().strip() == "0"  # the GPU, as if whole
+        n1 = lab.client().get_node("n1")
+        assert not (n1.drained or n1.down), n1.reason
+        assert not [e for e in hooks.audit("n1") if e["action"] in ("drain", "requeue", "signal")]
+    finally:
+        hooks.close()
+        lab.reset()

@@ -108,6 +108,10 @@ class PrologConfig:
     #: Set false where GPUs are not GRES: every job is then a GPU job on a node
     #: whose profile has GPUs (profile gpu_count = 0 still means CPU-only).
     gres_gpus: bool = True
+    #: Slurm shares GPUs between jobs here (gres/shard, gres/mps): a GPU job's
+    #: prolog asks Slurm what it asked for and does no GPU work for a share
+    #: (its environment names the shared GPU as if whole: prolog_sharing.py).
+    gpu_sharing: bool = False
     #: Checks run on every prolog, cached or not (cheap, no GPU).
     warm_checks: tuple[str, ...] = ("xid",)
     #: After our drain, requeue the job ourselves and exit 0 (no hold, our
@@ -323,6 +327,11 @@ def run_prolog(
     _claim_progress_dir(cfg, env, job_id)
     rs = runner.setup(cfg, node=node, services=services)
     gpu = job_gpus(env, pc, rs.profile.gpu_count)
+    if gpu.gpus and pc.gpu_sharing and job_id:
+        from slurm_hooks.agent.prolog_sharing import shared_gpus_reason
+
+        why_shared = shared_gpus_reason(cfg, job_id)
+        gpu = GpuUse(False, None, why_shared) if why_shared else gpu
     step("setup", t0)
 
     # 1. The warm checks: every prolog, cached or not; scan and act under the

@@ -9,7 +9,10 @@ nodes, so ``slurm-hooks install --check`` says it:
   ``SLURM_JOB_GPUS``, every job is taken for a CPU job and the prolog never
   tests a GPU;
 * ``gres_gpus = false`` with GPU GRES: every job's prolog tests every GPU of
-  the node, other jobs' on a shared node included.
+  the node, other jobs' on a shared node included;
+* ``gpu_sharing = false`` with ``gres/shard`` or ``gres/mps``: a job's share
+  of a GPU looks whole in its prolog's environment, so the prolog burns in a
+  GPU other jobs use (``agent/prolog_sharing.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ def gres_has_gpus(gres_types: str | None) -> bool:
     return any(t.strip().lower() == "gpu" for t in (gres_types or "").split(","))
 
 
-def prolog_gpu_settings(cfg: Any = None) -> tuple[bool, bool]:
-    """``[prolog] gres_gpus`` and ``gpu_jobs_only`` of ``cfg`` (a Config, a
-    path, or None for the hooks' config); their defaults when it cannot be
-    read (install reports an unreadable config on its own)."""
+def gres_shares_gpus(gres_types: str | None) -> bool:
+    """``GresTypes`` names a GPU-sharing GRES (``shard``, ``mps``)."""
+    return any(t.strip().lower() in ("shard", "mps") for t in (gres_types or "").split(","))
+
+
+def prolog_gpu_settings(cfg: Any = None) -> Any:
+    """``[prolog]`` of ``cfg`` (a Config, a path, or None for the hooks'
+    config); its defaults when it cannot be read (install reports an
+    unreadable config on its own)."""
     from slurm_hooks.agent.prolog import PrologConfig
     from slurm_hooks.core import config as config_mod
     from slurm_hooks.core.errors import SlurmHooksError
@@ -34,29 +42,41 @@ def prolog_gpu_settings(cfg: Any = None) -> tuple[bool, bool]:
     try:
         if cfg is None or isinstance(cfg, str | os.PathLike):
             cfg = config_mod.load(cfg, validate=False)
-        prolog = cfg.section("prolog", PrologConfig)
+        return cfg.section("prolog", PrologConfig)
     except SlurmHooksError:
-        prolog = PrologConfig()
-    return bool(prolog.gres_gpus), bool(prolog.gpu_jobs_only)
+        return PrologConfig()
 
 
-def advice(gres_types: str | None, *, gres_gpus: bool, gpu_jobs_only: bool = True) -> str | None:
+def advice(
+    gres_types: str | None,
+    *,
+    gres_gpus: bool,
+    gpu_jobs_only: bool = True,
+    gpu_sharing: bool = False,
+) -> list[str]:
     """What to change in ``[prolog]`` for a Slurm whose ``GresTypes`` is
-    ``gres_types``; None when it fits (or every job gets the GPU checks
+    ``gres_types``; empty when it fits (or every job gets the GPU checks
     anyway: ``gpu_jobs_only = false``)."""
     if not gpu_jobs_only:
-        return None
+        return []
     shown = gres_types or "(not set)"
+    out = []
     if gres_gpus and not gres_has_gpus(gres_types):
-        return (
+        out.append(
             f"GresTypes = {shown}: GPUs are not GRES here, so no job has SLURM_JOB_GPUS and "
             "with [prolog] gres_gpus = true every job is taken for a CPU job (the prolog "
             "never tests a GPU). Set [prolog] gres_gpus = false."
         )
     if not gres_gpus and gres_has_gpus(gres_types):
-        return (
+        out.append(
             f"GresTypes = {shown}: GPUs are GRES here, but [prolog] gres_gpus = false makes "
             "every job's prolog test every GPU of the node, other jobs' on a shared node "
             "included. Set [prolog] gres_gpus = true."
         )
-    return None
+    if not gpu_sharing and gres_shares_gpus(gres_types):
+        out.append(
+            f"GresTypes = {shown}: jobs share GPUs here, and a shared GPU looks whole in the "
+            "prolog's environment (SLURM_JOB_GPUS), so its prolog would burn in a GPU other "
+            "jobs use. Set [prolog] gpu_sharing = true (the prolog then asks Slurm)."
+        )
+    return out

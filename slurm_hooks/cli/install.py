@@ -202,9 +202,9 @@ def command(
         needed = needed or d.setting.required
     from slurm_hooks.cli.gres_advice import advice, prolog_gpu_settings
 
-    gres_gpus, gpu_jobs_only = prolog_gpu_settings(config_abs)
-    tip = advice(running.get("GresTypes"), gres_gpus=gres_gpus, gpu_jobs_only=gpu_jobs_only)
-    if tip:
+    pro = prolog_gpu_settings(config_abs)
+    for tip in advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
+                      gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing):  # fmt: skip
         click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:
         click.echo("")
