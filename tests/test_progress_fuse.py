@@ -17,6 +17,7 @@ installs bindfs); the site's FUSE settings are put back afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -117,21 +118,32 @@ def scene(fuse_site: None) -> Iterator[Scene]:
                       str(src), str(base / "101"))  # fmt: skip
         assert mounted.returncode == 0, mounted.stderr
         mounts.append(base / "101")
-        for pid in _daemons(hostile.pw_uid):
+        for pid in _daemons(hostile.pw_uid, top):
             assert _as(TEST_USER, "kill", "-STOP", str(pid)).returncode == 0
         yield Scene(base, hostile.pw_uid, victim.pw_uid)
     finally:
-        for pid in _daemons(hostile.pw_uid):
-            os.kill(pid, 9)
+        _kill_daemons(hostile.pw_uid, top)
         for m in mounts:
             subprocess.run(["umount", "-l", "--", str(m)], capture_output=True, check=False)
         shutil.rmtree(top, ignore_errors=True)
 
 
-def _daemons(uid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-u", str(uid), "-x", "bindfs"],
+def _daemons(uid: int, top: Path) -> list[int]:
+    """The user's bindfs daemons serving a mount under ``top`` (this test's
+    own directory): not another test's, which may still be on its way out."""
+    out = subprocess.run(["pgrep", "-u", str(uid), "-f", f"^bindfs .*{top}/"],
                          capture_output=True, text=True, check=False)  # fmt: skip
     return [int(p) for p in out.stdout.split()]
+
+
+def _kill_daemons(uid: int, top: Path) -> None:
+    """SIGKILL this test's daemons and wait (5 s at most) until they are gone."""
+    for pid in _daemons(uid, top):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    deadline = time.monotonic() + 5
+    while _daemons(uid, top) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _looks(script: str, *args: str) -> dict[str, object]:
@@ -273,13 +285,12 @@ def test_a_progress_directory_a_user_made_first_and_mounted_holds_no_look(fuse_s
         mounted = _as(TEST_USER, "bindfs", "-o", "allow_other,attr_timeout=0,entry_timeout=0",
                       str(src), str(base))  # fmt: skip
         assert mounted.returncode == 0, mounted.stderr
-        for pid in _daemons(hostile.pw_uid):
+        for pid in _daemons(hostile.pw_uid, top):
             assert _as(TEST_USER, "kill", "-STOP", str(pid)).returncode == 0
         got = _looks(BASE_LOOKS, str(base), str(victim.pw_uid))
         mounts = Path("/proc/self/mounts").read_text()  # before this test's clean-up
     finally:
-        for pid in _daemons(hostile.pw_uid):
-            os.kill(pid, 9)
+        _kill_daemons(hostile.pw_uid, top)
         subprocess.run(["umount", "-l", "--", str(base)], capture_output=True, check=False)
         shutil.rmtree(top, ignore_errors=True)
     assert got["base_stat"] is False

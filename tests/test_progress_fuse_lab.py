@@ -42,7 +42,7 @@ D={pdir}/$SLURM_JOB_ID; mkdir -p $D; S=$(mktemp -d)
 ( for s in 0 1 2 3; do {rec} $SLURM_JOB_ID 0 $SLURMD_NODENAME $$ $s $(date +%s.%N) \\
     >> $S/rank0.log; sleep 0.3; done )
 bindfs -o allow_other,attr_timeout=0,entry_timeout=0 $S $D || exit 3
-kill -STOP $(pgrep -n -u "$(id -u)" -x bindfs)
+kill -STOP $(pgrep -u "$(id -u)" -f "^bindfs .* $D\\$")
 for i in $(seq 600); do sleep 1; done
 """
 
@@ -74,5 +74,6 @@ def test_a_users_stopped_fuse_mount_never_stops_the_pass_for_others(fresh_lab, j
             assert lab.client().get_job(jobs[0]).state == "RUNNING"
         finally:
             run(["scancel", *jobs], timeout=30, env=lab.env(), check=False)
-            subprocess.run(["pkill", "-KILL", "-u", "sltest", "-x", "bindfs"], check=False)
+            subprocess.run(["pkill", "-KILL", "-u", "sltest", "-f", f"^bindfs .* {mount}$"],
+                           check=False)  # fmt: skip
             subprocess.run(["umount", "-l", "--", str(mount)], capture_output=True, check=False)
