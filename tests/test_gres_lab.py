@@ -28,6 +28,7 @@ import pytest
 from conftest import own_lab, submit
 from slurm_hooks_lab import hooks as labhooks
 from slurm_hooks_lab.lab import TEST_USER, Lab
+from test_trust_lab import script
 
 from slurm_hooks.detect.probes.commands import run
 
@@ -51,12 +52,6 @@ def work(gres_lab: Lab, request: pytest.FixtureRequest) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     os.chmod(path, 0o1777)
-    return path
-
-
-def script(path: Path, body: str) -> Path:
-    path.write_text("#!/bin/bash\n" + body)
-    path.chmod(0o755)
     return path
 
 

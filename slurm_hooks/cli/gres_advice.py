@@ -17,32 +17,21 @@ nodes, so ``slurm-hooks install --check`` says it:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-
-def gres_has_gpus(gres_types: str | None) -> bool:
-    """``GresTypes`` (``scontrol show config``) names ``gpu``."""
-    return any(t.strip().lower() == "gpu" for t in (gres_types or "").split(","))
-
-
-def gres_shares_gpus(gres_types: str | None) -> bool:
-    """``GresTypes`` names a GPU-sharing GRES (``shard``, ``mps``)."""
-    return any(t.strip().lower() in ("shard", "mps") for t in (gres_types or "").split(","))
+from slurm_hooks.slurm.gres import types_named
 
 
 def prolog_gpu_settings(cfg: Any = None) -> Any:
     """``[prolog]`` of ``cfg`` (a Config, a path, or None for the hooks'
-    config); its defaults when it cannot be read (install reports an
-    unreadable config on its own)."""
+    config: ``slurm_settings.hooks_config``); its defaults when it cannot be
+    read (install reports an unreadable config on its own)."""
     from slurm_hooks.agent.prolog import PrologConfig
-    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.cli.slurm_settings import hooks_config
     from slurm_hooks.core.errors import SlurmHooksError
 
     try:
-        if cfg is None or isinstance(cfg, str | os.PathLike):
-            cfg = config_mod.load(cfg, validate=False)
-        return cfg.section("prolog", PrologConfig)
+        return hooks_config(cfg).section("prolog", PrologConfig)
     except SlurmHooksError:
         return PrologConfig()
 
@@ -60,20 +49,22 @@ def advice(
     if not gpu_jobs_only:
         return []
     shown = gres_types or "(not set)"
+    named = types_named(gres_types)
+    gpus, shared = "gpu" in named, bool(named & {"shard", "mps"})
     out = []
-    if gres_gpus and not gres_has_gpus(gres_types):
+    if gres_gpus and not gpus:
         out.append(
             f"GresTypes = {shown}: GPUs are not GRES here, so no job has SLURM_JOB_GPUS and "
             "with [prolog] gres_gpus = true every job is taken for a CPU job (the prolog "
             "never tests a GPU). Set [prolog] gres_gpus = false."
         )
-    if not gres_gpus and gres_has_gpus(gres_types):
+    if not gres_gpus and gpus:
         out.append(
             f"GresTypes = {shown}: GPUs are GRES here, but [prolog] gres_gpus = false makes "
             "every job's prolog test every GPU of the node, other jobs' on a shared node "
             "included. Set [prolog] gres_gpus = true."
         )
-    if not gpu_sharing and gres_shares_gpus(gres_types):
+    if not gpu_sharing and shared:
         out.append(
             f"GresTypes = {shown}: jobs share GPUs here, and a shared GPU looks whole in the "
             "prolog's environment (SLURM_JOB_GPUS), so its prolog would burn in a GPU other "

@@ -456,20 +456,31 @@ def file_values(settings: Iterable[Setting], conf: Mapping[str, str]) -> dict[st
     return {s.key: lower[s.key.lower()] for s in settings if s.key.lower() in lower}
 
 
+def hooks_config(cfg: Any = None) -> Any:
+    """``cfg`` as a Config: a Config as it is, a config file path loaded
+    (unvalidated), None for the config the hooks load
+    (``$SLURM_HOOKS_CONFIG`` or the default file); an empty Config (every
+    default) when it cannot be read: install reports that on its own."""
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.core.errors import SlurmHooksError
+
+    if cfg is not None and not isinstance(cfg, str | os.PathLike):
+        return cfg
+    try:
+        return config_mod.load(cfg, validate=False)
+    except SlurmHooksError:
+        return config_mod.Config(path=None, data={})
+
+
 def hook_budget_s(cfg: Any = None) -> float:
     """The longest budget of a hook that PrologEpilogTimeout bounds: the
     prolog's ``[prolog] budget_s`` and the epilog's ``[checks] budget_s``
     (their defaults when unset).  ``cfg``: a Config, a config file path, or
     None for the config the hooks load (``$SLURM_HOOKS_CONFIG`` or the
     default file); an unreadable config gives the defaults."""
-    from slurm_hooks.core import config as config_mod
     from slurm_hooks.core.errors import SlurmHooksError
 
-    try:
-        if cfg is None or isinstance(cfg, str | os.PathLike):
-            cfg = config_mod.load(cfg, validate=False)
-    except SlurmHooksError:
-        cfg = config_mod.Config(path=None, data={})
+    cfg = hooks_config(cfg)
     from slurm_hooks.agent.prolog import PrologConfig
     from slurm_hooks.core.model import Phase as RunPhase
     from slurm_hooks.detect.checks.settings import DEFAULT_BUDGETS, load_checks_config
@@ -488,14 +499,11 @@ def hook_budget_s(cfg: Any = None) -> float:
 def healthcheck_budget_s(cfg: Any = None) -> float:
     """``[checks] budget_s`` for the healthcheck phase (its default when the
     config cannot be read): what HealthCheckTimeout must cover."""
-    from slurm_hooks.core import config as config_mod
     from slurm_hooks.core.errors import SlurmHooksError
     from slurm_hooks.core.model import Phase as RunPhase
     from slurm_hooks.detect.checks.settings import DEFAULT_BUDGETS, load_checks_config
 
     try:
-        if cfg is None or isinstance(cfg, str | os.PathLike):
-            cfg = config_mod.load(cfg, validate=False)
-        return float(load_checks_config(cfg).budget(RunPhase.HEALTHCHECK))
+        return float(load_checks_config(hooks_config(cfg)).budget(RunPhase.HEALTHCHECK))
     except SlurmHooksError:
         return float(DEFAULT_BUDGETS[RunPhase.HEALTHCHECK])

@@ -28,6 +28,12 @@ def shares_gpus(tres_per: str | None) -> bool:
     return bool(tres_per and _SHARING.search(tres_per))
 
 
+def types_named(gres_types: str | None) -> set[str]:
+    """The GRES names in ``GresTypes`` (``scontrol show config``:
+    ``gpu,shard``; ``(null)`` or unset for none), lower case."""
+    return {t.strip().lower() for t in (gres_types or "").split(",")} - {"", "(null)"}
+
+
 def gpu_count(gres: str | None) -> int:
     """The GPUs (or GPU slices) in ``gres``: the counts of its ``gpu``
     entries added up; 0 for none, for ``(null)`` and for an entry whose
