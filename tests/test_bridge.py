@@ -25,8 +25,11 @@ CFG = BridgeConfig(replacement="crd", max_cordoned_fraction=0.5, leader_election
 K = P.Keys(CFG.annotation_prefix)
 
 
-def ours(inc: str = "7f3a2c1b", code: str = "XID79") -> str:
-    return format_reason(DrainReason(code, inc, "GPU has fallen off the bus", "gpu3"))
+def ours(inc: str = "7f3a2c1b", code: str = "XID79", *, repl: bool = True) -> str:
+    """Our reason; ``repl``: the policy marked it for replacement (``repl=requested``),
+    which the bridge needs before it asks for one (``replace_on = "policy"``)."""
+    extra = {"repl": "requested"} if repl else {}
+    return format_reason(DrainReason(code, inc, "GPU has fallen off the bus", "gpu3", extra))
 
 
 class MemorySlurm:
@@ -162,6 +165,42 @@ def test_what_users_cause_is_cordoned_but_evicts_no_pod_and_replaces_no_machine(
 
 class Boom(Exception):
     pass
+
+
+def test_a_drain_the_policy_did_not_mark_is_repaired_not_replaced(api):
+    """``replace_on = "policy"`` (the default): a first XID 79 is the repair
+    ladder's (reset, reboot, acceptance), so the machine is cordoned and
+    emptied but not handed to the provider; when the policy marks the same
+    incident ``repl=requested`` (the ladder gave up) the replacement is asked
+    for, once."""
+    slurm = MemorySlurm(["n1", "n2", "n3", "n4"])
+    add_pods(api, "n1")
+    b = bridge(api, slurm)
+    slurm.drain("n1", ours(repl=False), state="idle")
+    r = b.reconcile_once()
+    assert [type(x.step).__name__ for x in r.results] == ["Cordon", "Evict"]
+    assert b.reconcile_once().results == ()
+    assert api.items("nodereplacements") == []
+    assert K.replacement not in api.get("nodes", "n1")["metadata"]["annotations"]
+
+    slurm.drain("n1", ours(), state="idle")  # the policy escalated: repl=requested
+    r = b.reconcile_once()
+    assert [type(x.step).__name__ for x in r.results] == ["RequestReplacement"]
+    (cr,) = api.items("nodereplacements")
+    assert cr["spec"]["incident"] == "7f3a2c1b"
+    assert b.reconcile_once().results == ()
+    assert len(api.items("nodereplacements")) == 1
+
+
+def test_a_repaired_drain_is_resumed_without_a_replacement(api):
+    slurm = MemorySlurm(["n1", "n2", "n3", "n4"])
+    b = bridge(api, slurm)
+    slurm.drain("n1", ours(repl=False), state="idle")
+    b.reconcile_once()
+    slurm.resume("n1")  # the ladder's reset and acceptance passed
+    r = b.reconcile_once()
+    assert [type(x.step).__name__ for x in r.results] == ["Uncordon"]
+    assert api.items("nodereplacements") == []
 
 
 @pytest.mark.parametrize("kill_after", ["Cordon", "Evict", "RequestReplacement"])

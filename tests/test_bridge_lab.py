@@ -22,8 +22,11 @@ CFG = BridgeConfig(replacement="crd", max_cordoned_fraction=0.5, interval=1, lea
 K = P.Keys(CFG.annotation_prefix)
 
 
-def ours(inc: str, code: str = "XID79") -> str:
-    return format_reason(DrainReason(code, inc, "GPU has fallen off the bus", "gpu3"))
+def ours(inc: str, code: str = "XID79", *, repl: bool = True) -> str:
+    """Our reason; ``repl``: the policy marked it for replacement, which the
+    bridge needs before it asks for one (``replace_on = "policy"``)."""
+    extra = {"repl": "requested"} if repl else {}
+    return format_reason(DrainReason(code, inc, "GPU has fallen off the bus", "gpu3", extra))
 
 
 @pytest.fixture
@@ -68,7 +71,7 @@ def test_drain_job_end_replacement_resume(world, job_dir, sbatch):
     job_id = sbatch(script, "-w", node, "-o", str(job_dir / "out.%j"))
     lab.wait_job(job_id, lambda j: j.state == "RUNNING", timeout=30)
     slurm = lab.client()
-    slurm.drain(node, ours("0b1dface"))
+    slurm.drain(node, ours("0b1dface", repl=False))
     b = make_bridge(lab, api)
 
     r = b.reconcile_once()
@@ -84,8 +87,14 @@ def test_drain_job_end_replacement_resume(world, job_dir, sbatch):
     slurm.cancel(job_id)
     lab.wait_node(node, lambda n: not n.busy, timeout=30)
     r = b.reconcile_once()
-    assert [type(x.step).__name__ for x in r.results] == ["Evict", "RequestReplacement"]
+    assert [type(x.step).__name__ for x in r.results] == ["Evict"]
     assert pods_on(api, node) == [f"dcgm-{node}"]
+    assert api.items("nodereplacements") == []  # the repair ladder's first
+
+    # The policy gives up on repair: Slurm's reason says repl=requested.
+    slurm.update_reason(node, ours("0b1dface"))
+    r = b.reconcile_once()
+    assert [type(x.step).__name__ for x in r.results] == ["RequestReplacement"]
     (cr,) = api.items("nodereplacements")
     assert cr["spec"]["incident"] == "0b1dface" and cr["spec"]["nodeName"] == node
 

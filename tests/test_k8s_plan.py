@@ -17,8 +17,11 @@ CFG = BridgeConfig(replacement="crd", max_cordoned_fraction=0.5)
 K = P.Keys(CFG.annotation_prefix)
 
 
-def ours(code: str = "XID79", inc: str = "7f3a2c1b") -> str:
-    return format_reason(DrainReason(code, inc, "GPU has fallen off the bus", "gpu3"))
+def ours(code: str = "XID79", inc: str = "7f3a2c1b", *, repl: bool = True) -> str:
+    """Our reason; ``repl``: the policy marked it for replacement (``repl=requested``),
+    which the bridge needs before it asks for one (``replace_on = "policy"``)."""
+    extra = {"repl": "requested"} if repl else {}
+    return format_reason(DrainReason(code, inc, "GPU has fallen off the bus", "gpu3", extra))
 
 
 def slurm(name: str, state: str = "idle", flags=("DRAIN",), reason: str | None = None) -> NodeState:
@@ -137,11 +140,47 @@ CASES = [
         0,
     ),
     (
-        "NHC acted on when configured",
+        "NHC acted on when configured: no replacement, the policy did not ask for one",
         [slurm("n1", reason="NHC: check_hw_ib failed")],
         [knode("n1"), knode("n2")],
         {},
         {"foreign_prefixes": ("NHC:",)},
+        ["Cordon", "Evict"],
+        0,
+    ),
+    (
+        "NHC acted on, replace_on = drain: replaced like any drain",
+        [slurm("n1", reason="NHC: check_hw_ib failed")],
+        [knode("n1"), knode("n2")],
+        {},
+        {"foreign_prefixes": ("NHC:",), "replace_on": "drain"},
+        ["Cordon", "Evict", "RequestReplacement"],
+        0,
+    ),
+    (
+        "our drain the policy did not mark for replacement: cordon and evict only",
+        [slurm("n1", reason=ours(repl=False))],
+        [knode("n1"), knode("n2")],
+        {},
+        {},
+        ["Cordon", "Evict"],
+        0,
+    ),
+    (
+        "the same incident later marked for replacement: only the replacement is added",
+        [slurm("n1", reason=ours())],
+        [knode("n1", unsched=True, ann=held(**{K.evicted: "7f3a2c1b"}))],
+        {},
+        {},
+        ["RequestReplacement"],
+        0,
+    ),
+    (
+        "replace_on = drain: our unmarked drain is replaced too",
+        [slurm("n1", reason=ours(repl=False))],
+        [knode("n1"), knode("n2")],
+        {},
+        {"replace_on": "drain"},
         ["Cordon", "Evict", "RequestReplacement"],
         0,
     ),

@@ -216,7 +216,13 @@ def test_fault_on_a_lent_node_goes_to_replacement_not_back_to_slurm(world):
     api.add("pods", running_pod(f"llm-{node}", node))
 
     # the hooks find an XID on the lent node: the fault reason replaces LEND
-    fault = format_reason(DrainReason("XID79", "dead0079", "GPU has fallen off the bus", "gpu3"))
+    # ... and the policy marks it for replacement (``repl=requested``): the
+    # bridge's default ``replace_on = "policy"`` asks for none without it.
+    fault = format_reason(
+        DrainReason(
+            "XID79", "dead0079", "GPU has fallen off the bus", "gpu3", {"repl": "requested"}
+        )
+    )
     lab.client().update_reason(node, fault)
     clock.advance(5)
     r = bridge.reconcile_once()

@@ -993,6 +993,10 @@ class Demo:
         cfg = BridgeConfig(
             interval=o.bridge_interval,
             replacement="crd",
+            # The demo's machines are cattle: the provisioner repairs what it
+            # is handed, so every drain goes to it (the default, "policy",
+            # waits for the policy's repl=requested after the repair ladder).
+            replace_on="drain",
             spare_pool=self.spare,
             leader_election=False,
             max_cordoned_fraction=0.5,
@@ -1013,7 +1017,7 @@ class Demo:
         self.setup_line(
             f"Kubernetes API stand-in at {self.api.url}: {len(names)} nodes, "
             f"{len(self.api.items('pods'))} pods; bridge every {o.bridge_interval:g} s "
-            f"(replacement: NodeReplacement, spare pool: {self.spare})"
+            f"(replacement: NodeReplacement on every drain, spare pool: {self.spare})"
         )
 
     def _start_job(self) -> None:

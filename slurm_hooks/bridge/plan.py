@@ -154,6 +154,9 @@ class Trigger:
     incident: str
     code: str
     reason: str
+    #: Whether the machine is handed to ``replacement`` (``replace_on``):
+    #: the policy asked for it in the reason, or the site replaces on any drain.
+    replace: bool = False
 
 
 # -- helpers --------------------------------------------------------------------
@@ -194,13 +197,14 @@ def trigger(state: NodeState, cfg: BridgeConfig) -> Trigger | None:
     ours = try_parse_reason(state.reason)
     if ours is not None:
         if cfg.act_on_ours and ours.code not in cfg.ignore_codes:
-            return Trigger(ours.incident, ours.code, state.reason)
+            asked = "repl" in ours.extra or cfg.replace_on == "drain"
+            return Trigger(ours.incident, ours.code, state.reason, asked)
         return None
     for prefix in cfg.foreign_prefixes:
         if state.reason.startswith(prefix):
             code = re.sub(r"[^A-Z0-9_]", "_", prefix.rstrip(":").upper()) or "FOREIGN"
             inc = foreign_incident(state.name, state.reason, state.reason_time)
-            return Trigger(inc, code, state.reason)
+            return Trigger(inc, code, state.reason, cfg.replace_on == "drain")
     return None
 
 
@@ -287,7 +291,7 @@ def job_queries(
         evict_open = (
             moves(trig) and cfg.evict and not (held and ann.get(keys.evicted) == trig.incident)
         )
-        repl_open = (moves(trig) and cfg.replacement != "none") and not (
+        repl_open = (moves(trig) and trig.replace and cfg.replacement != "none") and not (
             held and ann.get(keys.replacement) == trig.incident
         )
         if evict_open or repl_open:
@@ -413,7 +417,11 @@ def plan(
         if cfg.evict and done.get(keys.evicted) != trig.incident:
             steps.append(Evict(k, name, trig.incident, keep_slurmd=has_jobs))
 
-        if cfg.replacement != "none" and done.get(keys.replacement) != trig.incident:
+        if (
+            cfg.replacement != "none"
+            and trig.replace
+            and done.get(keys.replacement) != trig.incident
+        ):
             if has_jobs:
                 continue
             if replacing >= cfg.max_concurrent_replacements:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 MAPPINGS = ("same", "label", "template", "slinky")
 #: How a replacement is requested.
 REPLACEMENTS = ("none", "cluster-api", "webhook", "crd")
+#: Which drains a replacement is requested for (see ``BridgeConfig.replace_on``).
+REPLACE_ON = ("policy", "drain")
 #: Plain http is accepted for a receiver on this host only (tests, the demo).
 _WEBHOOK_SCHEMES = ("https://", "http://127.0.0.1:", "http://127.0.0.1/", "http://localhost:")
 #: A Kubernetes namespace name (an RFC 1123 label).
@@ -220,6 +222,16 @@ class BridgeConfig:
     slurmd_pod_selector: str = "app.kubernetes.io/name=slurmd"
     #: "none", "cluster-api", "webhook" or "crd".
     replacement: str = "none"
+    #: Which drains hand the machine to ``replacement``.  "policy": only those
+    #: whose Slurm reason says the policy decided the hardware must go
+    #: (``repl=requested``: a fault that needs replacing, or hardware faults
+    #: past ``[policy] replace_after``), so the repair ladder (GPU reset,
+    #: reboot, acceptance) runs first and a repaired node is resumed, not
+    #: replaced.  "drain": every drain that moves jobs (ours and
+    #: ``foreign_prefixes``), where machines are cattle and the provider
+    #: repairs.  With ``node_mapping = "slinky"`` the machine the slurmd pod
+    #: left is always handed over: no Slurm repair reaches it any more.
+    replace_on: str = "policy"
     #: Cluster API: "annotate" (remediate-machine annotation) or "delete" the Machine.
     capi_mode: str = "annotate"
     #: API version of ``cluster.x-k8s.io`` Machines in the request path.
@@ -316,6 +328,8 @@ class BridgeConfig:
             )
         if self.replacement not in REPLACEMENTS:
             raise ValueError(f"replacement must be one of {', '.join(REPLACEMENTS)}")
+        if self.replace_on not in REPLACE_ON:
+            raise ValueError(f"replace_on must be one of {', '.join(REPLACE_ON)}")
         if self.capi_mode not in ("annotate", "delete"):
             raise ValueError("capi_mode must be 'annotate' or 'delete'")
         if self.replacement == "webhook" and not self.webhook_url.startswith(_WEBHOOK_SCHEMES):
