@@ -176,6 +176,15 @@ CASES = [
         0,
     ),
     (
+        "the repair ladder's REPLACE of a release that wrote no repl=: replaced",
+        [slurm("n1", reason=ours(code="REPLACE", repl=False))],
+        [knode("n1"), knode("n2")],
+        {},
+        {},
+        ["Cordon", "Evict", "RequestReplacement"],
+        0,
+    ),
+    (
         "replace_on = drain: our unmarked drain is replaced too",
         [slurm("n1", reason=ours(repl=False))],
         [knode("n1"), knode("n2")],

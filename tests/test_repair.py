@@ -232,6 +232,8 @@ def test_reboot_then_acceptance_then_resume_and_replace_on_return(rig):
     assert slurm.count("reboot") == 1
     assert parse_reason(slurm.nodes["n1"].reason).code == "REPLACE"
     assert parse_reason(slurm.nodes["n1"].reason).extra["step"] == "replace"
+    # ... and says so to the bridge, which asks for a machine only then.
+    assert parse_reason(slurm.nodes["n1"].reason).extra["repl"] == "requested"
     assert len(tickets(rec)) == 1
     t = tickets(rec)[0]
     assert t.fields["ladder"] == ["reboot", "replace"] and t.fields["gpu_slot"] == "gpu0"

@@ -75,6 +75,9 @@ def test_xid79_reboot_acceptance_resume_then_replace(rig, job_dir):
     # The same XID on the same GPU within the window: replace, not reboot.
     hooks.inject_xid("n1", 79, gpu=0)
     lab.wait_for(lambda: _code(lab, "n1") == "REPLACE", 60, what="n1 REPLACE")
+    # What Slurm keeps tells the bridge to ask for a machine (replace_on = "policy").
+    replace = try_parse_reason(lab.client().get_node("n1").reason)
+    assert replace is not None and replace.extra.get("repl") == "requested"
     lab.wait_for(lambda: tickets.alerts("hardware_ticket"), 30, what="ticket")
     assert lab_reboot.reboots(lab.base_dir, "n1") == 1
     assert len(tickets.alerts("hardware_ticket")) == 1

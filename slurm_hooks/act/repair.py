@@ -411,13 +411,13 @@ def _reboot_seen(current: Any, rep: dict[str, Any], boot_id: str | None) -> bool
     )
 
 
-def _step_reason(inc: Incident, step: RepairStep, code: str | None = None) -> str:
+def _step_reason(inc: Incident, step: RepairStep, code: str | None = None, **extra: str) -> str:
     ours = try_parse_reason(inc.reason)
     assert ours is not None, "the incident's reason is ours"
     from slurm_hooks.core.reason import DrainReason
 
     r = DrainReason(code or ours.code, ours.incident, ours.text, ours.component,
-                    {**ours.extra, "step": str(step)})  # fmt: skip
+                    {**ours.extra, "step": str(step), **extra})  # fmt: skip
     return format_reason(r)
 
 
@@ -480,7 +480,9 @@ def _still_allowed(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: Repair
 
 def _replace(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig) -> str:
     node, incident = inc.node, inc.id
-    reason = _step_reason(inc, RepairStep.REPLACE, REPLACE_CODE)
+    # repl=requested: what the bridge waits for before it asks the provider
+    # for a machine (``[bridge] replace_on = "policy"``).
+    reason = _step_reason(inc, RepairStep.REPLACE, REPLACE_CODE, repl="requested")
     try:
         ctx.door.drain(node, reason)  # stays out: REPLACE, until a human or the bridge acts
     except (ForeignReasonError, SlurmError) as exc:

@@ -40,6 +40,7 @@ from slurm_hooks.core.clock import (
 from slurm_hooks.core.model import JobInfo, NodeState, ReasonOwner
 from slurm_hooks.core.reason import classify_owner, try_parse_reason
 from slurm_hooks.core.user_caused import USERS_CAUSE
+from slurm_hooks.decide.repair import REPLACE_CODE
 from slurm_hooks.k8s.selectors import label_selector_matches
 
 Obj = Mapping[str, Any]
@@ -197,7 +198,9 @@ def trigger(state: NodeState, cfg: BridgeConfig) -> Trigger | None:
     ours = try_parse_reason(state.reason)
     if ours is not None:
         if cfg.act_on_ours and ours.code not in cfg.ignore_codes:
-            asked = "repl" in ours.extra or cfg.replace_on == "drain"
+            # REPLACE without repl=: the repair ladder of a release before
+            # the bridge waited for repl= (act/repair.py writes both now).
+            asked = "repl" in ours.extra or ours.code == REPLACE_CODE or cfg.replace_on == "drain"
             return Trigger(ours.incident, ours.code, state.reason, asked)
         return None
     for prefix in cfg.foreign_prefixes:
