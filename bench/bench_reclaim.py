@@ -128,6 +128,7 @@ def main() -> None:
         lc = LendingConfig(
             enabled=True,
             pod_selector="app=llm",
+            pod_namespace="inference",
             idle_seconds=0,
             min_idle_nodes=0,
             max_lent_fraction=1.0,

@@ -71,7 +71,7 @@ def test_rbac_grants_exactly_the_calls_the_bridge_makes() -> None:
         kube = KubeClient(api.url, retries=0, backoff=0.01)
         cfg = BridgeConfig(
             leader_election=True,
-            lending=LendingConfig(enabled=True, pod_selector="app=llm",
+            lending=LendingConfig(enabled=True, pod_selector="app=llm", pod_namespace="inference",
                                   demand_configmap="inference/demand"),
         )  # fmt: skip
         # The pass: one node LIST; pods on a node; a patch that meets a 409 (re-read).

@@ -20,6 +20,7 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LC = LendingConfig(
     enabled=True,
     pod_selector="app=llm",
+    pod_namespace="inference",
     idle_seconds=300,
     min_idle_nodes=0,
     max_lent_fraction=1.0,
@@ -444,14 +445,20 @@ def test_gpu_count(gres, expected):
 
 
 def _pending_pod(
-    name, gpus=None, labels=None, prio_class=None, reason="Unschedulable", phase="Pending"
+    name,
+    gpus=None,
+    labels=None,
+    prio_class=None,
+    reason="Unschedulable",
+    phase="Pending",
+    namespace="inference",
 ):
     res = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus is not None else {}
     spec = {"containers": [{"name": "c", "resources": res}]}
     if prio_class:
         spec["priorityClassName"] = prio_class
     return {
-        "metadata": {"name": name, "labels": labels or {"app": "llm"}},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {"app": "llm"}},
         "spec": spec,
         "status": {
             "phase": phase,
@@ -474,6 +481,22 @@ def _pending_pod(
         (
             [_pending_pod("a", 8, labels={"app": "web"}, prio_class="inference")],
             dataclasses.replace(LC, priority_classes=("inference",)),
+            1,
+            1,
+        ),
+        # A tenant's pod in a namespace of theirs, labelled or classed as
+        # inference: labels and priority classes are the creator's to choose.
+        ([_pending_pod("a", 8, namespace="tenant")], LC, 0, 0),
+        (
+            [_pending_pod("a", 8, labels={"app": "web"}, prio_class="inference", namespace="t")],
+            dataclasses.replace(LC, priority_classes=("inference",)),
+            0,
+            0,
+        ),
+        # "*": the site says every namespace's pods count.
+        (
+            [_pending_pod("a", 8, namespace="tenant")],
+            dataclasses.replace(LC, pod_namespace="*"),
             1,
             1,
         ),
@@ -664,7 +687,8 @@ def test_config_validation():
     from slurm_hooks.core.config import parse
 
     conf = parse(
-        '[bridge]\n[bridge.lending]\nenabled = true\npod_selector = "app=llm"\nmin_idle_nodes = 2\n',
+        '[bridge]\n[bridge.lending]\nenabled = true\npod_selector = "app=llm"\n'
+        'pod_namespace = "inference"\nmin_idle_nodes = 2\n',
         validate=False,
     )
     cfg = conf.section("bridge", BridgeConfig)
@@ -673,6 +697,17 @@ def test_config_validation():
 
     with pytest.raises(ConfigError, match="demand source"):
         parse("[bridge.lending]\nenabled = true\n", validate=False).section("bridge", BridgeConfig)
+    # Pods as demand need their namespace: any tenant can label a pod.
+    for demand in ('pod_selector = "app=llm"', 'priority_classes = ["inference"]'):
+        with pytest.raises(ConfigError, match="pod_namespace"):
+            parse(f"[bridge.lending]\nenabled = true\n{demand}\n", validate=False).section(
+                "bridge", BridgeConfig
+            )
+    with pytest.raises(ConfigError, match="pod_namespace"):
+        parse(
+            '[bridge.lending]\nenabled = true\npod_selector = "a=b"\npod_namespace = "Bad_NS"\n',
+            validate=False,
+        ).section("bridge", BridgeConfig)
     with pytest.raises(ConfigError, match="on_drain_timeout"):
         parse('[bridge.lending]\non_drain_timeout = "maybe"\n', validate=False).section(
             "bridge", BridgeConfig

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slurm
 LC = LendingConfig(
     enabled=True,
     pod_selector="app=llm",
+    pod_namespace="inference",
     idle_seconds=0,
     min_idle_nodes=0,
     max_lent_fraction=1.0,
@@ -116,6 +117,27 @@ def schedule(api, lent: list[str], extra_on: str) -> None:
     for name in lent:
         api.add("pods", running_pod(f"llm-{name}", name))
     api.add("pods", running_pod(f"llm-{extra_on}-b", extra_on, priority=1000))
+
+
+def test_a_tenants_pod_labelled_as_inference_takes_no_node_from_slurm(world):
+    """Labels are the pod's creator's to choose: a tenant's pending pod in a
+    namespace of theirs, labelled like the inference pods, pulls no idle node
+    out of Slurm; the same pod in ``pod_namespace`` does."""
+    lab, api, bridge, clock, audit = world
+    bridge.reconcile_once()  # bookkeeping: idle-since
+    forged = pending_pod("grab-0")
+    forged["metadata"]["namespace"] = "tenant"
+    api.add("pods", forged)
+    clock.advance(5)
+    r = bridge.reconcile_once()
+    assert moves(r) == [] and lent_slurm(lab) == [] and labelled(api) == []
+    assert not any(n.drained for n in lab.client().list_nodes())
+
+    api.add("pods", pending_pod("llm-0"))  # the same ask where the site runs inference
+    clock.advance(5)
+    r = bridge.reconcile_once()
+    (node,) = lent_slurm(lab)
+    assert moves(r) == [f"Lend {node}"]
 
 
 def test_lend_on_demand_then_reclaim_exactly_two_for_a_pending_job(world, job_dir, sbatch):

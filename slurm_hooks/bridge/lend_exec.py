@@ -28,7 +28,7 @@ from slurm_hooks.bridge import plan as bridge_plan
 from slurm_hooks.bridge._exec import Obj, evict_pods, patch_node
 from slurm_hooks.bridge.lending_inputs import pod_gpus
 from slurm_hooks.bridge.metrics import BridgeMetrics
-from slurm_hooks.bridge.settings import BridgeConfig
+from slurm_hooks.bridge.settings import ALL_NAMESPACES, BridgeConfig
 from slurm_hooks.core.errors import (
     ForeignReasonError,
     KubernetesError,
@@ -145,7 +145,7 @@ class Lender:
             target = L.parse_demand_configmap(cm, lc.demand_key)
         if not (lc.pod_selector or lc.priority_classes):
             return L.Demand(target=target)
-        path = pods_path(lc.pod_namespace) if lc.pod_namespace else pods_path()
+        path = pods_path() if lc.pod_namespace == ALL_NAMESPACES else pods_path(lc.pod_namespace)
         # Server-side label filtering only when the selector is the sole criterion.
         selector = lc.pod_selector if not lc.priority_classes else None
         pods = (

@@ -15,7 +15,7 @@ from slurm_hooks.bridge.lending_steps import (
     Obj,
     PendingJob,
 )
-from slurm_hooks.bridge.settings import LendingConfig
+from slurm_hooks.bridge.settings import ALL_NAMESPACES, LendingConfig
 from slurm_hooks.k8s.selectors import label_selector_matches
 
 
@@ -57,8 +57,13 @@ def pod_gpus(pod: Obj, resource: str) -> int:
 
 
 def is_inference_pod(pod: Obj, cfg: LendingConfig) -> bool:
-    """Matches the configured label selector or one of the priority classes."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    """In ``pod_namespace`` (unless "*"), and matches the configured label
+    selector or one of the priority classes: both are the pod's creator's
+    to choose, the namespace is not."""
+    md = pod.get("metadata") or {}
+    if cfg.pod_namespace != ALL_NAMESPACES and md.get("namespace") != cfg.pod_namespace:
+        return False
+    labels = md.get("labels") or {}
     if cfg.pod_selector and label_selector_matches(cfg.pod_selector, labels):
         return True
     return (pod.get("spec") or {}).get("priorityClassName") in cfg.priority_classes

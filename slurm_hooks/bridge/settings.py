@@ -26,6 +26,8 @@ REPLACEMENTS = ("none", "cluster-api", "webhook", "crd")
 REPLACE_ON = ("policy", "drain")
 #: Plain http is accepted for a receiver on this host only (tests, the demo).
 _WEBHOOK_SCHEMES = ("https://", "http://127.0.0.1:", "http://127.0.0.1/", "http://localhost:")
+#: ``[bridge.lending] pod_namespace``: pending pods of every namespace count.
+ALL_NAMESPACES = "*"
 #: A Kubernetes namespace name (an RFC 1123 label).
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -96,7 +98,11 @@ class LendingConfig:
     #: Pods whose ``priorityClassName`` is one of these count as inference
     #: demand too (either match suffices).
     priority_classes: tuple[str, ...] = ()
-    #: Namespace the pending pods are listed in; empty: all namespaces.
+    #: Namespace whose pending pods count as demand (a DNS label), or "*" for
+    #: every namespace.  Required with ``pod_selector`` or ``priority_classes``:
+    #: a pod's labels and priority class are its creator's to choose, so in
+    #: every namespace any tenant's pending pod would pull idle nodes out of
+    #: Slurm.  "*" only where admission keeps tenants from making such pods.
     pod_namespace: str = ""
     #: Demand: ``namespace/name`` of a ConfigMap whose ``demand_key`` holds
     #: the number of nodes Kubernetes wants lent (a target, not an increment).
@@ -163,6 +169,17 @@ class LendingConfig:
             raise ValueError(
                 "lending needs a demand source: pod_selector, priority_classes or demand_configmap"
             )
+        if self.enabled and (self.pod_selector or self.priority_classes):
+            if not self.pod_namespace:
+                raise ValueError(
+                    "lending.pod_namespace must name the namespace of the inference pods "
+                    "(any tenant can label a pod or give it a priority class): "
+                    '"*" counts every namespace\'s'
+                )
+        if self.pod_namespace not in ("", ALL_NAMESPACES) and not _NAMESPACE.fullmatch(
+            self.pod_namespace
+        ):
+            raise ValueError('lending.pod_namespace must be a namespace name (a DNS label) or "*"')
         if not self.lent_label:
             raise ValueError("lending.lent_label must not be empty")
         check_qualified_name(self.lent_label, "lending.lent_label")
