@@ -668,6 +668,37 @@ def test_a_drain_for_what_users_cause_keeps_the_jobs_and_a_passing_check_lifts_i
     assert not _users_drain(store, store.read_node("n1")) and slurm.count("get_node") == asked + 1
 
 
+def test_a_drain_for_what_users_cause_resumed_by_hand_is_closed_at_the_next_passing_check(env):
+    """An admin resumes a full scratch's drain by hand: the next passing health
+    check closes its incident (journal closed, no longer the node's open
+    one, one audit line), and a later full scratch is a new incident that
+    drains again."""
+    from slurm_hooks.agent.hook import _users_drain
+
+    slurm, clock, rec, make, tmp = env
+    eng = make(PolicyConfig(grace_seconds=0))
+    full = Finding("scratch", Status.FAIL, "SCRATCH_FULL", "scratch /scratch: 0.1 GiB free",
+                   Component("mount", name="/scratch"), Action.DRAIN)  # fmt: skip
+    (d,) = eng.handle("n1", [full])
+    store = StateStore(tmp / "state")
+    first = store.open_incident("n1")
+    assert first is not None
+    slurm.resume("n1")  # by hand
+    clock.now += timedelta(minutes=5)
+    assert eng.try_resume("n1", cleared=True).kind is DecisionKind.IGNORE
+    assert store.open_incident("n1") is None
+    assert store.read_incident(first)["status"] == "closed"
+    assert not _users_drain(store, store.read_node("n1"))
+    audit = AuditLog(tmp / "audit.jsonl").entries()
+    closed = [e for e in audit if e.get("outcome") == "resumed_elsewhere"]
+    assert [e["incident"] for e in closed] == [first]
+
+    clock.now += timedelta(minutes=5)
+    (again,) = eng.handle("n1", [full])
+    assert again.kind is DecisionKind.DRAIN and slurm.nodes["n1"].drained
+    assert store.open_incident("n1") not in (None, first)
+
+
 def test_a_jobs_name_reaches_its_alert_as_one_short_printable_line():
     """The job's name is its user's: lines posing as ours in the admins'
     mail or chat (a newline, an escape sequence) must not get through."""

@@ -957,6 +957,35 @@ def test_a_scratch_a_user_fills_drains_the_node_but_moves_no_ones_job(rig, job_d
             run(["scancel", own, *[j for j, _ in victims]], timeout=30, env=lab.env(), check=False)
 
 
+def test_a_scratch_drain_an_admin_resumed_is_closed_and_the_next_one_drains_again(rig, job_dir):
+    """sltest fills n1's scratch: drained for SCRATCH_FULL.  An admin resumes
+    n1 by hand (Slurm 24.11 and later keep the old reason on it); sltest
+    cleans up, and the next health check closes the incident instead of
+    leaving it open for ever.  Filled again: a new incident, drained again."""
+    lab, hooks, _ = rig
+    node = lab.node_names[0]
+    with small_scratch(job_dir / "scratch") as scratch:
+        hooks.add_config(node, f'[profiles.default]\nscratch_path = "{scratch}"\n'
+                               "scratch_min_free_gb = 0.03\n")  # fmt: skip
+        fill = ["runuser", "-u", TEST_USER, "--", "dd", "if=/dev/zero", f"of={scratch}/mine",
+                "bs=1M", "count=50"]  # fmt: skip
+        check = [str(hooks.shims["healthcheck"])]
+        run(fill, timeout=60)
+        assert lab.run_on_node(node, check, timeout=60).rc == 1
+        first = parse_reason(wait_drained(lab, node)).incident
+        lab.client().resume(node)  # the admin
+        run(["runuser", "-u", TEST_USER, "--", "rm", "--", f"{scratch}/mine"], timeout=10)
+        assert lab.run_on_node(node, check, timeout=60).rc == 0
+        (doc,) = [d for d in hooks.incidents(node) if d.get("incident") == first]
+        assert doc["status"] == "closed", doc
+        assert [e.get("incident") for e in hooks.audit(node)
+                if e.get("outcome") == "resumed_elsewhere"] == [first]  # fmt: skip
+        run(fill, timeout=60)
+        assert lab.run_on_node(node, check, timeout=60).rc == 1
+        again = parse_reason(wait_drained(lab, node))
+        assert again.code == "SCRATCH_FULL" and again.incident != first
+
+
 def test_a_scratch_a_user_fills_on_every_node_cannot_keep_a_real_xid_from_draining(rig, job_dir):
     """One scratch for every node (the lab's nodes share a host, as nodes
     share a Lustre scratch), filled by sltest.  The lab's breaker lets 2 of 4

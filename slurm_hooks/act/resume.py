@@ -9,18 +9,22 @@ judged: an admin's reason set meanwhile is never lifted.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.act.notify.base import Alert
-from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged
+from slurm_hooks.core.errors import ForeignReasonError, ReasonChanged, StateError
 from slurm_hooks.core.incident import IncidentStatus
+from slurm_hooks.core.ownership import reason_counts
 from slurm_hooks.decide.decide import decide_resume
 from slurm_hooks.decide.decision import Decision, DecisionKind
 from slurm_hooks.store.state import CLEARED_ASKED, iso
 
 if TYPE_CHECKING:
     from slurm_hooks.act.context import Context
+
+log = logging.getLogger(__name__)
 
 
 def try_resume(
@@ -47,7 +51,9 @@ def try_resume(
         why=d.explanation,
     )  # fmt: skip
     if d.kind is not DecisionKind.RESUME or d.observe_only:
-        if cleared:
+        if cleared and not d.observe_only and not reason_counts(current.state, current.flags):
+            close_resumed_elsewhere(ctx, node)
+        elif cleared:
             settle_cleared(ctx, node)
         return d
     try:  # the reason must still be the one we judged
@@ -88,10 +94,28 @@ def record_acceptance(
     return None
 
 
+def close_resumed_elsewhere(ctx: Context, node: str) -> None:
+    """A passing health check asked to lift our drain for what the node's
+    users cause and found the node in service: someone resumed it (an admin,
+    ``scontrol``).  Its incident is over: closed, and no longer the node's
+    open one, so ``status`` and the history stop showing it open and the
+    next drain of this node starts clean."""
+    incident = ctx.state.open_incident(node)
+    if incident is None:
+        return
+    why = "in service when a passing health check asked: resumed outside slurm-hooks"
+    try:
+        ctx.journal.step(incident, "resumed_elsewhere", status=IncidentStatus.CLOSED)
+    except StateError as exc:  # no journal left to close: the node's record still goes
+        log.warning("incident %s of %s: journal not closed: %s", incident, node, exc)
+    ctx.state.clear_open_incident(node, incident)
+    ctx.audit.record("resume", node=node, incident=incident, outcome="resumed_elsewhere", why=why)
+
+
 def settle_cleared(ctx: Context, node: str) -> None:
     """A passing health check asked to lift our drain for what the node's
-    users cause, and the policy said no (resumed by hand meanwhile, another
-    reason now, or held for something else since): not asked again for
+    users cause, and the policy said no (another reason now, or held for
+    something else since): not asked again for
     this incident, so the checks that pass every interval after it cost no
     Slurm call and leave no audit line each."""
 
