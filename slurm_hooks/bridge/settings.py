@@ -169,13 +169,11 @@ class LendingConfig:
             raise ValueError(
                 "lending needs a demand source: pod_selector, priority_classes or demand_configmap"
             )
-        if self.enabled and (self.pod_selector or self.priority_classes):
-            if not self.pod_namespace:
-                raise ValueError(
-                    "lending.pod_namespace must name the namespace of the inference pods "
-                    "(any tenant can label a pod or give it a priority class): "
-                    '"*" counts every namespace\'s'
-                )
+        if self.enabled and (self.pod_selector or self.priority_classes) and not self.pod_namespace:
+            raise ValueError(
+                "lending.pod_namespace must name the namespace of the inference pods "
+                '(any tenant can label a pod or give it a priority class); "*" for every namespace'
+            )
         if self.pod_namespace not in ("", ALL_NAMESPACES) and not _NAMESPACE.fullmatch(
             self.pod_namespace
         ):
