@@ -206,6 +206,10 @@ def command(
     for tip in advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
                       gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing):  # fmt: skip
         click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
+    from slurm_hooks.cli import xid_advice
+
+    for tip in xid_advice.advice(config_abs):
+        click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:
         click.echo("")
         click.echo("Add the lines above to slurm.conf, then: scontrol reconfigure")

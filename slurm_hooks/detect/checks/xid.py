@@ -14,7 +14,6 @@ dir), maps bus ids to GPUs, and moves the incident history forward;
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -76,16 +75,8 @@ def _real_uid(status: str) -> int | None:
 
 
 def make_source(settings: XidSettings) -> Source:
-    """The configured kernel-log source; ``auto`` prefers a configured file,
-    then /dev/kmsg when readable, then the journal."""
-    kind = settings.source
-    if kind == "auto":
-        if settings.path:
-            kind = "file"
-        elif os.access(settings.kmsg_path, os.R_OK):
-            kind = "kmsg"
-        else:
-            kind = "journal"
+    """The configured kernel-log source (``XidSettings.resolved_source``)."""
+    kind = settings.resolved_source()
     if kind == "file":
         return FileSource(settings.path, first_run=settings.first_run)
     if kind == "kmsg":

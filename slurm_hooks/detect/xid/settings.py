@@ -4,6 +4,7 @@ config section).  Defaults suit a production GPU node; the lab and tests set
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +81,16 @@ class XidSettings:
                 raise ValueError(f"{name} must be positive")
         if self.max_line < 1024:
             raise ValueError("max_line must be at least 1024")
+
+    def resolved_source(self) -> str:
+        """The source read on this machine: ``auto`` becomes "file" when
+        ``path`` is set, else "kmsg" when /dev/kmsg is readable, else
+        "journal"."""
+        if self.source != "auto":
+            return self.source
+        if self.path:
+            return "file"
+        return "kmsg" if os.access(self.kmsg_path, os.R_OK) else "journal"
 
     @property
     def history_window_s(self) -> float:
