@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_hooks.act.notify.base import Alert
 from slurm_hooks.core.errors import ForeignReasonError, SlurmError, SlurmHooksError, StateError
 from slurm_hooks.core.incident import IncidentStatus
-from slurm_hooks.core.reason import format_reason, try_parse_reason
+from slurm_hooks.core.reason import REPLACEMENT_ASKED, format_reason, try_parse_reason
 from slurm_hooks.decide.repair import (
     HEALTH_KEY,
     REPLACE_CODE,
@@ -480,9 +480,7 @@ def _still_allowed(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: Repair
 
 def _replace(ctx: Context, inc: Incident, rep: dict[str, Any], cfg: RepairConfig) -> str:
     node, incident = inc.node, inc.id
-    # repl=requested: what the bridge waits for before it asks the provider
-    # for a machine (``[bridge] replace_on = "policy"``).
-    reason = _step_reason(inc, RepairStep.REPLACE, REPLACE_CODE, repl="requested")
+    reason = _step_reason(inc, RepairStep.REPLACE, REPLACE_CODE, **REPLACEMENT_ASKED)
     try:
         ctx.door.drain(node, reason)  # stays out: REPLACE, until a human or the bridge acts
     except (ForeignReasonError, SlurmError) as exc:

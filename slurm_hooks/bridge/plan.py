@@ -200,7 +200,7 @@ def trigger(state: NodeState, cfg: BridgeConfig) -> Trigger | None:
         if cfg.act_on_ours and ours.code not in cfg.ignore_codes:
             # REPLACE without repl=: the repair ladder of a release before
             # the bridge waited for repl= (act/repair.py writes both now).
-            asked = "repl" in ours.extra or ours.code == REPLACE_CODE or cfg.replace_on == "drain"
+            asked = ours.replacement_asked or ours.code == REPLACE_CODE or cfg.replace_on == "drain"
             return Trigger(ours.incident, ours.code, state.reason, asked)
         return None
     for prefix in cfg.foreign_prefixes:

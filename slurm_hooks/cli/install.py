@@ -200,15 +200,13 @@ def command(
             click.echo(f"           to keep running {d.running} (NHC?) beside slurm-hooks: "
                        f"slurm-hooks install --chain-healthcheck {d.running}")  # fmt: skip
         needed = needed or d.setting.required
+    from slurm_hooks.cli import xid_advice
     from slurm_hooks.cli.gres_advice import advice, prolog_gpu_settings
 
     pro = prolog_gpu_settings(config_abs)
-    for tip in advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
-                      gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing):  # fmt: skip
-        click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
-    from slurm_hooks.cli import xid_advice
-
-    for tip in xid_advice.advice(config_abs):
+    tips = advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
+                  gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing)  # fmt: skip
+    for tip in [*tips, *xid_advice.advice(config_abs)]:
         click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:
         click.echo("")

@@ -87,6 +87,12 @@ SLURM_REASONS = (
 )
 
 
+#: The field the policy (decision REPLACE) and the repair ladder's last step
+#: write when the hardware must go: the bridge asks its provider for a
+#: machine on it (``[bridge] replace_on = "policy"``).
+REPLACEMENT_ASKED: Mapping[str, str] = {"repl": "requested"}
+
+
 @dataclass(frozen=True)
 class DrainReason:
     """A parsed reason of ours.  ``text`` is always the sanitised text, so
@@ -126,6 +132,11 @@ class DrainReason:
     @property
     def is_fault(self) -> bool:
         return self.code not in NON_FAULT_CODES
+
+    @property
+    def replacement_asked(self) -> bool:
+        """The reason carries ``repl=`` (:data:`REPLACEMENT_ASKED`)."""
+        return "repl" in self.extra
 
     def with_extra(self, **fields: str) -> DrainReason:
         """A copy with more key=value fields (for example ``repl=requested``)."""

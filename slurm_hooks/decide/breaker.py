@@ -264,7 +264,7 @@ def rank_claim(
             if other.name == node or not drained_by_us(other, since, users_cause=users_cause):
                 continue
             ours = try_parse_reason(other.reason)
-            if claim_key(other) < key or (ours is not None and "repl" in ours.extra):
+            if claim_key(other) < key or (ours is not None and ours.replacement_asked):
                 ahead.append(other.name)
         limit = limit_for(len(members), cfg)
         rank = len(ahead) + 1

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from slurm_hooks.core.history import EMPTY_HISTORY, FaultEvent, NodeHistory
 from slurm_hooks.core.model import Action, Finding, NodeState, ReasonOwner, Status
 from slurm_hooks.core.ownership import Ownership, effective_owner, node_ownership, our_reason
-from slurm_hooks.core.reason import DrainReason
+from slurm_hooks.core.reason import REPLACEMENT_ASKED, DrainReason
 from slurm_hooks.core.user_caused import USERS_CAUSE
 from slurm_hooks.decide import breaker as breaker_mod
 from slurm_hooks.decide import trust
@@ -308,11 +308,11 @@ def _node_decision(
         why += f" (node was out of Slurm as {ours.code}; the fault takes precedence)"
         ours = None
     if ours is not None:
-        if kind is DecisionKind.REPLACE and "repl" not in ours.extra and ours.code != FLAPPING:
+        if kind is DecisionKind.REPLACE and not ours.replacement_asked and ours.code != FLAPPING:
             return make(
                 DecisionKind.REPLACE,
                 f"{why}; already drained by us (inc={ours.incident}), marking it for replacement",
-                ours.with_extra(repl="requested"),
+                ours.with_extra(**REPLACEMENT_ASKED),
                 already_drained=True,
             )
         same = ours.incident == history.open_incident or (
@@ -341,7 +341,7 @@ def _node_decision(
         decision_kind = DecisionKind.HOLD_FOR_HUMAN
         explanation = f"{why}; node is flapping: {flap.explain()}: held for a human"
     else:
-        extra = {"repl": "requested"} if kind is DecisionKind.REPLACE else {}
+        extra = dict(REPLACEMENT_ASKED) if kind is DecisionKind.REPLACE else {}
         reason = DrainReason(code, incident, primary.message or why, comp, extra)
         decision_kind = kind
         explanation = why
@@ -395,7 +395,7 @@ def _foreign_decision(
     service still evacuates its jobs (signal, grace, requeue, tell the
     owner), and the reason we *would* write rides along so the engine can
     drain with it the moment the foreign reason is lifted (``deferred``)."""
-    extra = {"repl": "requested"} if kind is DecisionKind.REPLACE else {}
+    extra = dict(REPLACEMENT_ASKED) if kind is DecisionKind.REPLACE else {}
     incident = incident_id(name, code, comp, now)
     reason = DrainReason(code, incident, primary.message or why, comp, extra)
     d = make(

@@ -38,7 +38,7 @@ from slurm_hooks.core.held import HeldMark, format_mark
 from slurm_hooks.core.history import FaultEvent, Trip
 from slurm_hooks.core.model import Action, Finding
 from slurm_hooks.core.ownership import our_reason
-from slurm_hooks.core.reason import DrainReason, format_reason, try_parse_reason
+from slurm_hooks.core.reason import REPLACEMENT_ASKED, DrainReason, format_reason, try_parse_reason
 from slurm_hooks.core.topology import Topology, pick_spare
 from slurm_hooks.decide import PolicyConfig, decide, decide_resume
 from slurm_hooks.decide.breaker import rank_claim
@@ -522,7 +522,7 @@ class Replay:
         st.attempts.append(Attempt(self.dt(), plan.step, code, comp))
         ours = our_reason(self.slurm.nodes[name])
         if ours is not None and plan.step in (RepairStep.REBOOT, RepairStep.REPLACE):
-            extra = {"step": "reboot"} if plan.step is RepairStep.REBOOT else {"repl": "requested"}
+            extra = {"step": "reboot"} if plan.step is RepairStep.REBOOT else REPLACEMENT_ASKED
             self.door.drain(name, format_reason(ours.with_extra(**extra)))
         took = {
             RepairStep.RESET: self.p.reset_s + self.p.acceptance_s,
