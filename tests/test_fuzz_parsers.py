@@ -22,7 +22,7 @@ from slurm_hooks.detect.engines.dcgm import DcgmParseError, parse_dcgmi_diag
 from slurm_hooks.detect.engines.nccl.parser import parse_nccl_tests
 from slurm_hooks.detect.xid.parser import classify_line
 from slurm_hooks.detect.xid.scan import scan_text
-from slurm_hooks.slurm import parse
+from slurm_hooks.slurm import parse, squeue
 
 DATA = Path(__file__).parent / "data"
 FUZZ = settings(max_examples=200, deadline=None)
@@ -127,7 +127,7 @@ def test_scontrol_parsers_never_crash(text):
             pass
     parse.parse_state(text)
     parse.parse_show_config(text)
-    parse.parse_squeue(text)
+    squeue.parse_squeue(text)
     try:
         parse.parse_version(text)
     except SlurmError:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_hooks.core.errors import SlurmError
-from slurm_hooks.slurm import parse
+from slurm_hooks.slurm import parse, squeue
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
@@ -170,7 +170,7 @@ def test_scontrol_job_comments_and_restarts() -> None:
 
 
 def test_squeue_delimited() -> None:
-    jobs, bad = parse.parse_squeue(read("22.05-squeue.txt"))
+    jobs, bad = squeue.parse_squeue(read("22.05-squeue.txt"))
     assert bad == 0
     assert [(j.job_id, j.state, j.nodes, j.batch_host) for j in jobs] == [
         ("1", "COMPLETING", "n3", "n3"),
@@ -182,11 +182,11 @@ def test_squeue_delimited() -> None:
 
 def test_squeue_skips_and_counts_malformed() -> None:
     good = read("22.05-squeue.txt").splitlines()[0]
-    jobs, bad = parse.parse_squeue(f"{good}\ngarbage line\n\n")
+    jobs, bad = squeue.parse_squeue(f"{good}\ngarbage line\n\n")
     assert len(jobs) == 1 and bad == 1
     # A row with one column more (a job name of the old format) is refused,
     # never read with its columns shifted.
-    jobs, bad = parse.parse_squeue(good + parse.SQUEUE_SEP + "a\x1fb")
+    jobs, bad = squeue.parse_squeue(good + squeue.SQUEUE_SEP + "a\x1fb")
     assert (jobs, bad) == ([], 1)
 
 
@@ -202,7 +202,7 @@ def test_a_job_name_cannot_add_rows_of_other_users_jobs() -> None:
     def runner(argv, **kw):
         seen.append(list(argv))
         fields = ["7", "sltest", "RUNNING", "n1", "n1", "debug", "1"]
-        return CommandResult(tuple(argv), 0, parse.SQUEUE_SEP.join(fields) + "\n", "", 0.01)
+        return CommandResult(tuple(argv), 0, squeue.SQUEUE_SEP.join(fields) + "\n", "", 0.01)
 
     client = CliClient(runner=runner, sleep=lambda s: None)
     assert [j.job_id for j in client.jobs_on_node("n1")] == ["7"]

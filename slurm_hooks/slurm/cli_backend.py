@@ -29,7 +29,7 @@ from slurm_hooks.core.errors import (
 )
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
-from slurm_hooks.slurm import libslurm_signal, parse, parse_config, scancel, steps
+from slurm_hooks.slurm import libslurm_signal, parse, parse_config, scancel, squeue, steps
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.refusals import (
     ALREADY_DONE,
@@ -378,8 +378,8 @@ class CliClient:
     # -- jobs ---------------------------------------------------------------
 
     def _squeue(self, *args: str) -> list[JobInfo]:
-        out = self._call(["squeue", "-h", *args, "-o", parse.squeue_format()]).stdout
-        jobs, bad = parse.parse_squeue(out)
+        out = self._call(["squeue", "-h", *args, "-o", squeue.squeue_format()]).stdout
+        jobs, bad = squeue.parse_squeue(out)
         if bad:
             log.warning("squeue: skipped %d malformed line(s)", bad)
         return jobs
