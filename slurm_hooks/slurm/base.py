@@ -113,6 +113,15 @@ class JobSteps(Protocol):
 
 
 @runtime_checkable
+class JobGpus(Protocol):
+    """A client that says which GPUs of each node a job was given
+    (``slurm/job_gpus.py``): ``(nodes, gres)`` pairs as Slurm prints them,
+    empty when it does not say.  Only the GPU-scoped evacuation asks."""
+
+    def job_gpu_detail(self, job_id: str) -> list[tuple[str, str]]: ...
+
+
+@runtime_checkable
 class NodeComments(Protocol):
     """A client that can set a node's ``Comment`` (held faults are marked there)."""
 

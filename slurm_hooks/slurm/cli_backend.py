@@ -29,7 +29,7 @@ from slurm_hooks.core.errors import (
 )
 from slurm_hooks.core.model import JobInfo, NodeState
 from slurm_hooks.detect.probes.commands import CommandResult, run
-from slurm_hooks.slurm import libslurm_signal, parse, parse_config, scancel, squeue, steps
+from slurm_hooks.slurm import job_gpus, libslurm_signal, parse, parse_config, scancel, squeue, steps
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.refusals import (
     ALREADY_DONE,
@@ -426,6 +426,12 @@ class CliClient:
         if not jid.isdigit():
             raise SlurmError(f"job steps of {jid!r}: a plain job id is needed")
         return steps.parse_steps(self._call(steps.steps_argv(jid)).stdout, jid)
+
+    def job_gpu_detail(self, job_id: str) -> list[tuple[str, str]]:
+        """``scontrol -d -o show job``'s per-node GRES runs (JobGpus)."""
+        jid = check_job_id(job_id)
+        out = self._call(["scontrol", "-d", "-o", "show", "job", jid]).stdout
+        return job_gpus.detail_from_scontrol(out, jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
         """One job: :meth:`signal_jobs` of it alone (a refusal is named on

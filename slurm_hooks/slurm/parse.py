@@ -84,6 +84,7 @@ _REASON_TAIL_RE = re.compile(
     r" \[([^\[\]@\s]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None|N/A)\]"
 )
 
+
 def _split_fields(
     line: str, known: frozenset[str], free_text: frozenset[str]
 ) -> list[tuple[str, str]]:
@@ -176,7 +177,7 @@ def node_from_fields(
     )
 
 
-def _records(text: str, first_key: str) -> Iterable[str]:
+def records(text: str, first_key: str) -> Iterable[str]:
     """Lines of ``scontrol -o`` output; a line that does not start a record
     is the continuation of a free-text field (someone put a newline in a
     reason) and is glued back with ``\\n``."""
@@ -195,7 +196,7 @@ def _records(text: str, first_key: str) -> Iterable[str]:
 def parse_scontrol_nodes(text: str) -> list[NodeState]:
     """``scontrol -o show node`` -> NodeState per node."""
     nodes = []
-    for record in _records(text, "NodeName"):
+    for record in records(text, "NodeName"):
         line, reason, user, when = _split_reason(record)
         fields = parse_kv_line(line, NODE_KEYS, _NODE_FREE_TEXT)
         if "NodeName" not in fields:
@@ -419,6 +420,9 @@ _JOB_TAIL_ORDER: Sequence[str] = (
     "Power",
 )
 _JOB_TAIL_RE = re.compile(" (?:" + "|".join(_JOB_TAIL_ORDER) + ")=")
+#: ``scontrol -d``'s per-node detail (``Nodes=n1 CPU_IDs=0 Mem=0
+#: GRES=gpu:1(IDX:0)``) in the middle, once per group of nodes (slurm/job_gpus.py).
+_JOB_DETAIL_KEYS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES"})
 _TOKEN_KEY_RE = re.compile(r"([A-Za-z][A-Za-z0-9_:/\-]*)=", re.ASCII)
 
 
@@ -433,9 +437,9 @@ def _middle_fields(chain: str) -> dict[str, str] | None:
         m = _TOKEN_KEY_RE.match(token)
         key = m.group(1) if m else None
         if key is not None and key in JOB_KEYS:
-            if key in out:
+            if key in out and key not in _JOB_DETAIL_KEYS:  # -d: one run of them a node
                 return None
-            out[key] = token[m.end() :]  # type: ignore[union-attr]
+            out.setdefault(key, token[m.end() :])  # type: ignore[union-attr]
             last = key
         elif last is not None:
             out[last] += " " + token
@@ -498,11 +502,28 @@ def job_record_fields(record: str) -> dict[str, str]:
     holds every required key exactly once.  One real candidate: parsed.
     None, or several (a user wrote a whole fake middle): ShadowedRecord.
     """
+    name_at, pos, end, middle = _job_middle(record)
+    fields = parse_kv_line(record[:name_at], JOB_KEYS, frozenset())
+    fields["JobName"] = record[name_at + len(" JobName=") : pos]
+    for key, value in middle.items():
+        fields.setdefault(key, value)
+    for key, value in _tail_fields(record[end:]).items():
+        fields.setdefault(key, value)
+    return fields
+
+
+def job_middle(record: str) -> str:
+    """The fixed middle of one ``scontrol -o show job`` record, which holds
+    no user text (see job_record_fields); ShadowedRecord as there."""
+    _, pos, end, _ = _job_middle(record)
+    return record[pos + 1 : end]
+
+
+def _job_middle(record: str) -> tuple[int, int, int, dict[str, str]]:
     head_m = re.match(r"JobId=(\S+)", record)
     name_at = record.find(" JobName=")
     if head_m is None or name_at < 0:
         raise ShadowedRecord(f"job record without JobId/JobName: {record[:80]!r}")
-    fields = parse_kv_line(record[:name_at], JOB_KEYS, frozenset())
     name_start = name_at + len(" JobName=")
     found: list[tuple[int, int, dict[str, str]]] = []
     pos = record.find(" UserId=", name_start - 1)
@@ -520,12 +541,7 @@ def job_record_fields(record: str) -> dict[str, str]:
             " Slurm's fields in a name, comment or path?)"
         )
     pos, end, middle = found[0]
-    fields["JobName"] = record[name_start:pos]
-    for key, value in middle.items():
-        fields.setdefault(key, value)
-    for key, value in _tail_fields(record[end:]).items():
-        fields.setdefault(key, value)
-    return fields
+    return name_at, pos, end, middle
 
 
 def parse_scontrol_jobs(text: str, *, skipped: list[str] | None = None) -> list[JobInfo]:
@@ -533,7 +549,7 @@ def parse_scontrol_jobs(text: str, *, skipped: list[str] | None = None) -> list[
     fields a user's text makes ambiguous is left out (and its error
     appended to ``skipped`` when given): never parsed by a guess."""
     jobs = []
-    for record in _records(text, "JobId"):
+    for record in records(text, "JobId"):
         try:
             fields = job_record_fields(record)
         except ShadowedRecord as exc:

@@ -35,7 +35,7 @@ from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
 from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.core.model import JobInfo, NodeState
-from slurm_hooks.slurm import parse, parse_config, parse_values
+from slurm_hooks.slurm import job_gpus, parse, parse_config, parse_values
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.cli_backend import (
     ACTIVE_JOB_STATES,
@@ -408,6 +408,15 @@ class RestClient:
         for job in jobs:
             if job.job_id == jid:
                 return job
+        raise JobGone(jid)
+
+    def job_gpu_detail(self, job_id: str) -> list[tuple[str, str]]:
+        """The job's ``gres_detail`` (JobGpus; slurm/job_gpus.py)."""
+        jid = check_job_id(job_id)
+        doc = self._request("GET", f"job/{jid}")
+        for obj in doc.get("jobs") or []:
+            if isinstance(obj, Mapping) and str(parse_values.json_int(obj.get("job_id"))) == jid:
+                return job_gpus.detail_from_json(obj)
         raise JobGone(jid)
 
     def signal_job(self, job_id: str, signal: str, target: SignalTarget) -> None:
