@@ -28,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_hooks.act import alerts
+from slurm_hooks.act import alerts, gpu_scope
 from slurm_hooks.act.context import Context
 from slurm_hooks.act.notify.base import Alert
 from slurm_hooks.core.errors import (
@@ -108,6 +108,7 @@ def evacuate(ctx: Context, incident: str) -> Next:
                 rec = job_record(ctx, job, doc["node"])
                 if rec is not None:
                     jobs[job.job_id] = rec
+            gpu_scope.spare(ctx, doc, jobs)
             doc["jobs"] = jobs
             doc["status"] = IncidentStatus.EVACUATING
             doc.setdefault("steps", []).append({"step": "jobs_listed", "at": iso(ctx.clock())})
@@ -301,10 +302,13 @@ def after_jobs(ctx: Context, incident: str) -> None:
     out (act/repair.py; never inside a hook)."""
     from slurm_hooks.act import repair
 
-    if not ctx.repair.enabled:
-        return
     doc = ctx.journal.read_doc(incident)
     if not doc or not doc.get("jobs_done"):
+        return
+    # Jobs a GPU-scoped drain left running: each seen gone is journalled
+    # (repair or not: the incident stays pending until they are).
+    waiting = bool(doc.get("spared")) and gpu_scope.waiting(ctx, incident)
+    if not ctx.repair.enabled:
         return
     if ctx.repair.resume_spares:
         from slurm_hooks.act import spares
@@ -313,7 +317,7 @@ def after_jobs(ctx: Context, incident: str) -> None:
             spares.resume_spares(ctx, incident)
         except (SlurmError, StateError) as exc:
             log.warning("spares for %s not resumed yet: %s", incident, exc)
-    if not repair.due(doc, ctx.repair) or ctx.spawn is None:
+    if waiting or not repair.due(doc, ctx.repair) or ctx.spawn is None:
         return
     inc = Incident.from_doc(doc)
     if pid_alive((inc.repair or {}).get("worker_pid") or inc.worker_pid):

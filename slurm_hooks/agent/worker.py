@@ -86,6 +86,10 @@ def repair(engine: Engine, incident: str) -> str | None:
 
     if not repair_mod.due(engine.state.read_incident(incident), engine.repair):
         return None
+    from slurm_hooks.act import gpu_scope
+
+    if gpu_scope.waiting(engine.context, incident):
+        return None  # spared jobs still on the node: the run after the last one repairs
     nvml = None
     try:
         from slurm_hooks.detect.checks.settings import ChecksConfig

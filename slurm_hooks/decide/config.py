@@ -38,6 +38,10 @@ def _no_overrides() -> Mapping[str, RepeatRule]:
     return types.MappingProxyType({})
 
 
+#: ``[policy] evacuate``: every job on a drained node, or the faulty GPU's.
+EVACUATE_SCOPES = ("node", "gpu")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """``[policy]``.  Times are seconds."""
@@ -52,6 +56,13 @@ class PolicyConfig:
     signal_steps: str = "TERM"
     #: Cancel a job that cannot be requeued (else leave it running on the draining node).
     cancel_unrequeueable: bool = True
+    #: Which jobs a drain moves off the node: "node", every job on it; "gpu",
+    #: for a fault Slurm's GRES can place on one GPU (the drain names gpuN),
+    #: only the jobs given that GPU (``scontrol -d show job``'s IDX), while
+    #: jobs on the node's other GPUs run on to their end under the drain and
+    #: the repair waits for them.  A job whose GPUs are not known (a GPU
+    #: share, MIG, a client that cannot tell) is moved as under "node".
+    evacuate: str = "node"
 
     #: App-level faults (action restart_app) that repeat this often on a node drain it.
     app_fault_repeat_count: int = 3
@@ -136,6 +147,8 @@ class PolicyConfig:
                 raise ValueError(f"invalid signal name {sig!r}")
         for rule in self.repeat.values():
             rule.validate()
+        if self.evacuate not in EVACUATE_SCOPES:
+            raise ValueError(f"evacuate must be one of {', '.join(EVACUATE_SCOPES)}")
 
     def repeat_rule(self, code: str) -> RepeatRule:
         """The escalation rule for an app-level fault code."""

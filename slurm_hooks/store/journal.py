@@ -152,6 +152,11 @@ class Incident:
     repair: Mapping[str, Any] | None = None
     spares: Mapping[str, str] | None = None
     spares_done: Mapping[str, bool] | None = None
+    #: ``[policy] evacuate = "gpu"`` (act/gpu_scope.py): the GPU the
+    #: evacuation was scoped to, and the jobs it left running (job id ->
+    #: user, name, GPUs, when it was seen gone).
+    scope: str | None = None
+    spared: Mapping[str, Any] | None = None
     #: Keys this release does not know, written back as they were read.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -207,6 +212,8 @@ class Incident:
             repair=mapping("repair"),
             spares=mapping("spares"),
             spares_done=mapping("spares_done"),
+            scope=_str(doc.get("scope")),
+            spared=mapping("spared"),
             extra={k: v for k, v in doc.items() if k not in known},
         )
 
@@ -247,6 +254,8 @@ class Incident:
             "repair": self.repair,
             "spares": self.spares,
             "spares_done": self.spares_done,
+            "scope": self.scope,
+            "spared": self.spared,
         }
         for key, value in optional.items():
             if value is not None:

@@ -427,6 +427,11 @@ def incident_pending(doc: dict[str, Any]) -> bool:
         # A reset/reboot/ticket in flight (act/repair.py): after a reboot the
         # node's own hook must find it and start the worker.
         return doc.get("status") not in ("closed", "abandoned", "held")
+    spared = doc.get("spared")
+    if isinstance(spared, dict) and any(not (r or {}).get("ended_at") for r in spared.values()):
+        # Jobs a GPU-scoped drain left running (act/gpu_scope.py): the
+        # repair starts once they are seen gone.
+        return doc.get("status") not in ("closed", "abandoned", "held")
     return any(not a.get("done") for a in (doc.get("alerts") or {}).values())
 
 

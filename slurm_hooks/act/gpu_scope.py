@@ -1,0 +1,107 @@
+"""The GPU-scoped evacuation (``[policy] evacuate = "gpu"``).
+
+A drain for a fault on one GPU moves only the jobs given that GPU; the
+jobs on the node's other GPUs are *spared*: they run on under the drain
+(no new job starts there) to their own end.  The repair (a GPU reset, a
+reboot, acceptance's burn-in on every GPU) must not run under them, so it
+waits until every spared job has left the node.
+
+* ``spare``: at the evacuation's listing, takes the spared jobs out of the
+  jobs to signal and journals them (``scope``, ``spared``), with one audit
+  line each;
+* ``waiting``: before the repair starts, whether a spared job still runs
+  there; each run that rolls the incident forward (health check, epilog,
+  watcher) asks again.
+
+Which jobs are spared is ``decide/scope.py``'s rule; the facts come from
+Slurm (``JobGpus``), never from a file a user writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slurm_hooks.act.context import Context
+from slurm_hooks.core.errors import JobGone, SlurmError
+from slurm_hooks.decide.scope import fault_gpu, spared
+from slurm_hooks.slurm.base import JobGpus
+from slurm_hooks.slurm.gres import gpus_on
+from slurm_hooks.store.state import iso
+
+log = logging.getLogger(__name__)
+
+#: Job states of a spared job that still holds the node (COMPLETING too:
+#: its processes may not be gone yet; the next run looks again).
+_HOLDS_NODE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
+
+
+def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
+    """Move the jobs the fault's GPU does not concern from ``jobs`` into
+    ``doc["spared"]`` (called under the incident lock, before any signal)."""
+    gpu = fault_gpu(ctx.policy.evacuate, doc.get("component"))
+    if gpu is None or not jobs:
+        return
+    node = doc["node"]
+    client = ctx.slurm
+    if not isinstance(client, JobGpus):
+        log.info("%s: this Slurm client cannot say which GPUs a job has; every job moves", node)
+        return
+    kept: dict[str, Any] = {}
+    for job_id, rec in list(jobs.items()):
+        try:
+            gpus = gpus_on(client.job_gpu_detail(job_id), node)
+        except SlurmError as exc:  # JobGone included: the evacuation settles it
+            log.warning("GPUs of job %s on %s not known (%s): it moves", job_id, node, exc)
+            continue
+        if not spared(gpu, gpus):
+            continue
+        assert gpus is not None
+        kept[job_id] = {"user": rec.get("user"), "name": rec.get("name"),
+                        "gpus": sorted(gpus), "ended_at": None}  # fmt: skip
+        del jobs[job_id]
+    doc["scope"] = f"gpu{gpu}"
+    doc["spared"] = kept
+    for job_id, rec in kept.items():
+        ctx.audit.record(
+            "spare", node=node, job=job_id, incident=doc["incident"], user=rec["user"],
+            code=doc.get("code"), why=f"on GPUs {rec['gpus']}, not gpu{gpu}: runs on under "
+            "the drain", actor=ctx.actor,
+        )  # fmt: skip
+
+
+def waiting(ctx: Context, incident: str) -> bool:
+    """True while a job the evacuation spared still holds the node: the
+    repair waits.  Each spared job found gone is journalled once."""
+    doc = ctx.journal.read_doc(incident) or {}
+    live = [j for j, r in (doc.get("spared") or {}).items() if not (r or {}).get("ended_at")]
+    if not live:
+        return False
+    node = doc["node"]
+    ended = [j for j in live if not _holds(ctx, j, node)]
+    first = not any(s.get("step") == "waiting_for_spared" for s in doc.get("steps") or ())
+    if ended or first:
+        now = iso(ctx.clock())
+
+        def change(d: dict[str, Any]) -> None:
+            for job_id in ended:
+                d["spared"][job_id]["ended_at"] = now
+            if first:
+                d.setdefault("steps", []).append({"step": "waiting_for_spared", "at": now})
+
+        ctx.journal.update(incident, change)
+    still = len(live) - len(ended)
+    if still:
+        log.info("repair of %s waits for %d spared job(s) to end", node, still)
+    return bool(still)
+
+
+def _holds(ctx: Context, job_id: str, node: str) -> bool:
+    try:
+        job = ctx.slurm.get_job(job_id)
+    except JobGone:
+        return False
+    except SlurmError:
+        return True  # cannot tell: keep waiting
+    base = job.state.upper().split()[0] if job.state else ""
+    return base in _HOLDS_NODE and (not job.nodes or job.runs_on(node))

@@ -1,0 +1,34 @@
+"""Which jobs a drain moves: the node's, or only the faulty GPU's.
+
+Pure (the Slurm reads are the caller's, ``act/gpu_scope.py``).  The rule,
+for ``[policy] evacuate = "gpu"``:
+
+* the fault must name one GPU (the drain's component is ``gpuN``); a fault
+  of the node, an NVSwitch, a NIC, memory or a mount moves every job;
+* a job is spared only when Slurm says which GPUs of this node it has and
+  ``N`` is not among them; not knowing (a GPU share, MIG, an old client)
+  moves it, as on a whole-node drain.
+
+Both facts are root's: the GPU from the kernel or NVML, the job's GPUs
+from Slurm's own allocation.  Nothing a user writes decides who is spared.
+"""
+
+from __future__ import annotations
+
+import re
+
+_GPU = re.compile(r"^gpu(\d{1,4})$")
+
+
+def fault_gpu(evacuate: str, component: str | None) -> int | None:
+    """The one GPU a drain's evacuation is scoped to; None: the whole node."""
+    if evacuate != "gpu":
+        return None
+    m = _GPU.match(component or "")
+    return int(m.group(1)) if m else None
+
+
+def spared(gpu: int | None, job_gpus: frozenset[int] | None) -> bool:
+    """Whether a job given ``job_gpus`` on the node stays through a drain
+    for a fault on ``gpu`` (None for either: it does not)."""
+    return gpu is not None and job_gpus is not None and gpu not in job_gpus

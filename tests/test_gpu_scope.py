@@ -1,0 +1,232 @@
+"""The GPU-scoped evacuation (``[policy] evacuate = "gpu"``), without Slurm:
+Slurm's per-node GRES detail as recorded on 22.05 (tests/data/slurm), the
+pure rule (decide/scope.py) and the engine against test_actions' fake.
+On real Slurm, every release: tests/test_gpu_scope_lab.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from test_actions import Clock, FakeSlurm, Recorder, xid79
+
+from slurm_hooks.act.engine import Engine
+from slurm_hooks.act.notify import Notifier
+from slurm_hooks.core.errors import SlurmError
+from slurm_hooks.core.model import Action, Component, Finding, JobInfo, Status
+from slurm_hooks.decide import DecisionKind, PolicyConfig
+from slurm_hooks.decide.repair import RepairConfig
+from slurm_hooks.decide.scope import fault_gpu, spared
+from slurm_hooks.slurm import job_gpus, parse
+from slurm_hooks.slurm.gres import gpu_indices, gpus_on
+from slurm_hooks.store.audit import AuditLog
+from slurm_hooks.store.state import StateStore
+
+RECORDED = (Path(__file__).parent / "data" / "slurm" / "22.05-jobs_gres_detail.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("detail", "want"),
+    [
+        ("gpu:1(IDX:0)", {0}),
+        ("gpu:2(IDX:1-2)", {1, 2}),
+        ("gpu:h100:3(IDX:0,2-3)", {0, 2, 3}),
+        ("gpu:1(IDX:0),nic:1(IDX:0)", {0}),  # another GRES beside: not a GPU
+        ("", set()),  # a CPU job (``GRES=``)
+        ("(null)", set()),
+        (None, set()),
+        ("shard:2(2/8,0/8,0/8,0/8)", None),  # a share: which GPU is not said
+        ("gpu:4(IDX:0-3),mps:50(50/100)", None),
+        ("gpu:1g.10gb:1(IDX:3)", None),  # MIG: IDX numbers slices
+        ("gpu:2(IDX:N/A)", None),
+        ("gpu:2", None),
+        ("gpu:2(IDX:3-1)", None),
+    ],
+)
+def test_gpu_indices(detail, want):
+    got = gpu_indices(detail)
+    assert (None if got is None else set(got)) == want
+
+
+def test_the_recorded_detail_of_each_job_on_each_node():
+    assert job_gpus.detail_from_scontrol(RECORDED, "1") == [("n2", "gpu:1(IDX:0)")]
+    two = job_gpus.detail_from_scontrol(RECORDED, "2")
+    assert two == [("n1", "gpu:1(IDX:0)"), ("n2", "gpu:1(IDX:1)")]
+    assert (gpus_on(two, "n1"), gpus_on(two, "n2"), gpus_on(two, "n3")) == ({0}, {1}, None)
+    assert gpus_on(job_gpus.detail_from_scontrol(RECORDED, "3"), "n1") == frozenset()
+    assert job_gpus.detail_from_scontrol(RECORDED, "99") == []
+    # The two detail runs no longer make job 2's record ambiguous, and its
+    # fields are those without -d.
+    (job,) = [j for j in parse.parse_scontrol_jobs(RECORDED) if j.job_id == "2"]
+    assert (job.user, job.nodes, job.state) == ("sltest", "n[1-2]", "RUNNING")
+    assert gpus_on([("n[1-2]", "gpu:1(IDX:0)")], "n2") == {0}
+
+
+@pytest.mark.parametrize("where", ["JobName", "Comment", "WorkDir", "StdOut"])
+def test_a_detail_run_written_by_the_user_is_not_read(where):
+    """A user's text (name, comment, paths) that imitates a detail run
+    names no GPU: only the record's fixed middle is read."""
+    (record,) = [r for r in RECORDED.splitlines() if r.startswith("JobId=3 ")]
+    fake = "x Nodes=n1 CPU_IDs=1 Mem=0 GRES=gpu:4(IDX:0-3)"
+    if where == "Comment":
+        forged = record.replace(" StdErr=", f" Comment={fake} StdErr=")
+    else:
+        forged = record.replace(f" {where}=", f" {where}={fake}", 1)
+    assert forged != record
+    assert job_gpus.detail_from_scontrol(forged, "3") == [("n1", "")]
+
+
+def test_a_record_forged_in_a_job_name_is_refused():
+    (record,) = [r for r in RECORDED.splitlines() if r.startswith("JobId=3 ")]
+    (mine,) = [r for r in RECORDED.splitlines() if r.startswith("JobId=2 ")]
+    forged = record.replace(
+        " JobName=s.sh ", " JobName=s.sh\n" + mine.replace("JobId=2", "JobId=3") + " "
+    )
+    with pytest.raises(parse.ShadowedRecord):
+        job_gpus.detail_from_scontrol(forged, "3")
+
+
+def test_slurmrestd_detail_is_taken_only_where_node_order_cannot_matter():
+    one = {"nodes": "n1", "gres_detail": ["gpu:2(IDX:1-2)"]}
+    same = {"nodes": "n[1-2]", "gres_detail": ["gpu:1(IDX:0)", "gpu:1(IDX:0)"]}
+    differ = {"nodes": "n[1-2]", "gres_detail": ["gpu:1(IDX:0)", "gpu:1(IDX:1)"]}
+    assert job_gpus.detail_from_json(one) == [("n1", "gpu:2(IDX:1-2)")]
+    assert gpus_on(job_gpus.detail_from_json(same), "n2") == {0}
+    assert job_gpus.detail_from_json(differ) == []
+    assert job_gpus.detail_from_json({"nodes": "n1", "gres_detail": []}) == []
+    assert job_gpus.detail_from_json({"nodes": "n[1-2]", "gres_detail": ["gpu:1(IDX:0)"]}) == []
+
+
+@pytest.mark.parametrize(
+    ("evacuate", "component", "job", "want"),
+    [
+        ("gpu", "gpu3", frozenset({0, 1}), True),
+        ("gpu", "gpu3", frozenset({3}), False),
+        ("gpu", "gpu3", frozenset({2, 3}), False),
+        ("gpu", "gpu3", frozenset(), True),  # a CPU job
+        ("gpu", "gpu3", None, False),  # not known: moved
+        ("gpu", "nvswitch0", frozenset({0}), False),  # not one GPU's fault
+        ("gpu", "ib:mlx5_0/1", frozenset({0}), False),
+        ("gpu", None, frozenset({0}), False),
+        ("node", "gpu3", frozenset({0}), False),  # the default moves every job
+    ],
+)
+def test_which_jobs_a_drain_spares(evacuate, component, job, want):
+    assert spared(fault_gpu(evacuate, component), job) is want
+
+
+def test_the_setting_is_checked():
+    PolicyConfig(evacuate="gpu").validate()
+    with pytest.raises(ValueError, match="evacuate"):
+        PolicyConfig(evacuate="socket").validate()
+
+
+class GpuSlurm(FakeSlurm):
+    """test_actions' fake that also answers JobGpus (job id -> detail)."""
+
+    def __init__(self):
+        super().__init__()
+        self.detail: dict[str, list[tuple[str, str]]] = {}
+
+    def job_gpu_detail(self, job_id):
+        self.calls.append(("job_gpu_detail", job_id))
+        if job_id not in self.detail:
+            raise SlurmError(f"no detail for {job_id}")
+        return self.detail[job_id]
+
+
+@pytest.fixture
+def gpu_env(tmp_path):
+    slurm = GpuSlurm()
+    slurm.jobs["101"] = JobInfo("101", "alice", "RUNNING", "n1", "n1", True, name="on-gpu3")
+    slurm.jobs["102"] = JobInfo("102", "bob", "RUNNING", "n1", "n1", True, name="on-gpu0-1")
+    slurm.jobs["103"] = JobInfo("103", "carol", "RUNNING", "n1", "n1", True, name="unknown")
+    slurm.detail = {"101": [("n1", "gpu:1(IDX:3)")], "102": [("n1", "gpu:2(IDX:0-1)")]}
+    clock, spawned = Clock(), []
+
+    def make(evacuate="gpu", repair=True):
+        return Engine(
+            slurm, PolicyConfig(grace_seconds=60, evacuate=evacuate),
+            StateStore(tmp_path / "state"), AuditLog(tmp_path / "audit.jsonl"),
+            Notifier([Recorder()]), clock=clock, spawn=lambda path: spawned.append(path) or 2_000_000_000,  # no such pid
+            repair=RepairConfig(enabled=repair),
+        )  # fmt: skip
+
+    return slurm, clock, spawned, make, tmp_path
+
+
+def test_a_fault_on_one_gpu_moves_its_jobs_and_spares_the_rest_until_they_end(gpu_env):
+    slurm, clock, spawned, make, tmp_path = gpu_env
+    eng = make()
+    (d,) = eng.handle("n1", [xid79(3)])
+    assert d.kind is DecisionKind.DRAIN
+    signalled = {c[1] for c in slurm.calls if c[0] == "signal"}
+    assert signalled == {"101", "103"}  # gpu3's job, and the one whose GPUs are not known
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert set(doc["jobs"]) == {"101", "103"} and doc["scope"] == "gpu3"
+    assert doc["spared"]["102"]["user"] == "bob" and doc["spared"]["102"]["gpus"] == [0, 1]
+    spares = [e for e in AuditLog(tmp_path / "audit.jsonl").entries() if e["action"] == "spare"]
+    assert [(e["job"], e["user"]) for e in spares] == [("102", "bob")]
+    # The grace worker was started; after the grace the moved jobs are requeued.
+    assert len(spawned) == 1
+    clock.now += timedelta(seconds=61)
+    outcomes = {o.job_id: o.outcome for o in eng.finish_incident(d.incident)}
+    assert outcomes == {"101": "requeued", "103": "requeued"}
+    assert slurm.jobs["102"].state == "RUNNING" and slurm.jobs["102"].restart_count == 0
+    # bob's job still holds the node: no repair worker yet, however often
+    # the node's hook (a passing check) or the watcher rolls it forward.
+    for _ in range(2):
+        assert eng.handle("n1", []) == []
+        assert eng.resume_pending("n1") == [d.incident]
+    assert len(spawned) == 1
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert [s["step"] for s in doc["steps"]].count("waiting_for_spared") == 1
+    assert "repair" not in doc
+    # It ends: the next run starts the repair.
+    slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
+    eng.handle("n1", [])
+    assert len(spawned) == 2
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert doc["spared"]["102"]["ended_at"]
+    assert "102" not in {c[1] for c in slurm.calls if c[0] in ("signal", "requeue", "cancel")}
+
+
+def test_the_default_moves_every_job(gpu_env):
+    slurm, _, _, make, tmp_path = gpu_env
+    (d,) = make(evacuate="node").handle("n1", [xid79(3)])
+    assert {c[1] for c in slurm.calls if c[0] == "signal"} == {"101", "102", "103"}
+    assert not any(c[0] == "job_gpu_detail" for c in slurm.calls)
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert "spared" not in doc and "scope" not in doc
+
+
+def test_a_fault_of_the_node_moves_every_job_under_gpu_scope(gpu_env):
+    slurm, _, _, make, _ = gpu_env
+    node_fault = Finding("nvswitch", Status.FAIL, "SXID", "NVSwitch fatal", Component("nvswitch", 0),
+                         Action.REBOOT)  # fmt: skip
+    make().handle("n1", [node_fault])
+    assert {c[1] for c in slurm.calls if c[0] == "signal"} == {"101", "102", "103"}
+
+
+def test_a_client_that_cannot_say_moves_every_job(tmp_path):
+    slurm = FakeSlurm()  # no job_gpu_detail
+    for jid in ("1", "2"):
+        slurm.jobs[jid] = JobInfo(jid, "u", "RUNNING", "n1", "n1", True)
+    Engine(slurm, PolicyConfig(grace_seconds=60, evacuate="gpu"), StateStore(tmp_path / "s"),
+           AuditLog(tmp_path / "a.jsonl"), Notifier([]), clock=Clock(), spawn=None,
+           ).handle("n1", [xid79(3)])  # fmt: skip
+    assert {c[1] for c in slurm.calls if c[0] == "signal"} == {"1", "2"}
+
+
+def test_without_the_repair_loop_the_incident_stops_pending_once_the_spared_jobs_end(gpu_env):
+    slurm, clock, _, make, _ = gpu_env
+    eng = make(repair=False)
+    (d,) = eng.handle("n1", [xid79(3)])
+    clock.now += timedelta(seconds=61)
+    eng.finish_incident(d.incident)
+    assert eng.resume_pending("n1") == [d.incident]  # bob's job runs on
+    slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
+    eng.handle("n1", [])
+    assert eng.resume_pending("n1") == []
