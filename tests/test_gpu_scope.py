@@ -167,7 +167,9 @@ def test_a_fault_on_one_gpu_moves_its_jobs_and_spares_the_rest_until_they_end(gp
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
     assert set(doc["jobs"]) == {"101", "103"} and doc["scope"] == "gpu3"
     assert doc["spared"]["102"]["user"] == "bob" and doc["spared"]["102"]["gpus"] == [0, 1]
-    spares = [e for e in AuditLog(tmp_path / "audit.jsonl").entries() if e["action"] == "spare"]
+    spares = [
+        e for e in AuditLog(tmp_path / "audit.jsonl").entries() if e["action"] == "job_spared"
+    ]
     assert [(e["job"], e["user"]) for e in spares] == [("102", "bob")]
     # The grace worker was started; after the grace the moved jobs are requeued.
     assert len(spawned) == 1

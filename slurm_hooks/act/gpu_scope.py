@@ -8,7 +8,7 @@ waits until every spared job has left the node.
 
 * ``spare``: at the evacuation's listing, takes the spared jobs out of the
   jobs to signal and journals them (``scope``, ``spared``), with one audit
-  line each;
+  line (``job_spared``) each;
 * ``waiting``: before the repair starts, whether a spared job still runs
   there; each run that rolls the incident forward (health check, epilog,
   watcher) asks again.
@@ -64,7 +64,7 @@ def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
     doc["spared"] = kept
     for job_id, rec in kept.items():
         ctx.audit.record(
-            "spare", node=node, job=job_id, incident=doc["incident"], user=rec["user"],
+            "job_spared", node=node, job=job_id, incident=doc["incident"], user=rec["user"],
             code=doc.get("code"), why=f"on GPUs {rec['gpus']}, not gpu{gpu}: runs on under "
             "the drain", actor=ctx.actor,
         )  # fmt: skip
