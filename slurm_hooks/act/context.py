@@ -24,7 +24,7 @@ from typing import Any
 
 from slurm_hooks.act import alerts
 from slurm_hooks.act.notify.base import Alert, Notifier
-from slurm_hooks.core.errors import StateError
+from slurm_hooks.core.errors import JobGone, SlurmError, StateError
 from slurm_hooks.decide.config import PolicyConfig
 from slurm_hooks.decide.repair import RepairConfig
 from slurm_hooks.slurm.base import SlurmClient
@@ -60,6 +60,10 @@ class Audit:
     def record(self, action: str, **fields: Any) -> None:
         fields.setdefault("actor", self.actor)
         self.log.record(action, **fields)
+
+
+#: Job states of a job that still holds its node (or is being torn down).
+_STILL_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,19 @@ class Context:
             self.state, incident, self.notifier, self.audit.log, clock=self.clock,
             actor=self.actor,
         )  # fmt: skip
+
+    def job_running(self, job_id: str, node: str | None = None) -> bool:
+        """Whether Slurm still runs the job (on ``node``, when given): a
+        job being torn down (COMPLETING) still counts, and so does one
+        Slurm cannot be asked about now (the caller waits and asks again)."""
+        try:
+            job = self.slurm.get_job(job_id)
+        except JobGone:
+            return False
+        except SlurmError:
+            return True
+        base = job.state.upper().split()[0] if job.state else ""
+        return base in _STILL_RUNNING and not (node and job.nodes and not job.runs_on(node))
 
     def state_failed(self, what: str, message: str) -> None:
         """A local state write failed: say it loudly, count it, go on."""

@@ -72,8 +72,6 @@ TERMINAL_JOB_STATES = frozenset(
 #: back in the queue to resume from its checkpoint instead of being lost.
 #: COMPLETED, CANCELLED (by its owner) and the rest stay finished.
 RESTARTABLE_END_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
-#: States of a job that still runs (or is being torn down): wait for it.
-_STILL_RUNNING = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 
 
 class Next(enum.Enum):
@@ -279,7 +277,7 @@ def finish(
             for job_id, rec in doc["jobs"].items():
                 if rec.get("outcome"):
                     continue
-                if in_grace and still_running(ctx, job_id):
+                if in_grace and ctx.job_running(job_id):
                     continue
                 outcomes.append(settle(ctx, doc, job_id, rec))
             if all(r.get("outcome") for r in doc["jobs"].values()):
@@ -328,17 +326,6 @@ def after_jobs(ctx: Context, incident: str) -> None:
         log.error("cannot start the repair worker for %s: %s", incident, exc)
         return
     ctx.journal.update(incident, lambda d: d.setdefault("repair", {}).update(worker_pid=pid))
-
-
-def still_running(ctx: Context, job_id: str) -> bool:
-    try:
-        job = ctx.slurm.get_job(job_id)
-    except JobGone:
-        return False
-    except SlurmError:
-        return True  # cannot tell: keep waiting, the deadline settles it
-    base = job.state.upper().split()[0] if job.state else ""
-    return base in _STILL_RUNNING
 
 
 def settle(ctx: Context, doc: dict[str, Any], job_id: str, rec: dict[str, Any]) -> JobOutcome:

@@ -23,17 +23,13 @@ import logging
 from typing import Any
 
 from slurm_hooks.act.context import Context
-from slurm_hooks.core.errors import JobGone, SlurmError
+from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.decide.scope import fault_gpu, spared
 from slurm_hooks.slurm.base import JobGpus
 from slurm_hooks.slurm.gres import gpus_on
 from slurm_hooks.store.state import iso
 
 log = logging.getLogger(__name__)
-
-#: Job states of a spared job that still holds the node (COMPLETING too:
-#: its processes may not be gone yet; the next run looks again).
-_HOLDS_NODE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"})
 
 
 def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
@@ -78,7 +74,7 @@ def waiting(ctx: Context, incident: str) -> bool:
     if not live:
         return False
     node = doc["node"]
-    ended = [j for j in live if not _holds(ctx, j, node)]
+    ended = [j for j in live if not ctx.job_running(j, node)]  # COMPLETING runs
     first = not any(s.get("step") == "waiting_for_spared" for s in doc.get("steps") or ())
     if ended or first:
         now = iso(ctx.clock())
@@ -94,14 +90,3 @@ def waiting(ctx: Context, incident: str) -> bool:
     if still:
         log.info("repair of %s waits for %d spared job(s) to end", node, still)
     return bool(still)
-
-
-def _holds(ctx: Context, job_id: str, node: str) -> bool:
-    try:
-        job = ctx.slurm.get_job(job_id)
-    except JobGone:
-        return False
-    except SlurmError:
-        return True  # cannot tell: keep waiting
-    base = job.state.upper().split()[0] if job.state else ""
-    return base in _HOLDS_NODE and (not job.nodes or job.runs_on(node))
