@@ -232,3 +232,41 @@ def test_without_the_repair_loop_the_incident_stops_pending_once_the_spared_jobs
     slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
     eng.handle("n1", [])
     assert eng.resume_pending("n1") == []
+
+
+def test_a_later_fault_on_a_spared_jobs_gpu_moves_it_too(gpu_env):
+    slurm, clock, spawned, make, tmp_path = gpu_env
+    eng = make()
+    (d,) = eng.handle("n1", [xid79(3)])
+    clock.now += timedelta(seconds=61)
+    eng.finish_incident(d.incident)
+    signals = lambda: [c[1] for c in slurm.calls if c[0] == "signal"]  # noqa: E731
+    before = signals()
+    # The same GPU again, and a GPU no spared job holds: bob's job stays.
+    eng.handle("n1", [xid79(3)])
+    eng.handle("n1", [xid79(2)])
+    assert signals() == before and slurm.jobs["102"].restart_count == 0
+    # A fault on GPU 1, which bob's job holds: it is moved like the first ones.
+    (again,) = eng.handle("n1", [xid79(1)])
+    assert again.kind is DecisionKind.ALREADY_HANDLED
+    assert signals()[len(before) :] == ["102", "102"]  # USR1 to the batch, TERM to the steps
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert doc["spared"] == {} and doc["jobs"]["102"]["user"] == "bob" and not doc["jobs_done"]
+    assert eng.finish_incident(d.incident) == []  # a new grace for it
+    clock.now += timedelta(seconds=61)
+    assert {o.job_id: o.outcome for o in eng.finish_incident(d.incident)} == {"102": "requeued"}
+    assert slurm.jobs["102"].restart_count == 1 and slurm.jobs["101"].restart_count == 1
+    moved = [e for e in AuditLog(tmp_path / "audit.jsonl").entries() if e["action"] == "job_moved"]
+    assert [(e["job"], e["user"]) for e in moved] == [("102", "bob")]
+
+
+def test_a_later_fault_of_the_node_moves_every_spared_job(gpu_env):
+    slurm, clock, _, make, _ = gpu_env
+    eng = make()
+    (d,) = eng.handle("n1", [xid79(3)])
+    clock.now += timedelta(seconds=61)
+    eng.finish_incident(d.incident)
+    node_fault = Finding("nvswitch", Status.FAIL, "SXID", "NVSwitch fatal", Component("nvswitch", 0),
+                         Action.REBOOT)  # fmt: skip
+    eng.handle("n1", [node_fault])
+    assert "102" in [c[1] for c in slurm.calls if c[0] == "signal"]

@@ -112,3 +112,41 @@ def test_a_fault_on_one_gpu_moves_only_that_gpus_job_and_the_repair_waits_for_th
         assert doc["spared"][theirs]["user"] == OTHER_USER
     finally:
         subprocess.run(["scancel", mine, theirs], env=lab.env(), capture_output=True, check=False)
+
+
+def test_a_later_fault_on_the_spared_jobs_gpu_moves_it(gpu_lab, tmp_path):
+    lab = gpu_lab
+    work = lab.shared_dir / "gpu-scope-struck"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    os.chmod(work, 0o1777)
+    lab.wait_for(lambda: not lab.client().jobs_on_node("n1"), 60, what="n1 to be empty")
+    subprocess.run(["scontrol", "update", "NodeName=n1", "State=RESUME"], env=lab.env(),
+                   capture_output=True, check=False)  # the first test's drain  # fmt: skip
+    theirs, their_log = job(lab, work, "theirs", OTHER_USER)
+    mine, _ = job(lab, work, "mine", TEST_USER)
+    client = lab.client()
+    eng = Engine(
+        client, PolicyConfig(grace_seconds=1, evacuate="gpu"), StateStore(tmp_path / "state"),
+        AuditLog(tmp_path / "audit.jsonl"), Notifier([]), spawn=None,
+    )  # fmt: skip
+
+    def xid(gpu: int) -> Finding:
+        return Finding("xid", Status.FAIL, "XID79", "GPU has fallen off the bus",
+                       Component("gpu", gpu), Action.RESET_GPU)  # fmt: skip
+
+    try:
+        (d,) = eng.handle("n1", [xid(1)])
+        time.sleep(1.5)
+        assert {o.job_id for o in eng.finish_incident(d.incident)} == {mine}
+        assert their_log.read_text().split() == ["start"]
+        # Now GPU 0, under their job, faults too: it is moved like mine was.
+        (again,) = eng.handle("n1", [xid(0)])
+        assert again.kind is DecisionKind.ALREADY_HANDLED
+        lab.wait_for(lambda: "USR1" in their_log.read_text(), 30, what="their checkpoint signal")
+        time.sleep(1.5)
+        outcomes = {o.job_id: str(o.outcome) for o in eng.finish_incident(d.incident)}
+        assert outcomes == {theirs: "requeued"}
+        assert client.get_job(theirs).restart_count == 1
+    finally:
+        subprocess.run(["scancel", mine, theirs], env=lab.env(), capture_output=True, check=False)

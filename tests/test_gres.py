@@ -120,3 +120,33 @@ def test_the_prolog_asks_slurm_only_where_gpus_are_shared_and_believes_no_silenc
     assert prolog_sharing.shared_gpus_reason(None, "7") is None
     with_job(SlurmError("slurmctld not responding"))
     assert "did not say" in prolog_sharing.shared_gpus_reason(None, "7")
+
+
+def test_install_says_what_gpu_scoped_evacuation_cannot_do_here(tmp_path):
+    """``[policy] evacuate = "gpu"`` needs GPUs as GRES, and spares a job on
+    its allocation: ``ConstrainDevices=yes`` makes that all it can open.
+    ``scontrol show config`` prints cgroup.conf's keys under "Cgroup Support
+    Configuration:" (``slurm_print_key_pairs``, src/api/config_info.c), as
+    ``Key = value`` lines like the rest."""
+    from pathlib import Path
+
+    from slurm_hooks.cli.gres_advice import evacuate_advice
+    from slurm_hooks.core import config as config_mod
+    from slurm_hooks.slurm.parse_config import parse_show_config
+
+    gpu = tmp_path / "gpu.toml"
+    gpu.write_text('[policy]\nevacuate = "gpu"\n')
+    node = tmp_path / "node.toml"
+    node.write_text("[policy]\n")
+    recorded = (Path(__file__).parent / "data" / "slurm" / "22.05-show_config.txt").read_text()
+    running = parse_show_config(recorded)  # the lab's: no GPU GRES, no cgroup.conf
+    (tip,) = evacuate_advice(running, config_mod.load(gpu))
+    assert "GPUs are not GRES here" in tip and "moves every job" in tip
+    assert evacuate_advice(running, config_mod.load(node)) == []
+    running["GresTypes"] = "gpu"
+    (tip,) = evacuate_advice(running, config_mod.load(gpu))
+    assert tip.startswith("ConstrainDevices is not yes")
+    constrained = "\nCgroup Support Configuration:\nConstrainDevices        = yes\n"
+    running = parse_show_config(recorded + constrained)
+    running["GresTypes"] = "gpu"
+    assert evacuate_advice(running, config_mod.load(gpu)) == []

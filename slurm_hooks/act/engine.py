@@ -219,6 +219,8 @@ class Engine:
             held.tick(ctx, node)
             return []
         first = self._first(node, findings)
+        if open_incident and evacuate.take_back(ctx, open_incident, first.decisions):
+            self._evacuate(open_incident)  # jobs a GPU-scoped drain spared: this fault moves them
         absorbed = repeats.absorb_drained(ctx, node, first.decisions)
         if absorbed is None:
             absorbed = held.absorb(ctx, node, first.decisions)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -43,6 +44,7 @@ from slurm_hooks.core.errors import (
 from slurm_hooks.core.incident import IncidentStatus, Outcome
 from slurm_hooks.core.model import JobInfo
 from slurm_hooks.core.reason import sanitize_text
+from slurm_hooks.decide.decision import Decision
 from slurm_hooks.detect.probes.process import pid_alive
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.door import Requeue, SlurmDoor
@@ -139,6 +141,43 @@ def evacuate(ctx: Context, incident: str) -> Next:
     if doc["grace_s"] <= 0:
         return Next.FINISH
     return Next.WAIT if ctx.spawn is None else Next.SPAWN
+
+
+def take_back(ctx: Context, incident: str, decisions: Sequence[Decision]) -> bool:
+    """Jobs the incident spared (act/gpu_scope.py) that a fault decided on
+    now concerns join its evacuation: journalled as if listed now, with a
+    new grace deadline for them (the jobs settled before keep their
+    outcomes).  True when any did; the Engine then evacuates as at the drain."""
+    job_ids = gpu_scope.struck_jobs(ctx, incident, decisions)
+    if not job_ids:
+        return False
+    moved: list[tuple[str, dict[str, Any]]] = []
+    with ctx.journal.lock(incident):
+        doc = ctx.state.read_incident(incident)
+        if doc is None or doc.get("jobs") is None:
+            return False
+        spared = doc.get("spared") or {}
+        for job_id in job_ids:
+            was = spared.get(job_id)
+            if not was or was.get("ended_at") or job_id in doc["jobs"]:
+                continue
+            rec = job_record(ctx, JobInfo(job_id, was.get("user"), "RUNNING", doc["node"]),
+                             doc["node"])  # fmt: skip
+            if rec is not None:
+                doc["jobs"][job_id] = rec
+                del spared[job_id]
+                moved.append((job_id, was))
+        if not moved:
+            return False
+        doc.update(jobs_done=False, status=IncidentStatus.EVACUATING, deadline=None)
+        doc.setdefault("steps", []).append({"step": "spared_struck", "at": iso(ctx.clock())})
+        ctx.state.write_incident(doc)
+    for job_id, was in moved:
+        ctx.audit.record(
+            "job_moved", node=doc["node"], job=job_id, incident=incident, user=was.get("user"),
+            why=f"spared on GPUs {was.get('gpus')}; a later fault concerns it", actor=ctx.actor,
+        )  # fmt: skip
+    return True
 
 
 def job_record(ctx: Context, job: JobInfo, node: str) -> dict[str, Any] | None:

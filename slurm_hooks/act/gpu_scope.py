@@ -9,6 +9,9 @@ waits until every spared job has left the node.
 * ``spare``: at the evacuation's listing, takes the spared jobs out of the
   jobs to signal and journals them (``scope``, ``spared``), with one audit
   line (``job_spared``) each;
+* ``struck``: a later fault on the node (another GPU, or the node's own)
+  names the spared jobs it concerns; the evacuation takes them back
+  (``evacuate.take_back``) and moves them like the first ones;
 * ``waiting``: before the repair starts, whether a spared job still runs
   there; each run that rolls the incident forward (health check, epilog,
   watcher) asks again.
@@ -20,11 +23,13 @@ Slurm (``JobGpus``), never from a file a user writes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from slurm_hooks.act.context import Context
 from slurm_hooks.core.errors import SlurmError
-from slurm_hooks.decide.scope import fault_gpu, spared
+from slurm_hooks.decide.decision import Decision
+from slurm_hooks.decide.scope import fault_gpu, spared, struck
 from slurm_hooks.slurm.base import JobGpus
 from slurm_hooks.slurm.gres import gpus_on
 from slurm_hooks.store.state import iso
@@ -64,6 +69,19 @@ def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
             code=doc.get("code"), why=f"on GPUs {rec['gpus']}, not gpu{gpu}: runs on under "
             "the drain", actor=ctx.actor,
         )  # fmt: skip
+
+
+def struck_jobs(ctx: Context, incident: str, decisions: Sequence[Decision]) -> list[str]:
+    """The jobs the open ``incident`` spared that a fault decided on now
+    concerns (one that would drain and move jobs): they must leave too."""
+    doc = ctx.journal.read_doc(incident) or {}
+    live = {j: r for j, r in (doc.get("spared") or {}).items() if not (r or {}).get("ended_at")}
+    hit: set[str] = set()
+    for d in decisions:
+        if live and d.kind.drains and d.evacuate and not d.observe_only:
+            gpu = fault_gpu("gpu", d.component)
+            hit |= {j for j, r in live.items() if struck(gpu, r.get("gpus") or [])}
+    return sorted(hit)
 
 
 def waiting(ctx: Context, incident: str) -> bool:

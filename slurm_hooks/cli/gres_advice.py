@@ -13,6 +13,11 @@ nodes, so ``slurm-hooks install --check`` says it:
 * ``gpu_sharing = false`` with ``gres/shard`` or ``gres/mps``: a job's share
   of a GPU looks whole in its prolog's environment, so the prolog burns in a
   GPU other jobs use (``agent/prolog_sharing.py``).
+
+And for ``[policy] evacuate = "gpu"`` (``evacuate_advice``): without GPU
+GRES it spares no one (every job moves, as with "node"); without
+``ConstrainDevices=yes`` a job is spared on what Slurm gave it, though it
+can open any GPU of the node.
 """
 
 from __future__ import annotations
@@ -71,3 +76,31 @@ def advice(
             "jobs use. Set [prolog] gpu_sharing = true (the prolog then asks Slurm)."
         )
     return out
+
+
+def evacuate_advice(running: dict[str, str], cfg: Any = None) -> list[str]:
+    """What ``[policy] evacuate = "gpu"`` (in ``cfg``: a Config, a path, or
+    None for the hooks' config) cannot do on a Slurm whose ``scontrol show
+    config`` is ``running``; empty for "node" or when it fits."""
+    from slurm_hooks.cli.slurm_settings import hooks_config
+    from slurm_hooks.core.errors import SlurmHooksError
+    from slurm_hooks.decide.config import PolicyConfig
+
+    try:
+        evacuate = hooks_config(cfg).section("policy", PolicyConfig).evacuate
+    except SlurmHooksError:
+        return []
+    if evacuate != "gpu":
+        return []
+    if "gpu" not in types_named(running.get("GresTypes")):
+        return [
+            f"GresTypes = {running.get('GresTypes') or '(not set)'}: GPUs are not GRES here, "
+            'so [policy] evacuate = "gpu" cannot tell which GPU a job holds and moves every '
+            'job, as "node" does.'
+        ]
+    if (running.get("ConstrainDevices") or "").lower() != "yes":
+        return [
+            'ConstrainDevices is not yes (cgroup.conf): with [policy] evacuate = "gpu" a job '
+            "is spared on the GPUs Slurm gave it, but it can open the faulty one too."
+        ]
+    return []

@@ -201,11 +201,12 @@ def command(
                        f"slurm-hooks install --chain-healthcheck {d.running}")  # fmt: skip
         needed = needed or d.setting.required
     from slurm_hooks.cli import xid_advice
-    from slurm_hooks.cli.gres_advice import advice, prolog_gpu_settings
+    from slurm_hooks.cli.gres_advice import advice, evacuate_advice, prolog_gpu_settings
 
     pro = prolog_gpu_settings(config_abs)
     tips = advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
                   gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing)  # fmt: skip
+    tips += evacuate_advice(running, config_abs)
     for tip in [*tips, *xid_advice.advice(config_abs)]:
         click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:

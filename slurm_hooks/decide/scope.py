@@ -9,6 +9,9 @@ for ``[policy] evacuate = "gpu"``:
   ``N`` is not among them; not knowing (a GPU share, MIG, an old client)
   moves it, as on a whole-node drain.
 
+A later fault on the node while spared jobs run there (``struck``) moves
+the ones it concerns: a fault on a GPU they hold, or one of the node.
+
 Both facts are root's: the GPU from the kernel or NVML, the job's GPUs
 from Slurm's own allocation.  Nothing a user writes decides who is spared.
 """
@@ -32,3 +35,9 @@ def spared(gpu: int | None, job_gpus: frozenset[int] | None) -> bool:
     """Whether a job given ``job_gpus`` on the node stays through a drain
     for a fault on ``gpu`` (None for either: it does not)."""
     return gpu is not None and job_gpus is not None and gpu not in job_gpus
+
+
+def struck(gpu: int | None, job_gpus: frozenset[int] | set[int] | list[int]) -> bool:
+    """Whether a later fault (on ``gpu``; None: not one GPU's) concerns a
+    job spared by the first, which holds ``job_gpus``."""
+    return gpu is None or gpu in job_gpus
