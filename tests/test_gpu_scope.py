@@ -100,21 +100,23 @@ def test_slurmrestd_detail_is_taken_only_where_node_order_cannot_matter():
 
 
 @pytest.mark.parametrize(
-    ("evacuate", "component", "job", "want"),
+    ("evacuate", "component", "node_gpus", "job", "want"),
     [
-        ("gpu", "gpu3", frozenset({0, 1}), True),
-        ("gpu", "gpu3", frozenset({3}), False),
-        ("gpu", "gpu3", frozenset({2, 3}), False),
-        ("gpu", "gpu3", frozenset(), True),  # a CPU job
-        ("gpu", "gpu3", None, False),  # not known: moved
-        ("gpu", "nvswitch0", frozenset({0}), False),  # not one GPU's fault
-        ("gpu", "ib:mlx5_0/1", frozenset({0}), False),
-        ("gpu", None, frozenset({0}), False),
-        ("node", "gpu3", frozenset({0}), False),  # the default moves every job
+        ("gpu", "gpu3", 4, frozenset({0, 1}), True),
+        ("gpu", "gpu3", 4, frozenset({3}), False),
+        ("gpu", "gpu3", 4, frozenset({2, 3}), False),
+        ("gpu", "gpu3", 4, frozenset(), True),  # a CPU job
+        ("gpu", "gpu3", 4, None, False),  # not known: moved
+        ("gpu", "gpu3", 0, frozenset(), False),  # GPUs not GRES: every job looks CPU-only
+        ("gpu", "gpu3", 3, frozenset({0}), False),  # an index that is not Slurm's
+        ("gpu", "nvswitch0", 4, frozenset({0}), False),  # not one GPU's fault
+        ("gpu", "ib:mlx5_0/1", 4, frozenset({0}), False),
+        ("gpu", None, 4, frozenset({0}), False),
+        ("node", "gpu3", 4, frozenset({0}), False),  # the default moves every job
     ],
 )
-def test_which_jobs_a_drain_spares(evacuate, component, job, want):
-    assert spared(fault_gpu(evacuate, component), job) is want
+def test_which_jobs_a_drain_spares(evacuate, component, node_gpus, job, want):
+    assert spared(fault_gpu(evacuate, component, node_gpus), job) is want
 
 
 def test_the_setting_is_checked():
@@ -140,6 +142,7 @@ class GpuSlurm(FakeSlurm):
 @pytest.fixture
 def gpu_env(tmp_path):
     slurm = GpuSlurm()
+    slurm.nodes["n1"] = dataclasses.replace(slurm.nodes["n1"], gres="gpu:4")
     slurm.jobs["101"] = JobInfo("101", "alice", "RUNNING", "n1", "n1", True, name="on-gpu3")
     slurm.jobs["102"] = JobInfo("102", "bob", "RUNNING", "n1", "n1", True, name="on-gpu0-1")
     slurm.jobs["103"] = JobInfo("103", "carol", "RUNNING", "n1", "n1", True, name="unknown")
@@ -212,8 +215,17 @@ def test_a_fault_of_the_node_moves_every_job_under_gpu_scope(gpu_env):
     assert {c[1] for c in slurm.calls if c[0] == "signal"} == {"101", "102", "103"}
 
 
+def test_where_gpus_are_not_gres_every_job_moves(gpu_env):
+    slurm, _, _, make, _ = gpu_env
+    slurm.nodes["n1"] = dataclasses.replace(slurm.nodes["n1"], gres=None)
+    slurm.detail = {jid: [("n1", "")] for jid in slurm.jobs}  # as Slurm says there: no GRES
+    make().handle("n1", [xid79(3)])
+    assert {c[1] for c in slurm.calls if c[0] == "signal"} == {"101", "102", "103"}
+
+
 def test_a_client_that_cannot_say_moves_every_job(tmp_path):
     slurm = FakeSlurm()  # no job_gpu_detail
+    slurm.nodes["n1"] = dataclasses.replace(slurm.nodes["n1"], gres="gpu:4")
     for jid in ("1", "2"):
         slurm.jobs[jid] = JobInfo(jid, "u", "RUNNING", "n1", "n1", True)
     Engine(slurm, PolicyConfig(grace_seconds=60, evacuate="gpu"), StateStore(tmp_path / "s"),

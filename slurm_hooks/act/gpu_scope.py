@@ -31,7 +31,7 @@ from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.decide.decision import Decision
 from slurm_hooks.decide.scope import fault_gpu, spared, struck
 from slurm_hooks.slurm.base import JobGpus
-from slurm_hooks.slurm.gres import gpus_on
+from slurm_hooks.slurm.gres import gpu_count, gpus_on
 from slurm_hooks.store.state import iso
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,20 @@ log = logging.getLogger(__name__)
 def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
     """Move the jobs the fault's GPU does not concern from ``jobs`` into
     ``doc["spared"]`` (called under the incident lock, before any signal)."""
-    gpu = fault_gpu(ctx.policy.evacuate, doc.get("component"))
-    if gpu is None or not jobs:
-        return
     node = doc["node"]
+    if ctx.policy.evacuate != "gpu" or not jobs:
+        return
     client = ctx.slurm
+    try:
+        node_gpus = gpu_count(client.get_node(node).gres)
+    except SlurmError as exc:
+        log.warning("%s: its GPUs not known (%s); every job moves", node, exc)
+        return
+    gpu = fault_gpu(ctx.policy.evacuate, doc.get("component"), node_gpus)
+    if gpu is None:
+        log.info("%s: %s is not one of its %d GRES GPUs; every job moves", node,
+                 doc.get("component"), node_gpus)  # fmt: skip
+        return
     if not isinstance(client, JobGpus):
         log.info("%s: this Slurm client cannot say which GPUs a job has; every job moves", node)
         return
@@ -61,8 +70,7 @@ def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
         kept[job_id] = {"user": rec.get("user"), "name": rec.get("name"),
                         "gpus": sorted(gpus), "ended_at": None}  # fmt: skip
         del jobs[job_id]
-    doc["scope"] = f"gpu{gpu}"
-    doc["spared"] = kept
+    doc.update(scope=f"gpu{gpu}", spared=kept, node_gpus=node_gpus)
     for job_id, rec in kept.items():
         ctx.audit.record(
             "job_spared", node=node, job=job_id, incident=doc["incident"], user=rec["user"],
@@ -79,7 +87,7 @@ def struck_jobs(ctx: Context, incident: str, decisions: Sequence[Decision]) -> l
     hit: set[str] = set()
     for d in decisions:
         if live and d.kind.drains and d.evacuate and not d.observe_only:
-            gpu = fault_gpu("gpu", d.component)
+            gpu = fault_gpu("gpu", d.component, int(doc.get("node_gpus") or 0))
             hit |= {j for j, r in live.items() if struck(gpu, r.get("gpus") or [])}
     return sorted(hit)
 

@@ -61,7 +61,9 @@ class PolicyConfig:
     #: only the jobs given that GPU (``scontrol -d show job``'s IDX), while
     #: jobs on the node's other GPUs run on to their end under the drain and
     #: the repair waits for them.  A job whose GPUs are not known (a GPU
-    #: share, MIG, a client that cannot tell) is moved as under "node".
+    #: share, MIG, a client that cannot tell, a node whose GPUs are not GRES)
+    #: is moved as under "node".  A later fault on a GPU a spared job holds,
+    #: or of the node, moves it too.  docs/signals.md.
     evacuate: str = "node"
 
     #: App-level faults (action restart_app) that repeat this often on a node drain it.

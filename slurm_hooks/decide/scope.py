@@ -3,8 +3,10 @@
 Pure (the Slurm reads are the caller's, ``act/gpu_scope.py``).  The rule,
 for ``[policy] evacuate = "gpu"``:
 
-* the fault must name one GPU (the drain's component is ``gpuN``); a fault
-  of the node, an NVSwitch, a NIC, memory or a mount moves every job;
+* the fault must name one GPU (the drain's component is ``gpuN``) that
+  Slurm knows as GRES on the node; a fault of the node, an NVSwitch, a
+  NIC, memory or a mount moves every job, and so does any fault on a node
+  whose GPUs are not GRES;
 * a job is spared only when Slurm says which GPUs of this node it has and
   ``N`` is not among them; not knowing (a GPU share, MIG, an old client)
   moves it, as on a whole-node drain.
@@ -23,12 +25,16 @@ import re
 _GPU = re.compile(r"^gpu(\d{1,4})$")
 
 
-def fault_gpu(evacuate: str, component: str | None) -> int | None:
-    """The one GPU a drain's evacuation is scoped to; None: the whole node."""
+def fault_gpu(evacuate: str, component: str | None, node_gpus: int) -> int | None:
+    """The one GPU a drain's evacuation is scoped to; None: the whole node.
+    ``node_gpus``: the GPUs Slurm knows on the node as GRES (``Gres=gpu:8``).
+    Where they are not GRES no job's detail names a GPU (every job would
+    look like a CPU job), and an index beyond them is not Slurm's: both
+    move every job."""
     if evacuate != "gpu":
         return None
     m = _GPU.match(component or "")
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) < node_gpus else None
 
 
 def spared(gpu: int | None, job_gpus: frozenset[int] | None) -> bool:

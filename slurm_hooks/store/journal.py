@@ -153,10 +153,11 @@ class Incident:
     spares: Mapping[str, str] | None = None
     spares_done: Mapping[str, bool] | None = None
     #: ``[policy] evacuate = "gpu"`` (act/gpu_scope.py): the GPU the
-    #: evacuation was scoped to, and the jobs it left running (job id ->
-    #: user, name, GPUs, when it was seen gone).
+    #: evacuation was scoped to, the jobs it left running (job id -> user,
+    #: name, GPUs, when it was seen gone), and the node's GRES GPUs then.
     scope: str | None = None
     spared: Mapping[str, Any] | None = None
+    node_gpus: int | None = None
     #: Keys this release does not know, written back as they were read.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -214,6 +215,7 @@ class Incident:
             spares_done=mapping("spares_done"),
             scope=_str(doc.get("scope")),
             spared=mapping("spared"),
+            node_gpus=_int(doc.get("node_gpus")),
             extra={k: v for k, v in doc.items() if k not in known},
         )
 
@@ -256,6 +258,7 @@ class Incident:
             "spares_done": self.spares_done,
             "scope": self.scope,
             "spared": self.spared,
+            "node_gpus": self.node_gpus,
         }
         for key, value in optional.items():
             if value is not None:
