@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_actions import Clock, FakeSlurm, Recorder, xid79
 
+from slurm_hooks.act import gpu_scope
 from slurm_hooks.act.engine import Engine
 from slurm_hooks.act.notify import Notifier
 from slurm_hooks.core.errors import SlurmError
@@ -181,16 +182,23 @@ def test_a_fault_on_one_gpu_moves_its_jobs_and_spares_the_rest_until_they_end(gp
     assert outcomes == {"101": "requeued", "103": "requeued"}
     assert slurm.jobs["102"].state == "RUNNING" and slurm.jobs["102"].restart_count == 0
     # bob's job still holds the node: no repair worker yet, however often
-    # the node's hook (a passing check) or the watcher rolls it forward.
+    # the node's hook (a passing check) or the watcher rolls it forward;
+    # Slurm was asked about it when the grace ended, and not again within
+    # gpu_scope.CHECK_S.
+    asked = slurm.count("get_job")
     for _ in range(2):
         assert eng.handle("n1", []) == []
         assert eng.resume_pending("n1") == [d.incident]
     assert len(spawned) == 1
+    assert slurm.count("get_job") == asked
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
     assert [s["step"] for s in doc["steps"]].count("waiting_for_spared") == 1
     assert "repair" not in doc
     # It ends: the next run starts the repair.
     slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
+    eng.handle("n1", [])
+    assert len(spawned) == 1  # seen at the next look, not before
+    clock.now += timedelta(seconds=gpu_scope.CHECK_S)
     eng.handle("n1", [])
     assert len(spawned) == 2
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
@@ -242,6 +250,7 @@ def test_without_the_repair_loop_the_incident_stops_pending_once_the_spared_jobs
     eng.finish_incident(d.incident)
     assert eng.resume_pending("n1") == [d.incident]  # bob's job runs on
     slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
+    clock.now += timedelta(seconds=gpu_scope.CHECK_S)
     eng.handle("n1", [])
     assert eng.resume_pending("n1") == []
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from conftest import own_lab, submit
 from slurm_hooks_lab.lab import TEST_USER, Lab
 from test_trust_lab import script
 
+from slurm_hooks.act import gpu_scope
 from slurm_hooks.act.engine import Engine
 from slurm_hooks.act.notify import Notifier
 from slurm_hooks.core.model import Action, Component, Finding, Status
@@ -73,11 +75,12 @@ def test_a_fault_on_one_gpu_moves_only_that_gpus_job_and_the_repair_waits_for_th
     assert gpus_on(client.job_gpu_detail(mine), "n1") == {1}
 
     spawned: list[Path] = []
+    later = timedelta(0)  # the engine's clock, moved on past gpu_scope.CHECK_S below
     eng = Engine(
         client, PolicyConfig(grace_seconds=2, evacuate="gpu"), StateStore(tmp_path / "state"),
         AuditLog(tmp_path / "audit.jsonl"), Notifier([]),
         spawn=lambda path: spawned.append(path) or 2_000_000_000,  # no such pid
-        repair=RepairConfig(enabled=True),
+        repair=RepairConfig(enabled=True), clock=lambda: datetime.now(UTC) + later,
     )  # fmt: skip
     fault = Finding("xid", Status.FAIL, "XID79", "GPU has fallen off the bus",
                     Component("gpu", 1), Action.RESET_GPU)  # fmt: skip
@@ -105,6 +108,7 @@ def test_a_fault_on_one_gpu_moves_only_that_gpus_job_and_the_repair_waits_for_th
         subprocess.run(["/usr/sbin/runuser", "-u", OTHER_USER, "--", "scancel", theirs],
                        env=lab.env(), check=True, capture_output=True)  # fmt: skip
         lab.wait_job(theirs, lambda j: j.state not in ("RUNNING", "COMPLETING"), timeout=60)
+        later = timedelta(seconds=gpu_scope.CHECK_S)  # the next look at it
         eng.handle("n1", [])
         assert len(spawned) == 2  # the repair worker
         doc = StateStore(tmp_path / "state").read_incident(d.incident)

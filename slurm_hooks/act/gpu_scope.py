@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from slurm_hooks.act.context import Context
@@ -32,9 +33,13 @@ from slurm_hooks.decide.decision import Decision
 from slurm_hooks.decide.scope import fault_gpu, spared, struck
 from slurm_hooks.slurm.base import JobGpus
 from slurm_hooks.slurm.gres import gpu_count, gpus_on
-from slurm_hooks.store.state import iso
+from slurm_hooks.store.state import iso, parse_time
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the spared jobs: one ``scontrol show job``
+#: each, where the watcher would ask every poll (10 s) on every such node.
+CHECK_S = 30.0
 
 
 def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
@@ -94,24 +99,29 @@ def struck_jobs(ctx: Context, incident: str, decisions: Sequence[Decision]) -> l
 
 def waiting(ctx: Context, incident: str) -> bool:
     """True while a job the evacuation spared still holds the node: the
-    repair waits.  Each spared job found gone is journalled once."""
+    repair waits.  Slurm is asked at most every ``CHECK_S`` (the watcher
+    rolls the incident forward every poll); each spared job found gone is
+    journalled once."""
     doc = ctx.journal.read_doc(incident) or {}
     live = [j for j, r in (doc.get("spared") or {}).items() if not (r or {}).get("ended_at")]
     if not live:
         return False
+    now = ctx.clock()
+    checked = doc.get("spared_checked_at")
+    if checked and timedelta(0) <= now - parse_time(checked) < timedelta(seconds=CHECK_S):
+        return True
     node = doc["node"]
     ended = [j for j in live if not ctx.job_running(j, node)]  # COMPLETING runs
     first = not any(s.get("step") == "waiting_for_spared" for s in doc.get("steps") or ())
-    if ended or first:
-        now = iso(ctx.clock())
 
-        def change(d: dict[str, Any]) -> None:
-            for job_id in ended:
-                d["spared"][job_id]["ended_at"] = now
-            if first:
-                d.setdefault("steps", []).append({"step": "waiting_for_spared", "at": now})
+    def change(d: dict[str, Any]) -> None:
+        d["spared_checked_at"] = iso(now)
+        for job_id in ended:
+            d["spared"][job_id]["ended_at"] = iso(now)
+        if first:
+            d.setdefault("steps", []).append({"step": "waiting_for_spared", "at": iso(now)})
 
-        ctx.journal.update(incident, change)
+    ctx.journal.update(incident, change)
     still = len(live) - len(ended)
     if still:
         log.info("repair of %s waits for %d spared job(s) to end", node, still)
