@@ -242,12 +242,20 @@ def test_a_client_that_cannot_say_moves_every_job(tmp_path):
     assert {c[1] for c in slurm.calls if c[0] == "signal"} == {"1", "2"}
 
 
-def test_without_the_repair_loop_the_incident_stops_pending_once_the_spared_jobs_end(gpu_env):
-    slurm, clock, _, make, _ = gpu_env
-    eng = make(repair=False)
+def past_the_grace(env, **kw):
+    """XID 79 on GPU 3 handled, and the grace over: the moved jobs settled,
+    bob's job (GPUs 0-1) spared.  Returns the engine and the decision."""
+    _, clock, _, make, _ = env
+    eng = make(**kw)
     (d,) = eng.handle("n1", [xid79(3)])
     clock.now += timedelta(seconds=61)
     eng.finish_incident(d.incident)
+    return eng, d
+
+
+def test_without_the_repair_loop_the_incident_stops_pending_once_the_spared_jobs_end(gpu_env):
+    slurm, clock, _, _, _ = gpu_env
+    eng, d = past_the_grace(gpu_env, repair=False)
     assert eng.resume_pending("n1") == [d.incident]  # bob's job runs on
     slurm.jobs["102"] = dataclasses.replace(slurm.jobs["102"], state="COMPLETED")
     clock.now += timedelta(seconds=gpu_scope.CHECK_S)
@@ -256,11 +264,8 @@ def test_without_the_repair_loop_the_incident_stops_pending_once_the_spared_jobs
 
 
 def test_a_later_fault_on_a_spared_jobs_gpu_moves_it_too(gpu_env):
-    slurm, clock, spawned, make, tmp_path = gpu_env
-    eng = make()
-    (d,) = eng.handle("n1", [xid79(3)])
-    clock.now += timedelta(seconds=61)
-    eng.finish_incident(d.incident)
+    slurm, clock, _, _, tmp_path = gpu_env
+    eng, d = past_the_grace(gpu_env)
     signals = lambda: [c[1] for c in slurm.calls if c[0] == "signal"]  # noqa: E731
     before = signals()
     # The same GPU again, and a GPU no spared job holds: bob's job stays.
@@ -282,11 +287,8 @@ def test_a_later_fault_on_a_spared_jobs_gpu_moves_it_too(gpu_env):
 
 
 def test_a_later_fault_of_the_node_moves_every_spared_job(gpu_env):
-    slurm, clock, _, make, _ = gpu_env
-    eng = make()
-    (d,) = eng.handle("n1", [xid79(3)])
-    clock.now += timedelta(seconds=61)
-    eng.finish_incident(d.incident)
+    slurm = gpu_env[0]
+    eng, _ = past_the_grace(gpu_env)
     node_fault = Finding("nvswitch", Status.FAIL, "SXID", "NVSwitch fatal", Component("nvswitch", 0),
                          Action.REBOOT)  # fmt: skip
     eng.handle("n1", [node_fault])
