@@ -293,3 +293,25 @@ def test_a_later_fault_of_the_node_moves_every_spared_job(gpu_env):
                          Action.REBOOT)  # fmt: skip
     eng.handle("n1", [node_fault])
     assert "102" in [c[1] for c in slurm.calls if c[0] == "signal"]
+
+
+@pytest.mark.parametrize(("minors", "spared_jobs"), [("0123", {"102"}), ("3210", set())])
+def test_where_device_minors_are_not_in_bus_order_every_job_moves(
+    gpu_env, tmp_path, monkeypatch, minors, spared_jobs
+):
+    """The drain's GPU number is NVML's (bus order), the job's is Slurm's
+    (device minors): where the driver lists them in different orders the
+    two cannot be matched, so no job is spared."""
+    slurm, _, _, make, _ = gpu_env
+    root = tmp_path / "proc-gpus"
+    for place, minor in enumerate(minors):
+        (root / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
+        (root / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
+            f"Device Minor: \t {minor}\n"
+        )
+    monkeypatch.setattr(gpu_scope, "PROC_ROOT", str(root))
+    (d,) = make().handle("n1", [xid79(3)])
+    doc = StateStore(tmp_path / "state").read_incident(d.incident)
+    assert set(doc.get("spared") or {}) == spared_jobs
+    moved = {c[1] for c in slurm.calls if c[0] == "signal"}
+    assert moved == {"101", "102", "103"} - spared_jobs

@@ -26,3 +26,25 @@ def test_fields_per_gpu_in_bus_order(tmp_path: Path) -> None:
 
 def test_no_driver_no_gpus(tmp_path: Path) -> None:
     assert read_gpu_information(str(tmp_path / "missing")) == []
+
+
+def gpus(root: Path, minors: dict[str, str]) -> str:
+    """A driver GPU list: bus id -> ``Device Minor`` ("" for none)."""
+    for bus, minor in minors.items():
+        (root / bus).mkdir(parents=True)
+        line = f"Device Minor: \t {minor}\n" if minor else ""
+        (root / bus / "information").write_text(f"GPU UUID: \t GPU-{bus}\n{line}")
+    return str(root)
+
+
+def test_minors_in_bus_order(tmp_path: Path) -> None:
+    """NVML's numbers (bus order) are Slurm's (minors) only when the minors
+    follow the bus order; the reversed case is the public report's kind."""
+    from slurm_hooks.detect.probes.driver_gpus import minors_in_bus_order as agree
+
+    usual = {"0000:18:00.0": "0", "0000:28:00.0": "1", "0000:9a:00.0": "2"}
+    assert agree(gpus(tmp_path / "usual", usual)) is True
+    assert agree(gpus(tmp_path / "reversed", {"0000:18:00.0": "1", "0000:28:00.0": "0"})) is False
+    assert agree(gpus(tmp_path / "gap", {"0000:18:00.0": "0", "0000:28:00.0": "2"})) is False
+    assert agree(gpus(tmp_path / "unknown", {"0000:18:00.0": "0", "0000:28:00.0": ""})) is None
+    assert agree(str(tmp_path / "no-driver")) is None

@@ -31,12 +31,15 @@ from slurm_hooks.act.context import Context
 from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.decide.decision import Decision
 from slurm_hooks.decide.scope import fault_gpu, spared, struck
+from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, minors_in_bus_order
 from slurm_hooks.slurm.base import JobGpus
 from slurm_hooks.slurm.gres import gpu_count, gpus_on
 from slurm_hooks.store.state import iso, parse_time
 
 log = logging.getLogger(__name__)
 
+#: The driver's GPU list, read where the evacuation runs (the node itself).
+PROC_ROOT = PROC_GPUS
 #: Seconds between two looks at the spared jobs: one ``scontrol show job``
 #: each, where the watcher would ask every poll (10 s) on every such node.
 CHECK_S = 30.0
@@ -58,6 +61,10 @@ def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
     if gpu is None:
         log.info("%s: %s is not one of its %d GRES GPUs; every job moves", node,
                  doc.get("component"), node_gpus)  # fmt: skip
+        return
+    if minors_in_bus_order(PROC_ROOT) is False:
+        log.warning("%s: its GPUs' device minors are not in PCI bus order, so the GPU numbers "
+                    "in the drain (NVML's) are not Slurm's; every job moves", node)  # fmt: skip
         return
     if not isinstance(client, JobGpus):
         log.info("%s: this Slurm client cannot say which GPUs a job has; every job moves", node)

@@ -39,3 +39,19 @@ def read_gpu_information(root: str = PROC_GPUS) -> list[tuple[str, dict[str, str
             log.debug("cannot read GPU information path=%s error=%s", path, exc)
         out.append((entry, fields))
     return out
+
+
+def minors_in_bus_order(root: str = PROC_GPUS) -> bool | None:
+    """Whether the GPU at each place of PCI bus order is ``/dev/nvidia<that
+    place>``: NVML numbers GPUs in bus order, gres.conf's ``File=`` (and so
+    Slurm's GPU indices) by device minor, and the two agree only then.  It
+    does not always hold: a public report has ``Device Minor: 0`` on the GPU
+    nvidia-smi calls 3.  None when it cannot be told (no GPU listed, a minor
+    missing)."""
+    minors = []
+    for _, fields in read_gpu_information(root):  # name order: bus order
+        minor = fields.get("Device Minor", "")
+        if not minor.isdigit():
+            return None
+        minors.append(int(minor))
+    return minors == list(range(len(minors))) if minors else None
