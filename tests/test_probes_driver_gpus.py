@@ -48,3 +48,11 @@ def test_minors_in_bus_order(tmp_path: Path) -> None:
     assert agree(gpus(tmp_path / "gap", {"0000:18:00.0": "0", "0000:28:00.0": "2"})) is False
     assert agree(gpus(tmp_path / "unknown", {"0000:18:00.0": "0", "0000:28:00.0": ""})) is None
     assert agree(str(tmp_path / "no-driver")) is None
+
+
+def test_minor_positions(tmp_path: Path) -> None:
+    from slurm_hooks.detect.probes.driver_gpus import minor_positions
+
+    root = gpus(tmp_path / "r", {"0000:18:00.0": "3", "0000:28:00.0": "0", "0000:9a:00.0": "1"})
+    assert minor_positions(root) == {3: 0, 0: 1, 1: 2}
+    assert minor_positions(str(tmp_path / "none")) is None

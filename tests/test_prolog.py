@@ -69,6 +69,28 @@ def test_job_gpus(env, cfg, count, gpus, devices):
     assert (use.gpus, use.devices) == (gpus, devices), use.why
 
 
+@pytest.mark.parametrize(
+    ("minors", "places", "devices"),
+    [
+        ((2, 3), {0: 0, 1: 1, 2: 2, 3: 3}, (2, 3)),  # the usual node: nothing to rename
+        ((0,), {0: 3, 1: 2, 2: 1, 3: 0}, (3,)),  # /dev/nvidia0 is the 4th GPU by bus id
+        ((0, 1), {0: 3, 1: 2, 2: 1, 3: 0}, (2, 3)),
+        ((2, 3), None, (2, 3)),  # no driver list (a node without the driver, the lab)
+        ((7,), {0: 1, 1: 0}, (7,)),  # a minor the driver does not list: left as it is
+    ],
+)
+def test_a_jobs_gpus_are_renamed_from_device_minors_to_bus_order(minors, places, devices):
+    """slurmd names the job's GPUs by device minor, the engines run in PCI
+    bus order: on a node where the two differ, the job's minors read as bus
+    places would be another job's GPUs."""
+    from slurm_hooks.agent.prolog_gpus import in_bus_order
+
+    use = job_gpus({"SLURM_JOB_GPUS": ",".join(map(str, minors))}, GRES, 8)
+    renamed = in_bus_order(use, places)
+    assert renamed.devices == devices and renamed.gpus
+    assert ("in PCI bus order" in renamed.why) is (devices != minors)
+
+
 def test_parse_devices():
     assert parse_devices("0, 2,2") == (0, 2)
     assert parse_devices("") is None

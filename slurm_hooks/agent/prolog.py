@@ -74,19 +74,13 @@ from slurm_hooks.agent.prolog_cache import (  # noqa: F401 (re-exported: importa
     widened,
     xid_mark,
 )
+from slurm_hooks.agent.prolog_gpus import GpuUse, in_bus_order, job_gpus, parse_devices
 from slurm_hooks.core.config import Config, GeneralConfig
 from slurm_hooks.core.errors import StateError
 from slurm_hooks.core.model import Finding, Status
 from slurm_hooks.core.record import record
 
 log = logging.getLogger(__name__)
-#: The variable slurmd sets in the prolog for a job allocated whole GPUs
-#: (``gres/gpu``): the only one the prolog takes devices from.
-GPU_ENV = "SLURM_JOB_GPUS"
-#: Variables set without it for a job that shares GPUs (``gres/mps``,
-#: ``gres/shard``): other jobs run on those GPUs.
-SHARED_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
-
 Clock = Callable[[], float]
 
 
@@ -131,49 +125,6 @@ class PrologConfig:
             raise ValueError("engine_reserve_s must be >= 0 and below budget_s")
         if self.detect_lock_wait_s < 0:
             raise ValueError("detect_lock_wait_s must be >= 0")
-
-
-# -- which GPUs the job has ------------------------------------------------------
-
-
-@record
-class GpuUse:
-    """Whether the prolog should do GPU work for this job, on which GPUs
-    (None: all of the node's), and why."""
-
-    gpus: bool
-    devices: tuple[int, ...] | None
-    why: str
-
-
-def parse_devices(text: str) -> tuple[int, ...] | None:
-    """``"0,2,3"`` -> (0, 2, 3); None for anything that is not a list of
-    indices (UUIDs, MIG names, ``NoDevFiles``)."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items or not all(t.isdigit() for t in items):
-        return None
-    return tuple(sorted({int(t) for t in items}))
-
-
-def job_gpus(env: Mapping[str, str], cfg: PrologConfig, profile_gpu_count: int | None) -> GpuUse:
-    """Decide from the prolog's environment; pure."""
-    if profile_gpu_count == 0:
-        return GpuUse(False, None, "profile expects no GPUs")
-    value = (env.get(GPU_ENV) or "").strip()
-    if value and value != "NoDevFiles":
-        return GpuUse(True, parse_devices(value), f"{GPU_ENV}={value}")
-    for var in SHARED_GPU_ENV:
-        value = (env.get(var) or "").strip()
-        if value and value != "NoDevFiles":
-            # A burn-in there would take the GPU from other jobs (its memory,
-            # its time) and judge it slow for their load: never a drain.
-            return GpuUse(False, None, f"{var}={value} without {GPU_ENV}: GPUs shared "
-                          "(gres/mps, gres/shard) are not burned in")  # fmt: skip
-    if not cfg.gpu_jobs_only:
-        return GpuUse(True, None, "gpu_jobs_only = false: every job gets the GPU checks")
-    if cfg.gres_gpus:
-        return GpuUse(False, None, "job was allocated no GPUs (no SLURM_JOB_GPUS)")
-    return GpuUse(True, None, "gres_gpus = false: cannot tell from the environment, all GPUs")
 
 
 # -- the budget ----------------------------------------------------------------------
@@ -327,6 +278,10 @@ def run_prolog(
     _claim_progress_dir(cfg, env, job_id)
     rs = runner.setup(cfg, node=node, services=services)
     gpu = job_gpus(env, pc, rs.profile.gpu_count)
+    if gpu.devices:
+        from slurm_hooks.detect.probes.driver_gpus import minor_positions
+
+        gpu = in_bus_order(gpu, minor_positions())
     if gpu.gpus and pc.gpu_sharing and job_id:
         from slurm_hooks.agent.prolog_sharing import shared_gpus_reason
 
@@ -589,5 +544,6 @@ __all__ = [
     "PrologOutcome",
     "cache_verdict",
     "job_gpus",
+    "parse_devices",
     "run_prolog",
 ]

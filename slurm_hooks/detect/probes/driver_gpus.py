@@ -41,17 +41,25 @@ def read_gpu_information(root: str = PROC_GPUS) -> list[tuple[str, dict[str, str
     return out
 
 
-def minors_in_bus_order(root: str = PROC_GPUS) -> bool | None:
-    """Whether the GPU at each place of PCI bus order is ``/dev/nvidia<that
-    place>``: NVML numbers GPUs in bus order, gres.conf's ``File=`` (and so
-    Slurm's GPU indices) by device minor, and the two agree only then.  It
-    does not always hold: a public report has ``Device Minor: 0`` on the GPU
-    nvidia-smi calls 3.  None when it cannot be told (no GPU listed, a minor
-    missing)."""
-    minors = []
-    for _, fields in read_gpu_information(root):  # name order: bus order
+def minor_positions(root: str = PROC_GPUS) -> dict[int, int] | None:
+    """Device minor (``/dev/nvidiaN``: how gres.conf's ``File=``, and so
+    Slurm's ``SLURM_JOB_GPUS``, name a GPU) -> the GPU's place in PCI bus
+    order (how NVML, nvidia-smi and CUDA under ``CUDA_DEVICE_ORDER=
+    PCI_BUS_ID`` name it).  The two usually agree, not always: a public
+    report has ``Device Minor: 0`` on the GPU nvidia-smi calls 3
+    (ceems-dev/ceems discussion 513, 4x H100 NVL under Slurm 24.11).  None
+    when it cannot be told (no GPU listed, a minor missing)."""
+    out: dict[int, int] = {}
+    for place, (_, fields) in enumerate(read_gpu_information(root)):  # name order: bus order
         minor = fields.get("Device Minor", "")
         if not minor.isdigit():
             return None
-        minors.append(int(minor))
-    return minors == list(range(len(minors))) if minors else None
+        out[int(minor)] = place
+    return out or None
+
+
+def minors_in_bus_order(root: str = PROC_GPUS) -> bool | None:
+    """Whether every GPU's device minor is its place in PCI bus order (the
+    two numberings agree); None when it cannot be told."""
+    places = minor_positions(root)
+    return None if places is None else places == {i: i for i in range(len(places))}
