@@ -45,10 +45,11 @@ def minor_positions(root: str = PROC_GPUS) -> dict[int, int] | None:
     """Device minor (``/dev/nvidiaN``: how gres.conf's ``File=``, and so
     Slurm's ``SLURM_JOB_GPUS``, name a GPU) -> the GPU's place in PCI bus
     order (how NVML, nvidia-smi and CUDA under ``CUDA_DEVICE_ORDER=
-    PCI_BUS_ID`` name it).  The two usually agree, not always: a public
-    report has ``Device Minor: 0`` on the GPU nvidia-smi calls 3
-    (ceems-dev/ceems discussion 513, 4x H100 NVL under Slurm 24.11).  None
-    when it cannot be told (no GPU listed, a minor missing)."""
+    PCI_BUS_ID`` name it).  The two usually agree, not always: public
+    reports have ``Device Minor: 0`` on the GPU nvidia-smi calls 3, and
+    Slurm's order unlike NVIDIA's on 4x H100 NVL under Slurm 24.11
+    (ceems-dev/ceems discussion 513).  None when it cannot be told (no GPU
+    listed, a minor missing)."""
     out: dict[int, int] = {}
     for place, (_, fields) in enumerate(read_gpu_information(root)):  # name order: bus order
         minor = fields.get("Device Minor", "")
