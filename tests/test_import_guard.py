@@ -43,6 +43,9 @@ ALLOWED = frozenset(
         "slurm_hooks.agent.hook_output",
         "slurm_hooks.agent.prolog",
         "slurm_hooks.agent.prolog_cache",
+        # The job's GPUs from the prolog's environment: moved out of
+        # agent.prolog as it was (it imports only core.record).
+        "slurm_hooks.agent.prolog_gpus",
         "slurm_hooks.core",
         "slurm_hooks.core.config",
         "slurm_hooks.core.errors",
