@@ -95,7 +95,7 @@ def struck_jobs(ctx: Context, incident: str, decisions: Sequence[Decision]) -> l
     """The jobs the open ``incident`` spared that a fault decided on now
     concerns (one that would drain and move jobs): they must leave too."""
     doc = ctx.journal.read_doc(incident) or {}
-    live = {j: r for j, r in (doc.get("spared") or {}).items() if not (r or {}).get("ended_at")}
+    live = _not_seen_gone(doc)
     hit: set[str] = set()
     for d in decisions:
         if live and d.kind.drains and d.evacuate and not d.observe_only:
@@ -110,7 +110,7 @@ def waiting(ctx: Context, incident: str) -> bool:
     rolls the incident forward every poll); each spared job found gone is
     journalled once."""
     doc = ctx.journal.read_doc(incident) or {}
-    live = [j for j, r in (doc.get("spared") or {}).items() if not (r or {}).get("ended_at")]
+    live = list(_not_seen_gone(doc))
     if not live:
         return False
     now = ctx.clock()
@@ -133,3 +133,8 @@ def waiting(ctx: Context, incident: str) -> bool:
     if still:
         log.info("repair of %s waits for %d spared job(s) to end", node, still)
     return bool(still)
+
+
+def _not_seen_gone(doc: dict[str, Any]) -> dict[str, Any]:
+    """The spared jobs of the journal ``doc`` not yet seen gone."""
+    return {j: r for j, r in (doc.get("spared") or {}).items() if not (r or {}).get("ended_at")}

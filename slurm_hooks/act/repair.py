@@ -60,6 +60,7 @@ from slurm_hooks.decide.repair import (
     plan_repair,
     reboot_allowed,
 )
+from slurm_hooks.decide.scope import gpu_of
 from slurm_hooks.store.journal import Incident
 from slurm_hooks.store.state import REPAIR_SETTLED, iso, parse_time
 
@@ -73,7 +74,6 @@ Accept = Callable[[str], tuple[bool, str]]
 
 #: Node-local history of repairs (the ladder's memory), in the node file.
 HISTORY_KEY = "repairs"
-_GPU = re.compile(r"^gpu(\d{1,4})$")
 _REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
 _DONE_STATES = REPAIR_SETTLED
 
@@ -110,11 +110,6 @@ def due(doc: dict[str, Any] | None, cfg: RepairConfig) -> bool:
         return False
     rep = doc.get("repair") or {}
     return rep.get("status") not in _DONE_STATES
-
-
-def gpu_index(component: str | None) -> int | None:
-    m = _GPU.match(component or "")
-    return int(m.group(1)) if m else None
 
 
 def attempts(ctx: Context, node: str) -> list[Attempt]:
@@ -316,7 +311,7 @@ def _plan(ctx: Context, inc: Incident, cfg: RepairConfig, nvml: Any) -> str:
     node, incident = inc.node, inc.id
     now = ctx.clock()
     serial = uuid = None
-    idx = gpu_index(inc.component)
+    idx = gpu_of(inc.component)
     if idx is not None and nvml is not None:
         from slurm_hooks.detect.probes.gpu_reset import identity
 
@@ -542,7 +537,6 @@ __all__ = [
     "advance",
     "attempts",
     "due",
-    "gpu_index",
     "grade_of",
     "publish_health",
     "ticket_alert",

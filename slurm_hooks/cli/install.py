@@ -202,12 +202,14 @@ def command(
         needed = needed or d.setting.required
     from slurm_hooks.cli import xid_advice
     from slurm_hooks.cli.gres_advice import advice, evacuate_advice, prolog_gpu_settings
+    from slurm_hooks.cli.slurm_settings import hooks_config
 
-    pro = prolog_gpu_settings(config_abs)
+    hooks_cfg = hooks_config(config_abs)  # read once for the three
+    pro = prolog_gpu_settings(hooks_cfg)
     tips = advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
                   gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing)  # fmt: skip
-    tips += evacuate_advice(running, config_abs)
-    for tip in [*tips, *xid_advice.advice(config_abs)]:
+    tips += evacuate_advice(running, hooks_cfg)
+    for tip in [*tips, *xid_advice.advice(hooks_cfg)]:
         click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:
         click.echo("")

@@ -84,11 +84,16 @@ class JobInfo:
     tres_per: str | None = None
 
     def runs_on(self, node: str) -> bool:
-        """Whether the job's node list (``n[1-3],n7``) names ``node``; a list
-        without brackets is compared name by name, without folding."""
-        nodes = self.nodes or ""
-        if "[" not in nodes:
-            return node in nodes.split(",")
-        from slurm_hooks.core import hostlist  # only for a bracketed list
+        """Whether the job's node list (``n[1-3],n7``) names ``node``."""
+        return names(self.nodes or "", node)
 
-        return hostlist.contains(nodes, node)
+
+def names(nodes: str, node: str) -> bool:
+    """Whether a Slurm node list (``n[1-3],n7``) names ``node``; a list
+    without brackets is compared name by name, without folding (and
+    without loading the hostlist parser)."""
+    if "[" not in nodes:
+        return node in nodes.split(",")
+    from slurm_hooks.core import hostlist  # only for a bracketed list
+
+    return hostlist.contains(nodes, node)

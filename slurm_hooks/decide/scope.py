@@ -25,16 +25,21 @@ import re
 _GPU = re.compile(r"^gpu(\d{1,4})$")
 
 
+def gpu_of(component: str | None) -> int | None:
+    """N of a drain's component ``gpuN`` (``Component.short``); None for
+    any other part (the node, an NVSwitch, ``pci:...``)."""
+    m = _GPU.match(component or "")
+    return int(m.group(1)) if m else None
+
+
 def fault_gpu(evacuate: str, component: str | None, node_gpus: int) -> int | None:
     """The one GPU a drain's evacuation is scoped to; None: the whole node.
     ``node_gpus``: the GPUs Slurm knows on the node as GRES (``Gres=gpu:8``).
     Where they are not GRES no job's detail names a GPU (every job would
     look like a CPU job), and an index beyond them is not Slurm's: both
     move every job."""
-    if evacuate != "gpu":
-        return None
-    m = _GPU.match(component or "")
-    return int(m.group(1)) if m and int(m.group(1)) < node_gpus else None
+    gpu = gpu_of(component) if evacuate == "gpu" else None
+    return gpu if gpu is not None and gpu < node_gpus else None
 
 
 def spared(gpu: int | None, job_gpus: frozenset[int] | None) -> bool:

@@ -108,9 +108,9 @@ def gpus_on(detail: Sequence[tuple[str, str]], node: str) -> frozenset[int] | No
     """The job's GPUs on ``node`` from its per-node detail, ``(nodes,
     gres)`` pairs (``nodes`` a hostlist: Slurm groups nodes whose detail
     is the same); None when no pair names the node (not known)."""
-    from slurm_hooks.core import hostlist
+    from slurm_hooks.core.slurm_model import names
 
     for nodes, gres in detail:
-        if hostlist.contains(nodes, node) if "[" in nodes else node in nodes.split(","):
+        if names(nodes, node):
             return gpu_indices(gres)
     return None

@@ -34,9 +34,11 @@ def detail_from_scontrol(text: str, job_id: str) -> Detail:
     ID`` output; empty when the job is not there.  ShadowedRecord, as for
     get_job, when a record is ambiguous or the id stands in more than one
     (a job name with newlines can hold a whole record)."""
-    middles = [parse.job_middle(r) for r in parse.records(text, "JobId")]
-    mine = [m for r, m in zip(parse.records(text, "JobId"), middles, strict=True)
-            if r.split(None, 1)[0] == f"JobId={job_id}"]  # fmt: skip
+    mine = []
+    for record in parse.records(text, "JobId"):
+        middle = parse.job_middle(record)  # any ambiguous record: refused
+        if record.split(None, 1)[0] == f"JobId={job_id}":
+            mine.append(middle)
     if len(mine) > 1:
         raise parse.ShadowedRecord(f"{len(mine)} records of job {job_id}")
     return [(m.group(1), m.group(2)) for m in _RUN.finditer(mine[0])] if mine else []
