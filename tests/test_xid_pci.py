@@ -49,7 +49,7 @@ def test_from_procfs(tmp_path: Path) -> None:
     (tmp_path / "not-a-gpu").mkdir()
     gpus = gpus_from_procfs(str(tmp_path))
     assert list(gpus) == ["0000:3b:00.0"]
-    assert gpus["0000:3b:00.0"].index == 2
+    assert gpus["0000:3b:00.0"].index == 0  # its place in bus order, not Device Minor 2
     assert gpus["0000:3b:00.0"].uuid == "GPU-6f4a1c2e-0b8d-4e1f-9a3b-2c7d5e8f1a0b"
 
 
@@ -61,7 +61,7 @@ def test_gpu_map_falls_back_to_procfs(tmp_path: Path) -> None:
     d = tmp_path / "0000:86:00.0"
     d.mkdir()
     (d / "information").write_text(INFO.replace("Device Minor: \t 2", "Device Minor: \t 5"))
-    assert gpu_map(Broken(), str(tmp_path))["0000:86:00.0"].index == 5
+    assert gpu_map(Broken(), str(tmp_path))["0000:86:00.0"].index == 0  # not Device Minor 5
     assert gpu_map(fake(), str(tmp_path))["0000:86:00.0"].index == 1
     assert gpu_map(None, str(tmp_path / "missing")) == {}
     assert lookup(None, {}) is None
@@ -94,3 +94,39 @@ def test_lost_gpu_is_named_from_the_map_kept_while_it_answered(tmp_path: Path) -
     assert list(now_seen) == ["0000:3b:00.0"]  # the sibling is still named
     ref = lookup("0000:86:00.0", gpu_map(nv, str(tmp_path / "no-procfs"), load_known(state)))
     assert ref is not None and ref.index == 1 and ref.uuid == kept["0000:86:00.0"].uuid
+
+
+def test_xid_path_names_a_lost_gpu_as_nvml_did_where_minors_are_out_of_bus_order(
+    tmp_path: Path,
+) -> None:
+    """Device minors are not always bus order (a host's minor 0 on the GPU
+    nvidia-smi calls 3; ceems-dev/ceems discussion 513).  The XID path's
+    procfs fallback named the GPU behind an XID 79 by its minor, so the drain
+    reason said gpu3 where NVML and the GPU checks say gpu0, and the repair's
+    ``nvidia-smi -r -i 3`` reset a healthy GPU.  Both paths now give the
+    GPU's place in bus order."""
+    from slurm_hooks.detect.probes.nvml import NvmlSession
+
+    proc = tmp_path / "gpus"
+    minors = {"0000:18:00.0": 3, "0000:2a:00.0": 2, "0000:9a:00.0": 1, "0000:ab:00.0": 0}
+    for bus, minor in minors.items():
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(
+            INFO.replace("0000:3b:00.0", bus)
+            .replace("Device Minor: \t 2", f"Device Minor: \t {minor}")
+            .replace("GPU-6f4a1c2e", f"GPU-{minor}")
+        )
+    scen = tmp_path / "s.toml"
+    scen.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 4\n[gpu.0]\nlost = true\n')
+    nv = FakeNvml(str(scen))
+    nv.nvmlInit()
+    # NVML cannot name GPU 0 any more (fallen off the bus): the XID path
+    # falls back to procfs for it, and the NVML checks name it by index.
+    xid_ref = lookup("0000:18:00.0", gpu_map(nv, str(proc)))
+    checks = NvmlSession(nvml=nv, proc_gpus=str(proc)).identity(0)
+    assert xid_ref is not None
+    assert xid_ref.index == checks.index == 0
+    assert xid_ref.uuid == checks.uuid == "GPU-3-0b8d-4e1f-9a3b-2c7d5e8f1a0b"
+    # Every GPU of the procfs listing, by place; none by its minor.
+    by_proc = gpu_map(None, str(proc))
+    assert [by_proc[bus].index for bus in minors] == [0, 1, 2, 3]

@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 log = logging.getLogger(__name__)
 
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 
+#: A directory the driver names after a GPU's bus id (``0000:3b:00.0``).
+_BUS_DIR = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", re.ASCII)
+
 
 def read_gpu_information(root: str = PROC_GPUS) -> list[tuple[str, dict[str, str]]]:
-    """(directory name, fields) per GPU under ``root``, in name order; the
-    fields are the ``information`` file's ``Key: value`` lines, stripped (a
-    key given twice: the last).  No ``root``: an empty list; a file that
-    cannot be read keeps the fields read before the error."""
+    """(directory name, fields) per GPU under ``root``, in name order, which
+    is PCI bus order: a GPU's place in this list is its NVML index, the
+    number every drain reason and ``nvidia-smi -i`` use.  Only directories
+    named by a bus id count.  The fields are the ``information`` file's
+    ``Key: value`` lines, stripped (a key given twice: the last).  No
+    ``root``: an empty list; a file that cannot be read keeps the fields
+    read before the error."""
     try:
-        entries = sorted(os.listdir(root))
+        entries = sorted(e for e in os.listdir(root) if _BUS_DIR.fullmatch(e))
     except OSError:
         return []
     out: list[tuple[str, dict[str, str]]] = []

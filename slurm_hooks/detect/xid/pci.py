@@ -137,16 +137,15 @@ def remember(state_dir: str, nvml: Any, *, now: float) -> dict[str, GpuRef] | No
 
 def gpus_from_procfs(root: str = PROC_GPUS) -> dict[str, GpuRef]:
     """Bus id -> GpuRef from ``<root>/<bus id>/information``.  The index is
-    the ``Device Minor`` (``/dev/nvidiaN``, what gres.conf names), which
-    matches NVML's index on the usual PCI-ordered systems."""
+    the GPU's place in bus order, NVML's number for it, and not its
+    ``Device Minor``: the two differ on some hosts, and a GPU that fell off
+    the bus must be named (and later reset) by the number NVML gave it while
+    it answered."""
     out: dict[str, GpuRef] = {}
-    for entry, fields in read_gpu_information(root):
+    for place, (entry, fields) in enumerate(read_gpu_information(root)):
         pci = normalise_pci(entry)
-        if pci is None:
-            continue
-        minor = fields.get("Device Minor", "")
-        index = int(minor) if minor.isdigit() else None
-        out[pci] = GpuRef(pci=pci, index=index, uuid=fields.get("GPU UUID") or None)
+        if pci is not None:
+            out[pci] = GpuRef(pci=pci, index=place, uuid=fields.get("GPU UUID") or None)
     return out
 
 
