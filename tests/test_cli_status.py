@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
+from conftest import submit
 
 from slurm_hooks.cli import status as status_mod
 from slurm_hooks.core.errors import SlurmUnavailable
@@ -28,13 +29,20 @@ def ns(name, reason=None, parts=("gpu",), flags=("DRAIN",), state="idle"):
 class StandIn:
     """The SlurmClient port, as far as status reads it."""
 
-    def __init__(self, nodes=None, error=None):
+    def __init__(self, nodes=None, error=None, jobs=(), jobs_error=None):
         self.nodes, self.error = nodes or [], error
+        self.jobs, self.jobs_error, self.job_lists = list(jobs), jobs_error, 0
 
     def list_nodes(self, names=None):
         if self.error:
             raise self.error
         return list(self.nodes)
+
+    def list_jobs(self, states=None):
+        self.job_lists += 1
+        if self.jobs_error:
+            raise self.jobs_error
+        return [j for j in self.jobs if states is None or j.state in states]
 
 
 @pytest.fixture
@@ -63,6 +71,47 @@ def test_json_and_exit_1_when_nodes_are_out(use_client, tmp_path):
     ]
     assert doc["breaker"] == "armed"
     assert doc["breaker_detail"]["gpu"]["counted"] == 1
+
+
+def test_jobs_still_on_drained_busy_nodes_are_listed(use_client, tmp_path):
+    """What a repair waits for: the jobs still running under a drain (a
+    grace not over, or jobs spared by ``evacuate = "gpu"``), from one job
+    list; idle drained nodes cost no list and show none."""
+    from slurm_hooks.core.model import JobInfo
+
+    jobs = [
+        JobInfo("812", "alice", "RUNNING", "g1"),
+        JobInfo("99", "bob", "RUNNING", "g[1-2]"),
+        JobInfo("813", "carol", "COMPLETING", "g1"),
+        JobInfo("900", "dave", "RUNNING", "g1"),
+        JobInfo("700", "erin", "RUNNING", "g5"),  # in service: not asked about
+        JobInfo("701", "erin", "PENDING", "g1"),  # not running there
+    ]
+    busy = dict(state="mixed")
+    client = StandIn(
+        [ns("g1", OURS, **busy), ns("g2", "maint", **busy), ns("g3", OURS), ns("g5", flags=())],
+        jobs=jobs,
+    )
+    use_client(client)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[general]\nstate_dir = "{tmp_path}"\n')
+    r = CliRunner().invoke(status_mod.command, ["--json", "-c", str(cfg)])
+    assert r.exit_code == 1, r.output
+    members = {m["name"]: m for g in json.loads(r.output)["groups"] for m in g["members"]}
+    assert members["g1"]["jobs"] == ["99", "812", "813", "900"]
+    assert members["g2"]["jobs"] == ["99"] and members["g3"]["jobs"] == []
+    assert client.job_lists == 1
+    r = CliRunner().invoke(status_mod.command, ["-c", str(cfg)])
+    assert "jobs=99,812,813+1" in r.output
+    client = StandIn([ns("g3", OURS)], jobs=jobs)
+    use_client(client)
+    CliRunner().invoke(status_mod.command, ["-c", str(cfg)])
+    assert client.job_lists == 0  # nothing busy out of service: no job list
+
+    # A job list that fails says so ("?") instead of showing the node empty.
+    use_client(StandIn([ns("g1", OURS, **busy)], jobs_error=SlurmUnavailable("squeue: timeout")))
+    r = CliRunner().invoke(status_mod.command, ["--json", "-c", str(cfg)])
+    assert json.loads(r.output)["groups"][0]["members"][0]["jobs"] == ["?"]
 
 
 def test_breaker_at_the_limit_is_armed_until_it_trips(use_client, tmp_path):
@@ -117,12 +166,18 @@ def test_status_on_the_lab(fresh_lab, tmp_path):
     client = lab.client()
     n1, n2, n3 = lab.node_names[:3]
     r1 = format_reason(DrainReason("XID79", "aaaa0001", "GPU has fallen off the bus", "gpu3"))
+    script = lab.shared_dir / "status-sleep.sh"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    script.chmod(0o755)
+
     r2 = format_reason(
         DrainReason(
             "XID79", "aaaa0002", "GPU has fallen off the bus", "gpu1", {"repl": "requested"}
         )
     )
     try:
+        job = submit(lab, script, "-w", n1, "-o", "/dev/null")
+        lab.wait_job(job, lambda j: j.state == "RUNNING")
         client.drain(n1, r1)
         client.drain(n2, r2)
         client.drain(n3, "rack 12 maintenance")
@@ -142,6 +197,7 @@ def test_status_on_the_lab(fresh_lab, tmp_path):
         ]
         members = {m["name"]: m for m in doc["groups"][0]["members"]}
         assert members[n1]["component"] == "gpu3" and members[n1]["incident"] == "aaaa0001"
+        assert members[n1]["jobs"] == [job] and members[n2]["jobs"] == []
         assert members[n2]["replacement_requested"] is True
         assert all(0 <= m["age_s"] < 300 for m in members.values())
         assert doc["counts"]["in_service"] == len(lab.node_names) - 3
@@ -150,6 +206,7 @@ def test_status_on_the_lab(fresh_lab, tmp_path):
         )
         assert text.returncode == 1
         assert "repl=requested" in text.stdout and "rack 12 maintenance" in text.stdout
+        assert f"jobs={job}" in text.stdout
         assert all(len(line) <= 80 for line in text.stdout.splitlines())
     finally:
         lab.reset()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from slurm_hooks_lab.k8s_standin import StandinServer
 
-from slurm_hooks.bridge.jobs_index import jobs_by_node
 from slurm_hooks.core.errors import KubernetesError, SlurmUnavailable
 from slurm_hooks.core.model import JobInfo
 from slurm_hooks.k8s.client import KubeClient, nodes_path
+from slurm_hooks.slurm.jobs_index import jobs_by_node
 
 
 @pytest.fixture

@@ -36,7 +36,6 @@ from slurm_hooks.bridge._exec import (  # noqa: F401 (StepResult re-exported: im
     log_step,
     patch_node,
 )
-from slurm_hooks.bridge.jobs_index import jobs_by_node
 from slurm_hooks.bridge.metrics import BridgeMetrics
 from slurm_hooks.bridge.replace import Replacer, make_replacer
 from slurm_hooks.bridge.settings import BridgeConfig
@@ -47,6 +46,7 @@ from slurm_hooks.k8s.client import KubeClient, nodes_path, pods_path
 from slurm_hooks.k8s.lease import LeaderElector
 from slurm_hooks.slurm.base import SlurmClient
 from slurm_hooks.slurm.door import SlurmDoor
+from slurm_hooks.slurm.jobs_index import jobs_by_node
 
 if TYPE_CHECKING:
     from slurm_hooks.bridge.lend_exec import Lender, LendPass

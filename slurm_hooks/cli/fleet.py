@@ -9,7 +9,7 @@ tested table-driven without Slurm.  Reasons are read only through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict
@@ -55,6 +55,10 @@ class NodeRow:
     replacement: str | None = None
     lent: bool = False
     text: str | None = None
+    #: Jobs Slurm still runs on the node (ids; ``?`` when they could not be
+    #: read): under our drain, what the repair waits for, a job given its
+    #: grace or one spared by ``evacuate = "gpu"``.
+    jobs: tuple[str, ...] = ()
 
     @property
     def replacement_requested(self) -> bool:
@@ -77,6 +81,7 @@ class NodeRow:
             "replacement_requested": self.replacement_requested,
             "lent": self.lent,
             "text": self.text,
+            "jobs": list(self.jobs),
         }
 
 
@@ -230,12 +235,14 @@ def summarize(
     breaker: str = "unknown",
     breaker_detail: Mapping[str, Any] | None = None,
     replacements: Mapping[str, str] | None = None,
+    jobs: Mapping[str, Sequence[str]] | None = None,
 ) -> FleetSummary:
     """Group out-of-service nodes by owner, then fault code.
 
     ``replacements`` maps node name -> replacement marker found outside the
     reason (for example the bridge's Kubernetes annotation); it fills in
-    ``replacement`` where our reason has no ``repl=`` field.
+    ``replacement`` where our reason has no ``repl=`` field.  ``jobs`` maps
+    node name -> the jobs still running there.
     """
     now = now or datetime.now(UTC)
     nodes = list(nodes)
@@ -250,6 +257,8 @@ def summarize(
             continue
         if row.replacement is None and node.name in replacements:
             row = replace(row, replacement=replacements[node.name])
+        if (on := (jobs or {}).get(node.name)) is not None:
+            row = replace(row, jobs=tuple(on))
         if row.lent:
             counts["lent"] += 1
             lent.append(row)
@@ -340,6 +349,19 @@ def _at_limit(summary: FleetSummary) -> str:
     return f"breaker at its limit in {','.join(parts)}: the next drain there trips it"
 
 
+#: Job ids a status row names before it says how many more.
+JOBS_SHOWN = 3
+
+
+def job_cell(jobs: Sequence[str]) -> str:
+    """``jobs=812,813+2``: the jobs still on a drained node, the first few
+    by id; empty when none."""
+    if not jobs:
+        return ""
+    more = len(jobs) - JOBS_SHOWN
+    return "jobs=" + ",".join(jobs[:JOBS_SHOWN]) + (f"+{more}" if more > 0 else "")
+
+
 def render(summary: FleetSummary, width: int = 80) -> list[Line]:
     """The status table as lines no wider than ``width``."""
     c = summary.counts
@@ -375,7 +397,7 @@ def render(summary: FleetSummary, width: int = 80) -> list[Line]:
                 cells = (
                     f"    {r.name:<14} {(r.component or '-'):<9} "
                     f"{('inc=' + r.incident) if r.incident else '':<13} "
-                    f"{format_age(r.age_s):>6}  {repl}"
+                    f"{format_age(r.age_s):>6}  {repl} {job_cell(r.jobs)}"
                 ).rstrip()
                 out.append(Line(_clip(cells, width), "warn" if r.replacement else ""))
         else:

@@ -24,6 +24,7 @@ from slurm_hooks.cli._common import (
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import NodeNotFound
 from slurm_hooks.core.model import NodeState
+from slurm_hooks.slurm.base import SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,9 @@ def command(nodes: str | None, as_json: bool, config_path: str | None) -> None:
         from slurm_hooks.cli.breaker import TRIPPED
 
         state = TRIPPED  # held marks in Slurm latch the breaker fleet-wide
-    summary = fleet.summarize(selected, now, breaker=state, breaker_detail=detail)
+    summary = fleet.summarize(
+        selected, now, breaker=state, breaker_detail=detail, jobs=_jobs_left(client, selected)
+    )
     if as_json:
         doc = summary.to_dict()
         doc["held"] = held
@@ -143,3 +146,22 @@ def command(nodes: str | None, as_json: bool, config_path: str | None) -> None:
             click.echo(text)
     attention = summary.needs_attention or bool(held)
     click.get_current_context().exit(EXIT_UNHEALTHY if attention else EXIT_OK)
+
+
+def _jobs_left(client: SlurmClient, nodes: list[NodeState]) -> dict[str, list[str]]:
+    """The jobs Slurm still runs on each out-of-service node that is busy
+    (draining, completing): what a repair waits for.  One job list for all
+    of them, none when no such node; a list that fails reads as ``?``."""
+    from slurm_hooks.slurm.jobs_index import jobs_by_node
+
+    busy = [n.name for n in nodes if fleet.is_out_of_service(n) and n.busy]
+    return {
+        name: sorted({j.job_id for j in jobs}, key=_job_order)
+        for name, jobs in jobs_by_node(client, busy).items()
+    }
+
+
+def _job_order(job_id: str) -> tuple[int, str]:
+    """Numeric ids in number order (``99`` before ``812``), others after."""
+    head = job_id.split("_")[0].split("+")[0]
+    return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)

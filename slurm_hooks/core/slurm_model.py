@@ -62,6 +62,11 @@ class NodeState:
         return self.state in ("allocated", "mixed", "completing") or "COMPLETING" in self.flags
 
 
+#: Job states that hold a node: what ``jobs_on_node`` counts and squeue is
+#: asked for when the question is "what still runs there".
+ACTIVE_JOB_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED")
+
+
 @dataclass(frozen=True)
 class JobInfo:
     """A Slurm job as far as remediation needs it."""

@@ -28,6 +28,7 @@ from slurm_hooks.core.errors import (
     SlurmUnavailable,
 )
 from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.core.slurm_model import ACTIVE_JOB_STATES
 from slurm_hooks.detect.probes.commands import CommandResult, run
 from slurm_hooks.slurm import job_gpus, libslurm_signal, parse, parse_config, scancel, squeue, steps
 from slurm_hooks.slurm.base import SignalTarget
@@ -47,8 +48,6 @@ Runner = Callable[..., CommandResult]
 
 _SIGNAL_RE = re.compile(r"^(?:SIG)?[A-Z][A-Z0-9+\-]*$|^\d{1,2}$")
 _JOB_ID_RE = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
-#: Node states squeue calls "on the node" for remediation purposes.
-ACTIVE_JOB_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED")
 
 
 def _op_of(argv: Sequence[str]) -> tuple[Op, str]:

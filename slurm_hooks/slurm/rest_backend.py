@@ -35,10 +35,10 @@ from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import JobGone, NodeNotFound, SlurmError, SlurmUnavailable
 from slurm_hooks.core.http_retry import mount_retry, retry_policy
 from slurm_hooks.core.model import JobInfo, NodeState
+from slurm_hooks.core.slurm_model import ACTIVE_JOB_STATES
 from slurm_hooks.slurm import job_gpus, parse, parse_config, parse_values
 from slurm_hooks.slurm.base import SignalTarget
 from slurm_hooks.slurm.cli_backend import (
-    ACTIVE_JOB_STATES,
     check_comment,
     check_job_id,
     check_reason,

@@ -1,6 +1,7 @@
 """The jobs on a set of Slurm nodes, from one job list per pass.
 
-The bridge's incident pass used to ask ``squeue -w NODE`` once per open
+The bridge's incident pass, and ``slurm-hooks status`` for the jobs still
+on the nodes it drains, read it.  The bridge's pass used to ask ``squeue -w NODE`` once per open
 incident: each of those is a whole job-table transfer from slurmctld, so a
 mass failure multiplied the controller's work by the number of incidents.
 One ``list_jobs`` of the active states, indexed here by node, answers every
@@ -15,12 +16,10 @@ from collections.abc import Iterable
 from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import ConfigError, SlurmError
 from slurm_hooks.core.model import JobInfo
+from slurm_hooks.core.slurm_model import ACTIVE_JOB_STATES
 from slurm_hooks.slurm.base import SlurmClient
 
 log = logging.getLogger(__name__)
-
-#: Job states that hold a node, as ``jobs_on_node`` counts them.
-ACTIVE_JOB_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED")
 
 
 def unknown_jobs(name: str) -> list[JobInfo]:
