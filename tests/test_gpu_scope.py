@@ -295,21 +295,47 @@ def test_a_later_fault_of_the_node_moves_every_spared_job(gpu_env):
     assert "102" in [c[1] for c in slurm.calls if c[0] == "signal"]
 
 
-@pytest.mark.parametrize(("minors", "spared_jobs"), [("0123", {"102"}), ("3210", set())])
-def test_where_device_minors_are_not_in_bus_order_every_job_moves(
-    gpu_env, tmp_path, monkeypatch, minors, spared_jobs
+@pytest.mark.parametrize(
+    ("minors", "gres", "spared_jobs"),
+    [
+        ("0123", None, {"102"}),
+        # Minors out of bus order (minor 0 on NVML's GPU 3) and no gres.conf to
+        # say how slurmd numbers: the two cannot be matched, no job is spared.
+        ("3210", None, set()),
+        # AutoDetect=nvml: slurmd numbers as NVML does; bob's IDX 0-1 are
+        # NVML's 0-1, the fault's gpu3 is alice's.
+        ("3210", "AutoDetect=nvml\n", {"102"}),
+        # File= lines: IDX k is /dev/nvidia<k>, NVML's 3-k: alice's IDX 3 is
+        # NVML's gpu0, bob's IDX 0-1 are NVML's 3 and 2, the fault's: bob moves.
+        ("3210", "Name=gpu File={dev}/nvidia[0-3]\n", {"101"}),
+    ],
+)
+def test_slurms_gpu_numbers_are_matched_to_the_faults_or_every_job_moves(
+    gpu_env, tmp_path, monkeypatch, minors, gres, spared_jobs
 ):
     """The drain's GPU number is NVML's (bus order), the job's is Slurm's
-    (device minors): where the driver lists them in different orders the
-    two cannot be matched, so no job is spared."""
+    index in slurmd's GPU list (``slurm/gpu_order.py``): the job is spared
+    only when the one can be told from the other."""
+    import os
+    import stat
+
     slurm, _, _, make, _ = gpu_env
-    root = tmp_path / "proc-gpus"
+    root, dev = tmp_path / "proc-gpus", tmp_path / "dev"
+    dev.mkdir()
     for place, minor in enumerate(minors):
         (root / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
         (root / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
             f"Device Minor: \t {minor}\n"
         )
+        try:
+            os.mknod(dev / f"nvidia{minor}", stat.S_IFCHR | 0o666, os.makedev(195, int(minor)))
+        except PermissionError:
+            pytest.skip("making a character device needs root (the test command runs as root)")
+    conf = tmp_path / "gres.conf"
+    if gres is not None:
+        conf.write_text(gres.format(dev=dev))
     monkeypatch.setattr(gpu_scope, "PROC_ROOT", str(root))
+    monkeypatch.setattr(gpu_scope, "GRES_CONF", conf)
     (d,) = make().handle("n1", [xid79(3)])
     doc = StateStore(tmp_path / "state").read_incident(d.incident)
     assert set(doc.get("spared") or {}) == spared_jobs

@@ -37,22 +37,15 @@ def gpus(root: Path, minors: dict[str, str]) -> str:
     return str(root)
 
 
-def test_minors_in_bus_order(tmp_path: Path) -> None:
-    """NVML's numbers (bus order) are Slurm's (minors) only when the minors
-    follow the bus order; the reversed case is the public report's kind."""
-    from slurm_hooks.detect.probes.driver_gpus import minors_in_bus_order as agree
-
-    usual = {"0000:18:00.0": "0", "0000:28:00.0": "1", "0000:9a:00.0": "2"}
-    assert agree(gpus(tmp_path / "usual", usual)) is True
-    assert agree(gpus(tmp_path / "reversed", {"0000:18:00.0": "1", "0000:28:00.0": "0"})) is False
-    assert agree(gpus(tmp_path / "gap", {"0000:18:00.0": "0", "0000:28:00.0": "2"})) is False
-    assert agree(gpus(tmp_path / "unknown", {"0000:18:00.0": "0", "0000:28:00.0": ""})) is None
-    assert agree(str(tmp_path / "no-driver")) is None
-
-
 def test_minor_positions(tmp_path: Path) -> None:
     from slurm_hooks.detect.probes.driver_gpus import minor_positions
 
     root = gpus(tmp_path / "r", {"0000:18:00.0": "3", "0000:28:00.0": "0", "0000:9a:00.0": "1"})
     assert minor_positions(root) == {3: 0, 0: 1, 1: 2}
+    gap = gpus(tmp_path / "gap", {"0000:18:00.0": "0", "0000:28:00.0": "2"})
+    assert minor_positions(gap) == {0: 0, 2: 1}
+    assert (
+        minor_positions(gpus(tmp_path / "unknown", {"0000:18:00.0": "0", "0000:28:00.0": ""}))
+        is None
+    )
     assert minor_positions(str(tmp_path / "none")) is None

@@ -70,25 +70,28 @@ def test_job_gpus(env, cfg, count, gpus, devices):
 
 
 @pytest.mark.parametrize(
-    ("minors", "places", "devices"),
+    ("slurm", "places", "known", "devices"),
     [
-        ((2, 3), {0: 0, 1: 1, 2: 2, 3: 3}, (2, 3)),  # the usual node: nothing to rename
-        ((0,), {0: 3, 1: 2, 2: 1, 3: 0}, (3,)),  # /dev/nvidia0 is the 4th GPU by bus id
-        ((0, 1), {0: 3, 1: 2, 2: 1, 3: 0}, (2, 3)),
-        ((2, 3), None, (2, 3)),  # no driver list (a node without the driver, the lab)
-        ((7,), {0: 1, 1: 0}, (7,)),  # a minor the driver does not list: left as it is
+        ((2, 3), None, True, (2, 3)),  # the usual node: nothing to rename
+        ((0,), {0: 3, 1: 2, 2: 1, 3: 0}, True, (3,)),  # Slurm's GPU 0 is NVML's 3
+        ((0, 1), {0: 3, 1: 2, 2: 1, 3: 0}, True, (2, 3)),
+        ((7,), {0: 1, 1: 0}, True, None),  # an index Slurm's list lacks: no guess
+        ((0,), None, False, None),  # the order unknown: no guess
     ],
 )
-def test_a_jobs_gpus_are_renamed_from_device_minors_to_bus_order(minors, places, devices):
-    """slurmd names the job's GPUs by device minor, the engines run in PCI
-    bus order: on a node where the two differ, the job's minors read as bus
-    places would be another job's GPUs."""
-    from slurm_hooks.agent.prolog_gpus import in_bus_order
+def test_a_jobs_gpus_are_renamed_from_slurms_numbers_to_nvmls(slurm, places, known, devices):
+    """slurmd names the job's GPUs by its own index, the engines run in PCI
+    bus order: on a node where the two differ, Slurm's read as NVML's would
+    be another job's GPUs; where which is which cannot be told, the job gets
+    no GPU work rather than a guess."""
+    from slurm_hooks.agent.prolog_gpus import in_nvml_order
+    from slurm_hooks.slurm.gpu_order import GpuOrder
 
-    use = job_gpus({"SLURM_JOB_GPUS": ",".join(map(str, minors))}, GRES, 8)
-    renamed = in_bus_order(use, places)
-    assert renamed.devices == devices and renamed.gpus
-    assert ("in PCI bus order" in renamed.why) is (devices != minors)
+    use = job_gpus({"SLURM_JOB_GPUS": ",".join(map(str, slurm))}, GRES, 8)
+    renamed = in_nvml_order(use, GpuOrder(places, known, "the node's order"))
+    assert renamed.devices == devices and renamed.gpus is (devices is not None)
+    assert ("NVML's" in renamed.why) is (devices not in (None, slurm))
+    assert ("cannot be told" in renamed.why) is (devices is None)
 
 
 def test_parse_devices():

@@ -25,14 +25,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from slurm_hooks.act.context import Context
 from slurm_hooks.core.errors import SlurmError
 from slurm_hooks.decide.decision import Decision
 from slurm_hooks.decide.scope import fault_gpu, spared, struck
-from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, minors_in_bus_order
+from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS
 from slurm_hooks.slurm.base import JobGpus
+from slurm_hooks.slurm.gpu_order import gpu_order
 from slurm_hooks.slurm.gres import gpu_count, gpus_on
 from slurm_hooks.store.state import iso, parse_time
 
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: The driver's GPU list, read where the evacuation runs (the node itself).
 PROC_ROOT = PROC_GPUS
+#: slurmd's gres.conf; None: found as ``gpu_order.find_gres_conf`` does.
+GRES_CONF: Path | None = None
 #: Seconds between two looks at the spared jobs: one ``scontrol show job``
 #: each, where the watcher would ask every poll (10 s) on every such node.
 CHECK_S = 30.0
@@ -62,9 +66,10 @@ def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
         log.info("%s: %s is not one of its %d GRES GPUs; every job moves", node,
                  doc.get("component"), node_gpus)  # fmt: skip
         return
-    if minors_in_bus_order(PROC_ROOT) is False:
-        log.warning("%s: its GPUs' device minors are not in PCI bus order, so the GPU numbers "
-                    "in the drain (NVML's) are not Slurm's; every job moves", node)  # fmt: skip
+    order = gpu_order(node, gres_conf=GRES_CONF, proc_root=PROC_ROOT)
+    if not order.known:
+        log.warning("%s: Slurm's GPU numbers cannot be matched to NVML's (%s); every job "
+                    "moves", node, order.why)  # fmt: skip
         return
     if not isinstance(client, JobGpus):
         log.info("%s: this Slurm client cannot say which GPUs a job has; every job moves", node)
@@ -72,10 +77,14 @@ def spare(ctx: Context, doc: dict[str, Any], jobs: dict[str, Any]) -> None:
     kept: dict[str, Any] = {}
     for job_id, rec in list(jobs.items()):
         try:
-            gpus = gpus_on(client.job_gpu_detail(job_id), node)
+            slurm_idx = gpus_on(client.job_gpu_detail(job_id), node)
         except SlurmError as exc:  # JobGone included: the evacuation settles it
             log.warning("GPUs of job %s on %s not known (%s): it moves", job_id, node, exc)
             continue
+        # Slurm's indices in NVML's numbering, the fault's: one numbering
+        # from here on (the journal's ``gpus`` included).
+        nvml = None if slurm_idx is None else order.nvml(slurm_idx)
+        gpus = None if nvml is None else frozenset(nvml)
         if not spared(gpu, gpus):
             continue
         assert gpus is not None

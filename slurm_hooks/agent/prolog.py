@@ -74,7 +74,7 @@ from slurm_hooks.agent.prolog_cache import (  # noqa: F401 (re-exported: importa
     widened,
     xid_mark,
 )
-from slurm_hooks.agent.prolog_gpus import GpuUse, in_bus_order, job_gpus, parse_devices
+from slurm_hooks.agent.prolog_gpus import GpuUse, in_nvml_order, job_gpus, parse_devices
 from slurm_hooks.core.config import Config, GeneralConfig
 from slurm_hooks.core.errors import StateError
 from slurm_hooks.core.model import Finding, Status
@@ -279,9 +279,9 @@ def run_prolog(
     rs = runner.setup(cfg, node=node, services=services)
     gpu = job_gpus(env, pc, rs.profile.gpu_count)
     if gpu.devices:
-        from slurm_hooks.detect.probes.driver_gpus import minor_positions
+        from slurm_hooks.slurm.gpu_order import gpu_order
 
-        gpu = in_bus_order(gpu, minor_positions())
+        gpu = in_nvml_order(gpu, gpu_order(node))
     if gpu.gpus and pc.gpu_sharing and job_id:
         from slurm_hooks.agent.prolog_sharing import shared_gpus_reason
 

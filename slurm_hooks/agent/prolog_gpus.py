@@ -1,15 +1,16 @@
 """Which GPUs a job has, as its prolog's environment says: the job's own
 GPUs are the only ones its prolog may burn in on a shared node.
 
-slurmd names them by device minor (``SLURM_JOB_GPUS``: ``/dev/nvidiaN``,
-what gres.conf's ``File=`` lists); the checks run their engines, and NVML
-names GPUs, in PCI bus order.  ``in_bus_order`` renames the former into the
-latter where the driver's list says they differ.
+slurmd names them by their index in its GPU list (``SLURM_JOB_GPUS``);
+the checks run their engines, and NVML names GPUs, in PCI bus order.
+``in_nvml_order`` renames the former into the latter where the two differ
+(``slurm/gpu_order.py`` says how), and gives the job no GPU work where
+which GPUs are its own cannot be told.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from slurm_hooks.core.record import record
@@ -20,6 +21,15 @@ GPU_ENV = "SLURM_JOB_GPUS"
 #: Variables set without it for a job that shares GPUs (``gres/mps``,
 #: ``gres/shard``): other jobs run on those GPUs.
 SHARED_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+class SlurmOrder(Protocol):
+    """Slurm's GPU numbering on this node (``slurm.gpu_order.GpuOrder``)."""
+
+    @property
+    def why(self) -> str: ...
+
+    def nvml(self, indices: Iterable[int]) -> tuple[int, ...] | None: ...
 
 
 class GpuSettings(Protocol):
@@ -74,16 +84,19 @@ def job_gpus(env: Mapping[str, str], cfg: GpuSettings, profile_gpu_count: int | 
     return GpuUse(True, None, "gres_gpus = false: cannot tell from the environment, all GPUs")
 
 
-def in_bus_order(gpu: GpuUse, places: Mapping[int, int] | None) -> GpuUse:
-    """The job's GPUs renamed from Slurm's device minors to their places in
-    PCI bus order (``driver_gpus.minor_positions``), the numbering the
-    checks run the engines in and NVML names GPUs by: where the two differ,
-    the minors taken as bus places would burn in another job's GPUs.  Pure;
-    unchanged where they agree or a minor is not known."""
-    if not gpu.devices or not places or any(m not in places for m in gpu.devices):
+def in_nvml_order(gpu: GpuUse, order: SlurmOrder) -> GpuUse:
+    """The job's GPUs renamed from Slurm's indices to NVML's (PCI bus
+    order), the numbering the checks run the engines in: where the two
+    differ, Slurm's taken as NVML's would burn in another job's GPUs.
+    Where which GPUs are the job's cannot be told, no GPU work (a guess
+    could be another job's GPU).  Pure; unchanged where they agree."""
+    if not gpu.devices:
         return gpu
-    devices = tuple(sorted(places[m] for m in gpu.devices))
+    devices = order.nvml(gpu.devices)
+    if devices is None:
+        return GpuUse(False, None, f"{gpu.why}: which GPUs these are cannot be told "
+                      f"({order.why}); no GPU work for this job")  # fmt: skip
     if devices == gpu.devices:
         return gpu
     shown = ",".join(map(str, devices))
-    return GpuUse(gpu.gpus, devices, f"{gpu.why}: device minors; in PCI bus order {shown}")
+    return GpuUse(gpu.gpus, devices, f"{gpu.why}: Slurm's indices; NVML's {shown} ({order.why})")

@@ -150,8 +150,8 @@ def on_devices(run_cmd: Runner, devices: tuple[int, ...] | None) -> Runner:
     """``run_cmd`` with CUDA numbering GPUs in PCI bus order, and limited to
     ``devices`` through CUDA_VISIBLE_DEVICES (all GPUs when none are named).
 
-    The indices are Slurm's (``SLURM_JOB_GPUS``: the ``/dev/nvidiaN``
-    minors), NVML's and nvidia-smi's: PCI bus order.  CUDA's own default
+    The indices are NVML's and nvidia-smi's, PCI bus order (the prolog
+    renames Slurm's ``SLURM_JOB_GPUS`` into them: ``slurm/gpu_order.py``).  CUDA's own default
     puts the fastest GPU first and leaves the rest in an order it does not
     promise, so gpu_burn's "GPU 3" could be another GPU than NVML's 3: the
     drain would name it, and the repair would reset it."""

@@ -49,9 +49,9 @@ def read_gpu_information(root: str = PROC_GPUS) -> list[tuple[str, dict[str, str
 
 
 def minor_positions(root: str = PROC_GPUS) -> dict[int, int] | None:
-    """Device minor (``/dev/nvidiaN``: how gres.conf's ``File=``, and so
-    Slurm's ``SLURM_JOB_GPUS``, name a GPU) -> the GPU's place in PCI bus
-    order (how NVML, nvidia-smi and CUDA under ``CUDA_DEVICE_ORDER=
+    """Device minor (``/dev/nvidiaN``: how gres.conf's ``File=`` names a
+    GPU; ``slurm/gpu_order.py`` turns Slurm's indices into files) -> the
+    GPU's place in PCI bus order (how NVML, nvidia-smi and CUDA under ``CUDA_DEVICE_ORDER=
     PCI_BUS_ID`` name it).  The two usually agree, not always: public
     reports have ``Device Minor: 0`` on the GPU nvidia-smi calls 3, and
     Slurm's order unlike NVIDIA's on 4x H100 NVL under Slurm 24.11
@@ -64,10 +64,3 @@ def minor_positions(root: str = PROC_GPUS) -> dict[int, int] | None:
             return None
         out[int(minor)] = place
     return out or None
-
-
-def minors_in_bus_order(root: str = PROC_GPUS) -> bool | None:
-    """Whether every GPU's device minor is its place in PCI bus order (the
-    two numberings agree); None when it cannot be told."""
-    places = minor_positions(root)
-    return None if places is None else places == {i: i for i in range(len(places))}

@@ -1,0 +1,203 @@
+"""Slurm's GPU numbers on this node, in NVML's numbering.
+
+Slurm names a job's GPUs by their index in the node's GPU list (``IDX`` in
+``scontrol -d show job``, ``SLURM_JOB_GPUS`` in the prolog); NVML, the
+checks and every drain reason by their place in PCI bus order.  Which GPU
+Slurm's index k is depends on how slurmd built its list (Slurm's source,
+the same in 22.05, 24.11, 25.11 and 26.05):
+
+* ``AutoDetect=nvml``: the list is sorted into NVML's order
+  (``gres_gpu.c:_merge_system_gres_conf`` sorts by the links NVML gave,
+  "a stand-in for PCI bus ID order"): index k is NVML's GPU k;
+* no autodetection: the list is gres.conf's ``File=`` entries as written
+  (``gres.c:gres_node_config_load``, no sort): index k is the k-th file,
+  and the file's device minor says which GPU it is
+  (``/proc/driver/nvidia/gpus``).
+
+Where the device minors follow the bus order (the usual case) the two are
+the same and nothing needs reading.  Where they do not and gres.conf cannot
+say which case holds (unreadable, another autodetect plugin, an
+``Include``), the order is *unknown*: a caller must not guess which GPUs a
+job has (the prolog would burn in another job's GPU, a GPU-scoped drain
+would spare the job on the faulty one).  Everything read is root's: the
+driver's list, slurmd's config, the device nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from slurm_hooks.core import hostlist
+from slurm_hooks.core.errors import ConfigError
+from slurm_hooks.core.record import record
+from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, minor_positions
+
+log = logging.getLogger(__name__)
+
+#: Where slurmd's gres.conf may be, after ``$SLURM_CONF``'s directory:
+#: a configless slurmd's cache (22.05 on), then the packages' default.
+CONF_DIRS = ("/run/slurm/conf", "/etc/slurm")
+#: The NVIDIA driver's character-device major (``/dev/nvidiaN``).
+NVIDIA_MAJOR = 195
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+@record
+class NodeGpuConf:
+    """What gres.conf says of one node's GPUs."""
+
+    #: The node's ``AutoDetect`` (lower case; its own line's over the
+    #: global one); None where none is set.
+    autodetect: str | None
+    #: ``Name=gpu`` ``File=`` entries for the node, expanded, in order.
+    files: tuple[str, ...]
+
+
+@record
+class GpuOrder:
+    """Slurm's GPU index -> NVML's, on this node."""
+
+    #: Index -> NVML index; None with ``known``: Slurm's numbers are taken
+    #: as they are (they agree, or no driver list to tell).
+    places: Mapping[int, int] | None
+    #: False: the numberings differ and which is which cannot be told.
+    known: bool
+    why: str
+
+    def nvml(self, indices: Iterable[int]) -> tuple[int, ...] | None:
+        """Slurm's ``indices`` in NVML's numbering, sorted; None when that
+        cannot be told (the order unknown, an index Slurm's list lacks)."""
+        idx = tuple(indices)
+        if not self.known:
+            return None
+        if self.places is None:
+            return tuple(sorted(idx))
+        if any(i not in self.places for i in idx):
+            return None
+        return tuple(sorted(self.places[i] for i in idx))
+
+
+def expand_files(spec: str) -> tuple[str, ...] | None:
+    """gres.conf's ``File=`` in Slurm's order (as written, ranges in place):
+    ``/dev/nvidia[2-3],/dev/nvidia0`` -> nvidia2, nvidia3, nvidia0.  None
+    for a form this does not read (two bracket groups in one name)."""
+    out: list[str] = []
+    for item in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", spec):
+        if not item:
+            continue
+        if item.count("[") > 1:
+            return None
+        head, sep, rest = item.partition("[")
+        if not sep:
+            out.append(item)
+            continue
+        body, _, tail = rest.partition("]")
+        for part in body.split(","):
+            m = _RANGE.match(part.strip())
+            if m is None:
+                return None
+            lo, hi = m.group(1), m.group(2) or m.group(1)
+            width = len(lo) if lo.startswith("0") else 0
+            out += [f"{head}{n:0{width}d}{tail}" for n in range(int(lo), int(hi) + 1)]
+    return tuple(out)
+
+
+def parse_gres_conf(text: str, node: str) -> NodeGpuConf | None:
+    """The ``AutoDetect`` and GPU files gres.conf gives ``node``; None for a
+    file this cannot read for certain (``Include``, ``MultipleFiles``, a
+    ``File=`` or ``NodeName=`` it cannot expand)."""
+    auto_global: str | None = None
+    auto_node: str | None = None
+    files: list[str] = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.lower().startswith("include"):
+            return None
+        fields: dict[str, str] = {}
+        for word in line.split():
+            key, sep, value = word.partition("=")
+            if sep:
+                fields[key.lower()] = value
+        if "multiplefiles" in fields:
+            return None
+        if "nodename" in fields:
+            spec = fields["nodename"]
+            try:
+                if spec != node and not hostlist.contains(spec, node):
+                    continue
+            except ConfigError:
+                return None
+            mine = True
+        else:
+            mine = False
+        if "autodetect" in fields:
+            value = fields["autodetect"].lower()
+            if mine:
+                auto_node = value
+            else:
+                auto_global = value
+        if fields.get("name", "").lower() == "gpu" and "file" in fields:
+            got = expand_files(fields["file"])
+            if got is None:
+                return None
+            files += got
+    return NodeGpuConf(auto_node or auto_global, tuple(files))
+
+
+def find_gres_conf(env: Mapping[str, str] | None = None) -> Path | None:
+    """slurmd's gres.conf: beside ``$SLURM_CONF``, else in ``CONF_DIRS``."""
+    conf = (env if env is not None else os.environ).get("SLURM_CONF")
+    dirs = ([str(Path(conf).parent)] if conf else []) + list(CONF_DIRS)
+    for d in dirs:
+        path = Path(d) / "gres.conf"
+        if path.is_file():
+            return path
+    return None
+
+
+def device_minor(path: str) -> int | None:
+    """The minor of an NVIDIA GPU's character device, None for anything else."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != NVIDIA_MAJOR:
+        return None
+    return os.minor(st.st_rdev)
+
+
+def gpu_order(node: str, *, gres_conf: Path | None = None, proc_root: str = PROC_GPUS) -> GpuOrder:
+    """How Slurm's GPU indices on ``node`` (this host) map to NVML's."""
+    places = minor_positions(proc_root)
+    if places is None:
+        return GpuOrder(None, True, "no driver GPU list: Slurm's numbers taken as NVML's")
+    agree = places == {i: i for i in range(len(places))}
+    path = gres_conf if gres_conf is not None else find_gres_conf()
+    conf: NodeGpuConf | None = None
+    if path is not None:
+        try:
+            conf = parse_gres_conf(path.read_text(encoding="utf-8", errors="replace"), node)
+        except OSError as exc:
+            log.warning("cannot read %s: %s", path, exc)
+    if conf is not None and conf.autodetect == "nvml":
+        return GpuOrder(None, True, "AutoDetect=nvml: Slurm numbers GPUs as NVML does")
+    if conf is not None and conf.autodetect in (None, "off") and conf.files:
+        minors = [device_minor(f) for f in conf.files]
+        if all(m is not None and m in places for m in minors):
+            mapping = {k: places[m] for k, m in enumerate(minors) if m is not None}
+            if mapping == {k: k for k in mapping}:
+                return GpuOrder(None, True, "gres.conf's File= order is PCI bus order")
+            return GpuOrder(mapping, True, "gres.conf's File= order, by device minor")
+    if agree:
+        return GpuOrder(None, True, "device minors in PCI bus order")
+    why = "device minors not in PCI bus order, and gres.conf " + (
+        f"({path}) does not say how slurmd orders the GPUs" if path else "not found"
+    )
+    return GpuOrder(None, False, why)

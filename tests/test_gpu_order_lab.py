@@ -1,0 +1,99 @@
+"""Slurm's GPU numbers on real Slurm: the index in slurmd's list, not the minor.
+
+A one-node lab whose gres.conf lists the node's four GPU devices out of
+order (``File=.../nvidia7,.../nvidia6,.../nvidia5,.../nvidia4``, character
+devices of major 195 as the driver makes them), with no autodetection.  A
+job given two GPUs is told ``SLURM_JOB_GPUS=0,1`` in its prolog and
+``IDX:0-1`` by ``scontrol -d show job``: slurmd's index into its list, which
+it builds in the order gres.conf is written (its debug log counts 7, 6, 5,
+4), not the minors of the files.  The prolog took these numbers for minors
+until now.  ``slurm/gpu_order.py`` reads the same gres.conf (found beside
+the ``SLURM_CONF`` slurmd hands the prolog) and maps the indices to the
+files' GPUs.  Run on 22.05, 24.11 and 26.05.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import own_lab, submit
+from slurm_hooks_lab.lab import Lab
+from test_trust_lab import script
+
+from slurm_hooks.slurm.gpu_order import find_gres_conf, gpu_order
+from slurm_hooks.slurm.gres import gpus_on
+
+pytestmark = [pytest.mark.slurm]
+
+#: The device minors of the node's four GPU files, in gres.conf's order.
+MINORS = (7, 6, 5, 4)
+
+
+@pytest.fixture(scope="module")
+def reversed_lab() -> Iterator[Lab]:
+    with own_lab("slurm-hooks-test-gpuorder-", 1, gpus=4) as lab:
+        node = lab.node_names[0]
+        dev = lab.base_dir / "dev" / node
+        for minor in MINORS:
+            path = dev / f"nvidia{minor}"
+            if not path.exists():
+                os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(195, minor))
+        files = ",".join(f"{dev}/nvidia{i}" for i in MINORS)
+        (lab.slurm_conf.parent / "gres.conf").write_text(f"NodeName={node} Name=gpu File={files}\n")
+        # slurmd reads gres.conf when it starts: the prolog records what
+        # slurmd hands it.
+        prolog = lab.base_dir / "prolog.sh"
+        prolog.write_text(
+            "#!/bin/sh\n"
+            f'echo "$SLURM_JOB_ID $SLURM_JOB_GPUS $SLURM_CONF" >> {lab.base_dir}/prolog.out\n'
+        )
+        prolog.chmod(0o755)
+        lab.reconfigure(f"Prolog={prolog}\nDebugFlags=Gres\nSlurmdDebug=debug\n")
+        lab.stop_slurmd(node)
+        lab.start_slurmd(node)
+        lab.wait_idle()
+        yield lab
+
+
+def test_slurms_gpu_numbers_are_its_list_index_not_the_device_minor(
+    reversed_lab: Lab, tmp_path: Path
+) -> None:
+    lab = reversed_lab
+    node = lab.node_names[0]
+    work = lab.shared_dir / "gpu-order"
+    work.mkdir(parents=True, exist_ok=True)
+    os.chmod(work, 0o1777)
+    job = submit(lab, script(work / "two.sh", "sleep 60\n"), "-w", node, "--gres=gpu:2",
+                 "-o", "/dev/null")  # fmt: skip
+    try:
+        lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
+        seen = (lab.base_dir / "prolog.out").read_text().split()
+        assert seen[:2] == [job, "0,1"], seen  # not 7,6 (or 4,5): the files' minors
+        # slurmd numbered its devices in gres.conf's written order (its
+        # debug log names each device as it counts it), not sorted.
+        logged = re.findall(
+            r"gpu device number (\d+)\(", (lab.log_dir / f"slurmd-{node}.log").read_text()
+        )
+        assert tuple(int(m) for m in logged[-4:]) == MINORS, logged
+        detail = lab.client().job_gpu_detail(job)
+        assert gpus_on(detail, node) == frozenset({0, 1})
+        # The prolog finds slurmd's gres.conf through the SLURM_CONF it is given.
+        conf = find_gres_conf({"SLURM_CONF": seen[2]})
+        assert conf == lab.slurm_conf.parent / "gres.conf"
+        # The driver lists the GPUs with minors in bus order here (4 to 7):
+        # index 0 (/dev/nvidia7) is NVML's GPU 3, index 1 (/dev/nvidia6) NVML's 2.
+        proc = tmp_path / "proc"
+        for place, minor in enumerate(sorted(MINORS)):
+            (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
+            (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
+                f"Device Minor: \t {minor}\n"
+            )
+        order = gpu_order(node, gres_conf=conf, proc_root=str(proc))
+        assert order.known and order.nvml((0, 1)) == (2, 3) and order.nvml((0,)) == (3,)
+    finally:
+        lab.reset()
