@@ -104,3 +104,27 @@ def evacuate_advice(running: dict[str, str], cfg: Any = None) -> list[str]:
             "is spared on the GPUs Slurm gave it, but it can open the faulty one too."
         ]
     return []
+
+
+def numbering_advice(
+    running: dict[str, str], *, node: str | None = None, proc_root: str | None = None
+) -> list[str]:
+    """What this host's GPU numbering costs, when Slurm's GPU indices cannot
+    be matched to NVML's here (``slurm/gpu_order.py``): its prolog then
+    gives GPU jobs no GPU work, and a GPU-scoped drain moves every job.
+    ``running``'s ``SLURM_CONF`` says where slurmd's gres.conf is.  Empty on
+    a host without the NVIDIA driver (a head node) or where they match."""
+    from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS
+    from slurm_hooks.detect.runner import node_name
+    from slurm_hooks.slurm.gpu_order import find_gres_conf, gpu_order
+
+    conf = (running.get("SLURM_CONF") or "").strip()
+    where = find_gres_conf({"SLURM_CONF": conf} if conf and conf != "(null)" else {})
+    order = gpu_order(node or node_name(), gres_conf=where, proc_root=proc_root or PROC_GPUS)
+    if order.known:
+        return []
+    return [
+        f"this node's GPU numbers: {order.why}. Its prolog gives GPU jobs no GPU work (a "
+        "guess could burn in another job's GPU) and a GPU-scoped drain moves every job. "
+        "Set AutoDetect=nvml in gres.conf, or list the GPUs with File= lines."
+    ]

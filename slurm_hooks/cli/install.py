@@ -201,14 +201,19 @@ def command(
                        f"slurm-hooks install --chain-healthcheck {d.running}")  # fmt: skip
         needed = needed or d.setting.required
     from slurm_hooks.cli import xid_advice
-    from slurm_hooks.cli.gres_advice import advice, evacuate_advice, prolog_gpu_settings
+    from slurm_hooks.cli.gres_advice import (
+        advice,
+        evacuate_advice,
+        numbering_advice,
+        prolog_gpu_settings,
+    )
     from slurm_hooks.cli.slurm_settings import hooks_config
 
     hooks_cfg = hooks_config(config_abs)  # read once for the three
     pro = prolog_gpu_settings(hooks_cfg)
     tips = advice(running.get("GresTypes"), gres_gpus=pro.gres_gpus,
                   gpu_jobs_only=pro.gpu_jobs_only, gpu_sharing=pro.gpu_sharing)  # fmt: skip
-    tips += evacuate_advice(running, hooks_cfg)
+    tips += evacuate_advice(running, hooks_cfg) + numbering_advice(running)
     for tip in [*tips, *xid_advice.advice(hooks_cfg)]:
         click.echo(styled(f"  hint     {config_abs}: {tip}", "warn", color))
     if needed:
