@@ -33,12 +33,15 @@ from slurm_hooks.core.errors import ConfigError
               "product's defaults with [repair] enabled and resume_spares.")  # fmt: skip
 @click.option("--catalogue", type=click.Path(dir_okay=False, exists=True),
               help="An XID catalogue JSON to judge with instead of the packaged one.")  # fmt: skip
+@click.option("--scope", "scope", is_flag=True,
+              help='Compare [policy] evacuate = "node" and "gpu" on nodes shared by small '
+              "jobs (--set: mix, mean_job_h, checkpoint_s, ...: docs/simulate.md).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the picture (PNG) here.")
 @exits_on_error
 def command(trace_name: str, extra_history: tuple[str, ...], nodes: int | None,
             days: float | None, seed: int, settings: tuple[str, ...], sweep: str | None,
-            config_path: str | None, catalogue: str | None, as_json: bool,
+            config_path: str | None, catalogue: str | None, scope: bool, as_json: bool,
             plot: str | None) -> None:  # fmt: skip
     """Replay a failure trace over simulated nodes and training jobs through
     slurm-hooks' own judges, decide(), breaker, repair ladder and spare
@@ -51,7 +54,11 @@ def command(trace_name: str, extra_history: tuple[str, ...], nodes: int | None,
       slurm-hooks simulate --trace llama3 --nodes 2048 --days 54 --seed 1
       slurm-hooks simulate --sweep spares=0,8,32 --json
       slurm-hooks simulate --trace /var/lib/slurm-hooks/audit.jsonl --config site.toml
+      slurm-hooks simulate --scope --set checkpoint_s=0 --set mix=1:0.5,8:0.5
     """
+    if scope:
+        _scope(trace_name, nodes, days, seed, settings, as_json)
+        return
     from slurm_hooks.decide import PolicyConfig
     from slurm_hooks.decide.repair import RepairConfig
     from slurm_hooks.detect.xid.catalogue import load_catalogue
@@ -178,3 +185,35 @@ def _history(paths: list[str], policy: Any, nodes: int, cat: Any, as_json: bool)
                        f"logged {r.logged:<16} replayed {r.replayed}")  # fmt: skip
     if matched != len(rows):
         raise SystemExit(1)
+
+
+def _scope(trace_name: str, nodes: int | None, days: float | None, seed: int,
+           settings: tuple[str, ...], as_json: bool) -> None:  # fmt: skip
+    """``--scope``: the same failures under evacuate = "node" and "gpu"."""
+    from slurm_hooks.simulate.scope import ScopeParams, compare, iter_rows
+
+    p = ScopeParams(profile=trace_name)
+    if nodes is not None:
+        p = dataclasses.replace(p, nodes=nodes)
+    if days is not None:
+        p = dataclasses.replace(p, days=days)
+    for item in settings:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--set wants NAME=VALUE, got {item!r}")
+        p = _with(p, name.strip(), value.strip())
+    try:
+        p.validate()
+        node, gpu = compare(p, seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if as_json:
+        doc = {"params": dataclasses.asdict(p), "seed": seed,
+               "node": node.to_dict(), "gpu": gpu.to_dict()}  # fmt: skip
+        click.echo(json.dumps(doc, indent=2))
+        return
+    click.echo(f"{p.nodes} nodes of {p.gpus_per_node} GPUs, {p.days:g} days, failures as "
+               f"{p.profile}, seed {seed}; {node.gpu_hours:,.0f} GPU-hours in all")  # fmt: skip
+    click.echo(f"{'':44} {'node':>10} {'gpu':>10}")
+    for label, a, b in iter_rows(node, gpu):
+        click.echo(f"{label:44} {a:>10} {b:>10}")

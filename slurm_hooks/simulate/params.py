@@ -89,9 +89,19 @@ class SimParams:
 
     def with_value(self, name: str, raw: str) -> SimParams:
         """A copy with one knob set from text (``--set``/``--sweep``)."""
-        fields = {f.name: f for f in dataclasses.fields(self)}
-        if name not in fields:
-            raise ValueError(f"unknown parameter {name!r} (known: {', '.join(sorted(fields))})")
-        kind = str(fields[name].type)
-        value: Any = int(raw) if "int" in kind and "float" not in kind else float(raw)
-        return dataclasses.replace(self, **{name: value})
+        return with_value(self, name, raw)
+
+
+def with_value(params: Any, name: str, raw: str) -> Any:
+    """A copy of the dataclass ``params`` with one number (or text) field
+    set from text; ValueError naming the known fields for another name."""
+    fields = {f.name: f for f in dataclasses.fields(params)}
+    if name not in fields:
+        raise ValueError(f"unknown parameter {name!r} (known: {', '.join(sorted(fields))})")
+    kind = str(fields[name].type)
+    value: Any = raw
+    if kind in ("int", "float", "int | None", "float | None"):
+        value = int(raw) if "int" in kind else float(raw)
+    elif kind != "str":
+        raise ValueError(f"{name} cannot be set from text")
+    return dataclasses.replace(params, **{name: value})
