@@ -86,7 +86,11 @@ def _params(nodes: int | None, days: float | None, settings: tuple[str, ...],
             hang_s: float | None) -> Any:  # fmt: skip
     from slurm_hooks.simulate.params import SimParams
 
-    p = SimParams(hang_s=hang_s)
+    return _settled(SimParams(hang_s=hang_s), nodes, days, settings)
+
+
+def _settled(p: Any, nodes: int | None, days: float | None, settings: tuple[str, ...]) -> Any:
+    """``p`` (SimParams or ScopeParams) with --nodes, --days and each --set."""
     if nodes is not None:
         p = dataclasses.replace(p, nodes=nodes)
     if days is not None:
@@ -192,16 +196,7 @@ def _scope(trace_name: str, nodes: int | None, days: float | None, seed: int,
     """``--scope``: the same failures under evacuate = "node" and "gpu"."""
     from slurm_hooks.simulate.scope import ScopeParams, compare, iter_rows
 
-    p = ScopeParams(profile=trace_name)
-    if nodes is not None:
-        p = dataclasses.replace(p, nodes=nodes)
-    if days is not None:
-        p = dataclasses.replace(p, days=days)
-    for item in settings:
-        name, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--set wants NAME=VALUE, got {item!r}")
-        p = _with(p, name.strip(), value.strip())
+    p = _settled(ScopeParams(profile=trace_name), nodes, days, settings)
     try:
         p.validate()
         node, gpu = compare(p, seed)
