@@ -72,7 +72,11 @@ def test_slurms_gpu_numbers_are_its_list_index_not_the_device_minor(
                  "-o", "/dev/null")  # fmt: skip
     try:
         lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
-        seen = (lab.base_dir / "prolog.out").read_text().split()
+        # RUNNING comes before the prolog on the node (no PrologFlags=Alloc).
+        out = lab.base_dir / "prolog.out"
+        lab.wait_for(lambda: out.exists() and out.read_text().endswith("\n"), 60,
+                     what="the prolog's line")  # fmt: skip
+        seen = out.read_text().split()
         assert seen[:2] == [job, "0,1"], seen  # not 7,6 (or 4,5): the files' minors
         # slurmd numbered its devices in gres.conf's written order (its
         # debug log names each device as it counts it), not sorted.
