@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -266,6 +267,8 @@ def test_demo_end_to_end_short_grace(tmp_path):
     from slurm_hooks_lab.lab import Lab
 
     assert not Lab(base / "lab").is_running()
+    # Passed: nothing of it is left in /tmp (a failure keeps it to look at).
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_cli_help_lists_options():

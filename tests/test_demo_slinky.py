@@ -7,6 +7,7 @@ back -> the job running again from its checkpoint."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -254,3 +255,5 @@ def test_slinky_demo_end_to_end_short_grace(tmp_path):
     assert Path(doc["files"]["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "slurm-operator: Pod is terminating" in text or "slurmd_down" in r.missing
     assert not Lab(base / "lab").is_running()
+    # Passed: nothing of it is left in /tmp (a failure keeps it to look at).
+    shutil.rmtree(base, ignore_errors=True)

@@ -36,9 +36,10 @@ from slurm_hooks.detect.probes.commands import run
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.one_slurm, needs_fuse]
 
 #: sltest's job: its records go behind the mount (a directory of its own
-#: elsewhere), its job directory becomes the mount point, the daemon stops.
+#: elsewhere, in the test's job directory: nothing left in /tmp), its job
+#: directory becomes the mount point, the daemon stops.
 MOUNT_AND_STOP = """
-D={pdir}/$SLURM_JOB_ID; mkdir -p $D; S=$(mktemp -d)
+D={pdir}/$SLURM_JOB_ID; mkdir -p $D; S=$(mktemp -d {work}/behind.XXXXXX)
 ( for s in 0 1 2 3; do {rec} $SLURM_JOB_ID 0 $SLURMD_NODENAME $$ $s $(date +%s.%N) \\
     >> $S/rank0.log; sleep 0.3; done )
 bindfs -o allow_other,attr_timeout=0,entry_timeout=0 $S $D || exit 3
@@ -58,7 +59,9 @@ def _mounted(path: Path) -> bool:
 def test_a_users_stopped_fuse_mount_never_stops_the_pass_for_others(fresh_lab, job_dir):
     with _rigged(fresh_lab, job_dir, PROGRESS) as (lab, hooks, pdir):
         node = lab.node_names[0]
-        hostile = script(job_dir / "fuse.sh", MOUNT_AND_STOP.format(pdir=pdir, rec=RECORD))
+        hostile = script(
+            job_dir / "fuse.sh", MOUNT_AND_STOP.format(pdir=pdir, rec=RECORD, work=job_dir)
+        )
         plain = script(job_dir / "plain.sh", EXITED_RANK.format(pdir=pdir, rec=RECORD, extra=""))
         jobs = [submit(lab, hostile, "-w", node, "-n1", f"--output={job_dir}/fuse.out")]
         mount = pdir / jobs[0]

@@ -8,6 +8,7 @@ holds the node's detect lock, like the XID path's, and nothing else does.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 import time
@@ -22,8 +23,9 @@ from slurm_hooks.store.state import LockTimeout
 from tests.test_watch import XID79, RecordingEngine, append, load, node_cfg, stamp  # noqa: F401
 
 
-def fake_pass(run):  # type: ignore[no-untyped-def]
-    base = tempfile.mkdtemp(prefix="progress-")  # the thread makes <base>/p root's
+def fake_pass(run, base: str):  # type: ignore[no-untyped-def]
+    """A progress pass running ``run``; its directory ``<base>/p`` (the
+    thread makes it root's)."""
     return SimpleNamespace(s=SimpleNamespace(interval_s=0.02, dir=f"{base}/p"), run=run,
                            totals=PassTotals(), last=PassStats(),
                            metric_families=lambda: [])  # fmt: skip
@@ -41,11 +43,12 @@ def wait(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def running(node_cfg):  # noqa: F811 - the fixture imported above
     started = []
+    base = tempfile.mkdtemp(prefix="progress-")
 
     def start(progress_run):  # type: ignore[no-untyped-def]
         eng = RecordingEngine()
         w = Watcher(load(node_cfg), "gpu017", engine=eng)
-        w.progress = fake_pass(progress_run)
+        w.progress = fake_pass(progress_run, base)
         t = threading.Thread(target=w.run)
         t.start()
         started.append((w, t))
@@ -57,6 +60,7 @@ def running(node_cfg):  # noqa: F811 - the fixture imported above
         w.stop()
         t.join(10)
         assert not t.is_alive()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_an_xid_drains_while_the_progress_pass_is_stuck(running, node_cfg):  # noqa: F811
