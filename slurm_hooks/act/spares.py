@@ -33,9 +33,6 @@ file would otherwise look in the wrong place and silently see no topology.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_hooks.core import hostlist
@@ -44,6 +41,7 @@ from slurm_hooks.core.incident import Outcome
 from slurm_hooks.core.model import NodeState
 from slurm_hooks.core.ownership import our_reason
 from slurm_hooks.core.topology import FLAT, Topology, parse_topology_conf, parse_topology_yaml
+from slurm_hooks.slurm.conf_files import conf_dir
 
 if TYPE_CHECKING:
     from slurm_hooks.act.context import Context
@@ -51,8 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-#: Default slurm.conf path of Debian's and upstream's packages.
-DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 #: TopologyPlugin values that say "no topology": topology.conf is not read
 #: (22.05 default: none; 23.11+: flat).
 FLAT_PLUGINS = frozenset({"topology/none", "topology/flat"})
@@ -61,22 +57,6 @@ FLAT_PLUGINS = frozenset({"topology/none", "topology/flat"})
 _NO_FILE_EXPECTED = FLAT_PLUGINS | {"", "(null)", "topology/default"}
 #: Node flags of a node that power saving has powered down or is powering down.
 COLD_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
-
-
-def _set(value: str | None) -> str | None:
-    return value if value and value.strip() not in ("", "(null)") else None
-
-
-def conf_dir(config: Mapping[str, str] | None = None) -> Path:
-    """Where slurm.conf (and so topology.conf) lives: the running config's
-    ``SLURM_CONF`` (what slurmctld read), else this process's, else the
-    packages' default."""
-    conf = (
-        _set((config or {}).get("SLURM_CONF"))
-        or _set(os.environ.get("SLURM_CONF"))
-        or DEFAULT_SLURM_CONF
-    )
-    return Path(conf).parent
 
 
 def load_topology(ctx: Context) -> Topology:

@@ -118,8 +118,7 @@ def numbering_advice(
     from slurm_hooks.detect.runner import node_name
     from slurm_hooks.slurm.gpu_order import find_gres_conf, gpu_order
 
-    conf = (running.get("SLURM_CONF") or "").strip()
-    where = find_gres_conf({"SLURM_CONF": conf} if conf and conf != "(null)" else {})
+    where = find_gres_conf(running)
     order = gpu_order(node or node_name(), gres_conf=where, proc_root=proc_root or PROC_GPUS)
     if order.known:
         return []

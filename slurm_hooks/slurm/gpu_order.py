@@ -36,12 +36,10 @@ from slurm_hooks.core import hostlist
 from slurm_hooks.core.errors import ConfigError
 from slurm_hooks.core.record import record
 from slurm_hooks.detect.probes.driver_gpus import PROC_GPUS, minor_positions
+from slurm_hooks.slurm.conf_files import find_conf
 
 log = logging.getLogger(__name__)
 
-#: Where slurmd's gres.conf may be, after ``$SLURM_CONF``'s directory:
-#: a configless slurmd's cache (22.05 on), then the packages' default.
-CONF_DIRS = ("/run/slurm/conf", "/etc/slurm")
 #: The NVIDIA driver's character-device major (``/dev/nvidiaN``).
 NVIDIA_MAJOR = 195
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -84,8 +82,10 @@ class GpuOrder:
 
 def expand_files(spec: str) -> tuple[str, ...] | None:
     """gres.conf's ``File=`` in Slurm's order (as written, ranges in place):
-    ``/dev/nvidia[2-3],/dev/nvidia0`` -> nvidia2, nvidia3, nvidia0.  None
-    for a form this does not read (two bracket groups in one name)."""
+    ``/dev/nvidia[2-3],/dev/nvidia0`` -> nvidia2, nvidia3, nvidia0.  Not
+    ``core.hostlist.expand``: ClusterShell sorts, and here the written order
+    is Slurm's numbering.  None for a form this does not read (two bracket
+    groups in one name)."""
     out: list[str] = []
     for item in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", spec):
         if not item:
@@ -151,15 +151,10 @@ def parse_gres_conf(text: str, node: str) -> NodeGpuConf | None:
     return NodeGpuConf(auto_node or auto_global, tuple(files))
 
 
-def find_gres_conf(env: Mapping[str, str] | None = None) -> Path | None:
-    """slurmd's gres.conf: beside ``$SLURM_CONF``, else in ``CONF_DIRS``."""
-    conf = (env if env is not None else os.environ).get("SLURM_CONF")
-    dirs = ([str(Path(conf).parent)] if conf else []) + list(CONF_DIRS)
-    for d in dirs:
-        path = Path(d) / "gres.conf"
-        if path.is_file():
-            return path
-    return None
+def find_gres_conf(config: Mapping[str, str] | None = None) -> Path | None:
+    """slurmd's gres.conf (``conf_files.find_conf``): beside the slurm.conf
+    ``config`` or this process names, else where slurmd keeps it."""
+    return find_conf("gres.conf", config)
 
 
 def device_minor(path: str) -> int | None:
