@@ -2,7 +2,8 @@
 
 What slurmd's index k is, from Slurm's source (the same at 22.05, 24.11,
 25.11 and 26.05): with ``AutoDetect=nvml`` its list is sorted into NVML's
-order (``gres_gpu.c:_merge_system_gres_conf``), without autodetection it is
+order (``gres_gpu.c:_merge_system_gres_conf``), with ``AutoDetect=nvidia``
+(no links) into device-file order, without autodetection it is
 gres.conf's ``File=`` entries as written (``gres.c:gres_node_config_load``);
 ``SLURM_JOB_GPUS`` and ``IDX`` print that index
 (``gres_common.c:gres_common_prep_set_env``,
@@ -71,14 +72,16 @@ def test_parse_gres_conf_per_node() -> None:
         "NodeName=gpu[01-02] Name=gpu Type=h100 File=/dev/nvidia[0-3]  # comment\n"
         "NodeName=gpu[03-04] Name=gpu File=/dev/nvidia[3,2,1,0]\n"
         "NodeName=gpu[01-04] Name=shard Count=8 File=/dev/nvidia[0-3]\n"
+        "NodeName=gpu09 Name=gpu Links=-1,0\n"
     )
     one = parse_gres_conf(text, "gpu01")
     assert one is not None and one.autodetect == "off"
-    assert one.files == tuple(f"/dev/nvidia{i}" for i in range(4))
+    assert one.files == tuple(f"/dev/nvidia{i}" for i in range(4)) and not one.links
     three = parse_gres_conf(text, "gpu03")
     assert three is not None and three.files == tuple(f"/dev/nvidia{i}" for i in (3, 2, 1, 0))
     other = parse_gres_conf(text, "gpu09")
     assert other is not None and other.autodetect == "nvml" and other.files == ()
+    assert other.links
     # What this does not read for certain reads as nothing at all.
     assert parse_gres_conf("Include /etc/slurm/gres.d/x.conf\n", "gpu01") is None
     assert parse_gres_conf("Name=gpu MultipleFiles=/dev/nvidia[0-1]\n", "gpu01") is None
@@ -119,11 +122,30 @@ def test_file_lines_number_by_the_files_minors(tmp_path: Path) -> None:
     assert order.nvml((0,)) == (3,) and order.nvml((1,)) == (0,)
 
 
+def test_autodetect_nvidia_numbers_by_device_minor(tmp_path: Path) -> None:
+    """The nvidia plugin names each GPU /dev/nvidia<minor> and gives no
+    links, so slurmd's sort leaves them in file order: index 0 is minor 0,
+    which on this node is the 4th GPU by bus id (NVML's 3)."""
+    proc, dev = node_files(tmp_path, REVERSED)
+    order = gpu_order("n1", gres_conf=conf(tmp_path, "AutoDetect=nvidia\n"), proc_root=proc)
+    assert order.known and order.nvml((0,)) == (3,) and order.nvml((1, 3)) == (0, 2)
+    assert "minor" in order.why
+    # File= lines beside it pick which found GPUs count, not their order.
+    text = f"NodeName=n1 AutoDetect=nvidia\nNodeName=n1 Name=gpu File={dev}/nvidia3,{dev}/nvidia1\n"
+    order = gpu_order("n1", gres_conf=conf(tmp_path, text), proc_root=proc)
+    assert order.nvml((0,)) == (2,) and order.nvml((1,)) == (0,) and order.nvml((2,)) is None
+    # Where the minors follow the bus, nothing is renamed.
+    proc2, _ = node_files(tmp_path / "b", USUAL)
+    order = gpu_order("n1", gres_conf=conf(tmp_path, "AutoDetect=nvidia\n"), proc_root=proc2)
+    assert order.known and order.places is None and order.nvml((2, 0)) == (0, 2)
+
+
 def test_where_it_cannot_be_told_nothing_is_guessed(tmp_path: Path) -> None:
     proc, dev = node_files(tmp_path, REVERSED)
     for text in (
         None,  # no gres.conf where slurmd's would be
-        "AutoDetect=nvidia\nName=gpu File=/dev/nvidia[0-3]\n",  # another plugin's order
+        "AutoDetect=rsmi\nName=gpu File=/dev/nvidia[0-3]\n",  # another plugin's order
+        "AutoDetect=nvidia\nName=gpu Links=-1,0,0,0\n",  # links put before files
         "Include /etc/slurm/gres-node.conf\n",
         f"Name=gpu File={dev}/nvidia[0-1],{tmp_path}/not-a-device\n",
     ):

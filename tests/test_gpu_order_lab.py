@@ -10,6 +10,14 @@ it builds in the order gres.conf is written (its debug log counts 7, 6, 5,
 until now.  ``slurm/gpu_order.py`` reads the same gres.conf (found beside
 the ``SLURM_CONF`` slurmd hands the prolog) and maps the indices to the
 files' GPUs.  Run on 22.05, 24.11 and 26.05.
+
+With autodetection slurmd merges what it found into that list and sorts it,
+by device file and then by the links NVML gives (``AutoDetect=nvml``).
+``AutoDetect=nvidia`` (24.11 on) gives no links, so its order is the files'
+alone.  No GPU here for either plugin: slurmd's own test hook,
+``fake_gpus.conf`` beside slurm.conf, hands the same merge a found list, with
+no links, as the nvidia plugin's is; slurmd then numbers the GPUs by file
+(4, 5, 6, 7), whatever order gres.conf and the found list give.
 """
 
 from __future__ import annotations
@@ -34,6 +42,22 @@ pytestmark = [pytest.mark.slurm]
 MINORS = (7, 6, 5, 4)
 
 
+def restart_with_prolog(lab: Lab) -> None:
+    """A prolog that records what slurmd hands it, slurmd's GRES debug log,
+    and slurmd restarted: it reads gres.conf (and fake_gpus.conf) as it starts."""
+    node = lab.node_names[0]
+    prolog = lab.base_dir / "prolog.sh"
+    prolog.write_text(
+        "#!/bin/sh\n"
+        f'echo "$SLURM_JOB_ID $SLURM_JOB_GPUS $SLURM_CONF" >> {lab.base_dir}/prolog.out\n'
+    )
+    prolog.chmod(0o755)
+    lab.reconfigure(f"Prolog={prolog}\nDebugFlags=Gres\nSlurmdDebug=debug\n")
+    lab.stop_slurmd(node)
+    lab.start_slurmd(node)
+    lab.wait_idle()
+
+
 @pytest.fixture(scope="module")
 def reversed_lab() -> Iterator[Lab]:
     with own_lab("slurm-hooks-test-gpuorder-", 1, gpus=4) as lab:
@@ -45,18 +69,7 @@ def reversed_lab() -> Iterator[Lab]:
                 os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(195, minor))
         files = ",".join(f"{dev}/nvidia{i}" for i in MINORS)
         (lab.slurm_conf.parent / "gres.conf").write_text(f"NodeName={node} Name=gpu File={files}\n")
-        # slurmd reads gres.conf when it starts: the prolog records what
-        # slurmd hands it.
-        prolog = lab.base_dir / "prolog.sh"
-        prolog.write_text(
-            "#!/bin/sh\n"
-            f'echo "$SLURM_JOB_ID $SLURM_JOB_GPUS $SLURM_CONF" >> {lab.base_dir}/prolog.out\n'
-        )
-        prolog.chmod(0o755)
-        lab.reconfigure(f"Prolog={prolog}\nDebugFlags=Gres\nSlurmdDebug=debug\n")
-        lab.stop_slurmd(node)
-        lab.start_slurmd(node)
-        lab.wait_idle()
+        restart_with_prolog(lab)
         yield lab
 
 
@@ -101,3 +114,58 @@ def test_slurms_gpu_numbers_are_its_list_index_not_the_device_minor(
         assert order.known and order.nvml((0, 1)) == (2, 3) and order.nvml((0,)) == (3,)
     finally:
         lab.reset()
+
+
+def test_found_gpus_without_links_are_numbered_by_device_file(
+    reversed_lab: Lab, tmp_path: Path
+) -> None:
+    lab = reversed_lab
+    node = lab.node_names[0]
+    dev = lab.base_dir / "dev" / node
+    fake = lab.slurm_conf.parent / "fake_gpus.conf"
+    # <type>|<cpu count>|<cpus>|<links>|<device file>: found out of order, no links.
+    fake.write_text(
+        "".join(
+            f"(null)|{lab.cpus}|0-{lab.cpus - 1}|(null)|{dev}/nvidia{m}\n" for m in (6, 4, 7, 5)
+        )
+    )
+    out = lab.base_dir / "prolog.out"
+    out.unlink(missing_ok=True)
+    work = lab.shared_dir / "gpu-order"
+    work.mkdir(parents=True, exist_ok=True)
+    os.chmod(work, 0o1777)
+    try:
+        restart_with_prolog(lab)
+        slurmd_log = lab.log_dir / f"slurmd-{node}.log"
+
+        def counted() -> list[str]:
+            """The devices slurmd counted after reading the found list."""
+            text = slurmd_log.read_text()
+            at = text.rfind("fake system GPU data")
+            return re.findall(r"gpu device number (\d+)\(", text[at:]) if at >= 0 else []
+
+        lab.wait_for(lambda: len(counted()) >= 4, 60, what="slurmd counting the found GPUs")
+        logged = counted()
+        assert tuple(int(m) for m in logged[-4:]) == (4, 5, 6, 7), logged
+        job = submit(lab, script(work / "found.sh", "sleep 60\n"),
+                     "-w", node, "--gres=gpu:2", "-o", "/dev/null")  # fmt: skip
+        lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
+        lab.wait_for(lambda: out.exists() and out.read_text().endswith("\n"), 60,
+                     what="the prolog's line")  # fmt: skip
+        assert out.read_text().split()[:2] == [job, "0,1"]
+        assert gpus_on(lab.client().job_gpu_detail(job), node) == frozenset({0, 1})
+        # So under AutoDetect=nvidia index 0 is the lowest minor (4): on a
+        # driver list whose bus order has minors 6, 7, 4, 5, NVML's GPU 2.
+        proc = tmp_path / "proc"
+        for place, minor in enumerate((6, 7, 4, 5)):
+            (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
+            (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
+                f"Device Minor: \t {minor}\n"
+            )
+        gres = tmp_path / "gres.conf"
+        gres.write_text(f"NodeName={node} AutoDetect=nvidia\n")
+        order = gpu_order(node, gres_conf=gres, proc_root=str(proc))
+        assert order.known and order.nvml((0, 1)) == (2, 3) and order.nvml((2,)) == (0,)
+    finally:
+        lab.reset()
+        fake.unlink(missing_ok=True)

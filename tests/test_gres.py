@@ -166,11 +166,12 @@ def test_install_says_when_this_nodes_gpu_numbers_cannot_be_matched(tmp_path):
         )
     etc = tmp_path / "etc"
     etc.mkdir()
-    (etc / "gres.conf").write_text("AutoDetect=nvidia\n")
+    (etc / "gres.conf").write_text("AutoDetect=rsmi\n")
     running = {"SLURM_CONF": str(etc / "slurm.conf")}
     (tip,) = numbering_advice(running, node="n1", proc_root=str(proc))
     assert "not in PCI bus order" in tip and "no GPU work" in tip and "AutoDetect=nvml" in tip
-    (etc / "gres.conf").write_text("AutoDetect=nvml\n")
-    assert numbering_advice(running, node="n1", proc_root=str(proc)) == []
+    for told in ("AutoDetect=nvml\n", "AutoDetect=nvidia\n"):
+        (etc / "gres.conf").write_text(told)
+        assert numbering_advice(running, node="n1", proc_root=str(proc)) == []
     # A host without the NVIDIA driver (a head node): nothing to say.
     assert numbering_advice(running, node="n1", proc_root=str(tmp_path / "none")) == []

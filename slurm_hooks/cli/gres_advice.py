@@ -125,5 +125,5 @@ def numbering_advice(
     return [
         f"this node's GPU numbers: {order.why}. Its prolog gives GPU jobs no GPU work (a "
         "guess could burn in another job's GPU) and a GPU-scoped drain moves every job. "
-        "Set AutoDetect=nvml in gres.conf, or list the GPUs with File= lines."
+        "Set AutoDetect=nvml or nvidia in gres.conf, or list the GPUs with File= lines."
     ]

@@ -9,6 +9,13 @@ the same in 22.05, 24.11, 25.11 and 26.05):
 * ``AutoDetect=nvml``: the list is sorted into NVML's order
   (``gres_gpu.c:_merge_system_gres_conf`` sorts by the links NVML gave,
   "a stand-in for PCI bus ID order"): index k is NVML's GPU k;
+* ``AutoDetect=nvidia`` (24.11 on): the same merge sorts by device file
+  and then by links, and this plugin gives none (``gpu_nvidia.c`` reads
+  ``/proc/driver/nvidia/gpus``, naming each GPU ``/dev/nvidia<minor>``), so
+  the files' natural order stands: index k is the GPU of the k-th lowest
+  minor (the sort keeps equal links in place: glibc's ``qsort`` merge-sorts;
+  measured on the lab through slurmd's ``fake_gpus.conf``, which feeds the
+  same merge a found list without links);
 * no autodetection: the list is gres.conf's ``File=`` entries as written
   (``gres.c:gres_node_config_load``, no sort): index k is the k-th file,
   and the file's device minor says which GPU it is
@@ -16,9 +23,9 @@ the same in 22.05, 24.11, 25.11 and 26.05):
 
 Where the device minors follow the bus order (the usual case) the two are
 the same and nothing needs reading.  Where they do not and gres.conf cannot
-say which case holds (unreadable, another autodetect plugin, an
-``Include``), the order is *unknown*: a caller must not guess which GPUs a
-job has (the prolog would burn in another job's GPU, a GPU-scoped drain
+say which case holds (unreadable, another autodetect plugin, ``Links=``
+beside ``AutoDetect=nvidia``, an ``Include``), the order is *unknown*: a
+caller must not guess which GPUs a job has (the prolog would burn in another job's GPU, a GPU-scoped drain
 would spare the job on the faulty one).  Everything read is root's: the
 driver's list, slurmd's config, the device nodes.
 """
@@ -54,6 +61,9 @@ class NodeGpuConf:
     autodetect: str | None
     #: ``Name=gpu`` ``File=`` entries for the node, expanded, in order.
     files: tuple[str, ...]
+    #: A ``Name=gpu`` line for the node sets ``Links=`` (which then orders
+    #: found GPUs before their files do).
+    links: bool = False
 
 
 @record
@@ -114,6 +124,7 @@ def parse_gres_conf(text: str, node: str) -> NodeGpuConf | None:
     auto_global: str | None = None
     auto_node: str | None = None
     files: list[str] = []
+    links = False
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -143,12 +154,15 @@ def parse_gres_conf(text: str, node: str) -> NodeGpuConf | None:
                 auto_node = value
             else:
                 auto_global = value
-        if fields.get("name", "").lower() == "gpu" and "file" in fields:
+        if fields.get("name", "").lower() != "gpu":
+            continue
+        links = links or "links" in fields
+        if "file" in fields:
             got = expand_files(fields["file"])
             if got is None:
                 return None
             files += got
-    return NodeGpuConf(auto_node or auto_global, tuple(files))
+    return NodeGpuConf(auto_node or auto_global, tuple(files), links)
 
 
 def find_gres_conf(config: Mapping[str, str] | None = None) -> Path | None:
@@ -168,6 +182,23 @@ def device_minor(path: str) -> int | None:
     return os.minor(st.st_rdev)
 
 
+def _by_minor(files: tuple[str, ...], places: Mapping[int, int]) -> GpuOrder | None:
+    """``AutoDetect=nvidia``'s numbering: the found GPUs (those ``files``
+    name, else all the driver lists) by device file, so by minor.  None
+    where a file is not one of the driver's GPUs."""
+    if files:
+        found = [device_minor(f) for f in files]
+        if any(m is None or m not in places for m in found):
+            return None
+        minors = sorted({m for m in found if m is not None})
+    else:
+        minors = sorted(places)
+    mapping = {k: places[m] for k, m in enumerate(minors)}
+    if mapping == {k: k for k in mapping}:
+        return GpuOrder(None, True, "AutoDetect=nvidia: minor order is PCI bus order")
+    return GpuOrder(mapping, True, "AutoDetect=nvidia: Slurm numbers GPUs by device minor")
+
+
 def gpu_order(node: str, *, gres_conf: Path | None = None, proc_root: str = PROC_GPUS) -> GpuOrder:
     """How Slurm's GPU indices on ``node`` (this host) map to NVML's."""
     places = minor_positions(proc_root)
@@ -183,6 +214,10 @@ def gpu_order(node: str, *, gres_conf: Path | None = None, proc_root: str = PROC
             log.warning("cannot read %s: %s", path, exc)
     if conf is not None and conf.autodetect == "nvml":
         return GpuOrder(None, True, "AutoDetect=nvml: Slurm numbers GPUs as NVML does")
+    if conf is not None and conf.autodetect == "nvidia" and not conf.links:
+        by_file = _by_minor(conf.files, places)
+        if by_file is not None:
+            return by_file
     if conf is not None and conf.autodetect in (None, "off") and conf.files:
         minors = [device_minor(f) for f in conf.files]
         if all(m is not None and m in places for m in minors):
