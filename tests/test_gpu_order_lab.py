@@ -16,8 +16,9 @@ by device file and then by the links NVML gives (``AutoDetect=nvml``).
 ``AutoDetect=nvidia`` (24.11 on) gives no links, so its order is the files'
 alone.  No GPU here for either plugin: slurmd's own test hook,
 ``fake_gpus.conf`` beside slurm.conf, hands the same merge a found list, with
-no links, as the nvidia plugin's is; slurmd then numbers the GPUs by file
-(4, 5, 6, 7), whatever order gres.conf and the found list give.
+no links, as the nvidia plugin's is (slurmd then numbers the GPUs by file,
+4, 5, 6, 7, whatever order gres.conf and the found list give), or with the
+links NVML gives (then by bus order).
 """
 
 from __future__ import annotations
@@ -116,17 +117,34 @@ def test_slurms_gpu_numbers_are_its_list_index_not_the_device_minor(
         lab.reset()
 
 
-def test_found_gpus_without_links_are_numbered_by_device_file(
-    reversed_lab: Lab, tmp_path: Path
+#: The driver's GPUs in PCI bus order, by device minor (NVML's GPU k has minor BUS[k]).
+BUS = (6, 7, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("autodetect", "numbered"),
+    [("nvidia", (4, 5, 6, 7)), ("nvml", BUS)],
+    ids=["no-links-by-file", "nvml-links-by-bus"],
+)
+def test_found_gpus_are_numbered_by_links_else_by_device_file(
+    reversed_lab: Lab, tmp_path: Path, autodetect: str, numbered: tuple[int, ...]
 ) -> None:
+    """The found list as each plugin gives it: the nvidia plugin with no
+    links, NVML with links whose -1 marks the GPU's own place in bus order."""
     lab = reversed_lab
     node = lab.node_names[0]
     dev = lab.base_dir / "dev" / node
     fake = lab.slurm_conf.parent / "fake_gpus.conf"
-    # <type>|<cpu count>|<cpus>|<links>|<device file>: found out of order, no links.
+
+    def links(minor: int) -> str:
+        if autodetect == "nvidia":
+            return "(null)"
+        return ",".join("-1" if BUS[k] == minor else "0" for k in range(len(BUS)))
+
+    # <type>|<cpu count>|<cpus>|<links>|<device file>, found out of order.
     fake.write_text(
         "".join(
-            f"(null)|{lab.cpus}|0-{lab.cpus - 1}|(null)|{dev}/nvidia{m}\n" for m in (6, 4, 7, 5)
+            f"(null)|{lab.cpus}|0-{lab.cpus - 1}|{links(m)}|{dev}/nvidia{m}\n" for m in (6, 4, 7, 5)
         )
     )
     out = lab.base_dir / "prolog.out"
@@ -145,8 +163,8 @@ def test_found_gpus_without_links_are_numbered_by_device_file(
             return re.findall(r"gpu device number (\d+)\(", text[at:]) if at >= 0 else []
 
         lab.wait_for(lambda: len(counted()) >= 4, 60, what="slurmd counting the found GPUs")
-        logged = counted()
-        assert tuple(int(m) for m in logged[-4:]) == (4, 5, 6, 7), logged
+        logged = tuple(int(m) for m in counted()[-4:])
+        assert logged == numbered, logged
         job = submit(lab, script(work / "found.sh", "sleep 60\n"),
                      "-w", node, "--gres=gpu:2", "-o", "/dev/null")  # fmt: skip
         lab.wait_job(job, lambda j: j.state == "RUNNING", timeout=60)
@@ -154,18 +172,20 @@ def test_found_gpus_without_links_are_numbered_by_device_file(
                      what="the prolog's line")  # fmt: skip
         assert out.read_text().split()[:2] == [job, "0,1"]
         assert gpus_on(lab.client().job_gpu_detail(job), node) == frozenset({0, 1})
-        # So under AutoDetect=nvidia index 0 is the lowest minor (4): on a
-        # driver list whose bus order has minors 6, 7, 4, 5, NVML's GPU 2.
+        # gpu_order, told the plugin, names slurmd's index k as the GPU it
+        # counted k-th: NVML's GPU at that minor's place in bus order.
         proc = tmp_path / "proc"
-        for place, minor in enumerate((6, 7, 4, 5)):
+        for place, minor in enumerate(BUS):
             (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
             (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
                 f"Device Minor: \t {minor}\n"
             )
         gres = tmp_path / "gres.conf"
-        gres.write_text(f"NodeName={node} AutoDetect=nvidia\n")
+        gres.write_text(f"NodeName={node} AutoDetect={autodetect}\n")
         order = gpu_order(node, gres_conf=gres, proc_root=str(proc))
-        assert order.known and order.nvml((0, 1)) == (2, 3) and order.nvml((2,)) == (0,)
+        assert order.known
+        for k, minor in enumerate(logged):
+            assert order.nvml((k,)) == (BUS.index(minor),), (k, minor)
     finally:
         lab.reset()
         fake.unlink(missing_ok=True)
