@@ -188,6 +188,38 @@ def test_no_gpu_profile_is_not_applicable(no_scenarios):
         assert f.status.value == "OK" and "not applicable" in f.message
 
 
+def test_a_mig_node_gets_no_whole_gpu_engine(no_scenarios, tmp_path):
+    """MIG on GPU 5 (NVML's mode, root's setting): gpu_burn, nccl-tests and
+    dcgmi are not started on the node (they would judge a slice against a
+    whole GPU's figures); a GPU whose MIG mode NVML cannot give (NotSupported
+    before Ampere, a lost GPU) is no MIG GPU, so there they run as before."""
+    text = (DATA / "gpu_burn" / "slow_gpu5.txt").read_text()
+    started = []
+
+    def fake_run(argv, **kw):
+        started.append(argv)
+        return CommandResult(tuple(argv), 0, text, "", 10.0)
+
+    scenario = tmp_path / "mig.toml"
+    scenario.write_text('preset = "h100-sxm5-80gb"\ngpu_count = 8\n[gpu.5]\nmig = true\n')
+    checks = ((BurninCheck(), {"engine": "gpu_burn"}), (NcclCheck(), {"engine": "nccl-tests"}),
+              (DcgmCheck(), {"dcgmi": "/opt/dcgmi"}))  # fmt: skip
+    for check, settings in checks:
+        c = ctx(phase=Phase.ACCEPTANCE, settings=settings,
+                services={"run": fake_run, "nvml": fake_nvml(scenario)})  # fmt: skip
+        (f,) = run_check(check, c)
+        assert f.status.value == "OK" and "MIG enabled on GPU 5" in f.message, f
+    assert started == []
+    scenario.write_text(
+        'preset = "h100-sxm5-80gb"\ngpu_count = 8\n[defaults]\nmig = "not_supported"\n'
+        "[gpu.1]\nlost = true\n"
+    )
+    c = ctx(settings={"engine": "gpu_burn", "gpu_burn": "/opt/gpu_burn"},
+            services={"run": fake_run, "nvml": fake_nvml(scenario)})  # fmt: skip
+    assert fake_nvml(scenario).mig_enabled() == ()
+    assert [f.code for f in run_check(BurninCheck(), c)] == ["BURNIN_SLOW"] and started
+
+
 def test_auto_engine_choice_never_picks_a_fake(no_scenarios, tmp_path):
     """auto: gpu_burn, else torch, else None; a configured scenario (and the
     old environment variables, set by the fixture) do not make it a fake."""

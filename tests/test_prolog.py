@@ -350,6 +350,36 @@ def test_bad_gpu_in_burnin_drains_and_requeues(node_files):
     assert out2.exit_code == EXIT_REJECT and eng2.slurm.requeued == []
 
 
+def test_a_mig_node_is_not_burned_in_whole_nor_drained_for_it(node_files):
+    """MIG on GPUs 2 and 3 (root's setting, read through NVML): whole-GPU
+    engines do not run there (CUDA sees one instance a process, NCCL does
+    not span them; a run would judge a slice against a whole GPU).  The
+    engine here would report GPU 2 failing, as gpu_burn on a 1g slice runs
+    slow: the prolog neither runs it nor drains; the NVML checks still run."""
+    (node_files / "engine.toml").write_text("[burnin.gpu.2]\nerrors = 40\n")
+    scenario = {"preset": "h100-sxm5-80gb", "gpu_count": 4,
+                "gpu": {"2": {"mig": True}, "3": {"mig": True}}}  # fmt: skip
+    (node_files / "gpus.json").write_text(json.dumps(scenario))
+    eng = FakeEngine()
+    out = run_prolog({"SLURM_JOB_ID": "9"}, config(node_files), node="n1",
+                     engine_factory=lambda c: eng)  # fmt: skip
+    assert out.verdict == "passed" and not out.drained and eng.slurm.requeued == []
+    by_check = {f.check: f for f in out.findings}
+    for check in ("burnin", "nccl"):
+        assert by_check[check].status is Status.OK
+        assert "MIG enabled on GPU 2,3" in by_check[check].message
+    assert by_check["gpu_lost"].status is Status.OK  # NVML's checks ran
+    assert not any(f.status is Status.FAIL for batch in eng.handled for f in batch)
+    # The same node with MIG off (turning it off resets the GPU: a new pass),
+    # the engine runs and GPU 2 fails.
+    scenario["gpu"] = {}
+    (node_files / "gpus.json").write_text(json.dumps(scenario))
+    (node_files / "state" / "prolog" / "pass.json").unlink()
+    out = run_prolog({"SLURM_JOB_ID": "10"}, config(node_files), node="n1",
+                     engine_factory=lambda c: FakeEngine())  # fmt: skip
+    assert out.verdict == "failed" and out.drained
+
+
 def test_policy_declines_drain_job_runs(node_files):
     (node_files / "engine.toml").write_text("[burnin.gpu.0]\nerrors = 40\n")
     eng = FakeEngine(drains=False)

@@ -35,6 +35,7 @@ with every key optional::
     nvlink_errors = { "0" = { replay = 10, crc_flit = 4 } }
     throttle = ["hw_slowdown", "hw_power_brake"]
     fabric = { state = "not_started" }        # or "not_supported"
+    mig = true                       # MIG mode enabled; "not_supported": a GPU without MIG
     errors = [{ function = "nvmlDeviceGetTotalEccErrors", error = "GPU_IS_LOST" }]
     [[errors]]                       # not tied to one GPU
     function = "nvmlInit"
@@ -167,6 +168,7 @@ _GPU_KEYS = {
     "remap",
     "throttle",
     "fabric",
+    "mig",
     "lost",
     "unknown_error",
     "reset_required",
@@ -542,6 +544,15 @@ class FakeNvml:
         gpu = self._gpu("nvmlDeviceGetPersistenceMode", handle)
         enabled = gpu.get("persistence", True)
         return pynvml.NVML_FEATURE_ENABLED if enabled else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        """[current, pending] as pynvml returns them; a GPU without MIG
+        (before Ampere) raises NotSupported."""
+        mig = self._gpu("nvmlDeviceGetMigMode", handle).get("mig", False)
+        if self._not_supported(mig):
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if mig else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
 
     # -- memory errors ----------------------------------------------------
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:

@@ -1,7 +1,7 @@
 """What the engine-driven checks (burnin, nccl, dcgm) share: their settings
 less the runner's keys, the engine "auto" picks, the request handed to a
 plug-in engine, GPU selection for a command, and the findings for a run they
-chose not to start.
+chose not to start (no GPUs to drive, MIG).
 
 An engine that is not built in (``engine = "lab:fake"``) is found by name in
 the ``slurm_hooks.engines`` entry-point group (``detect.engines.registry``)
@@ -13,6 +13,7 @@ here reads the environment: a fake is used only when the config names it."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from slurm_hooks.core.model import Finding, Status
 from slurm_hooks.detect.checks.base import COMMON_SETTINGS, CheckContext, ok
 from slurm_hooks.detect.engines.burnin.budget import Skipped
 from slurm_hooks.detect.probes import commands
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Runner = Callable[..., commands.CommandResult]
@@ -64,11 +67,33 @@ def choose_engine(engine: str, binary: str, binary_engine: str) -> str | None:
     return None
 
 
-def no_gpus(ctx: CheckContext) -> Skipped | None:
-    """Skipped for a node whose profile expects no GPUs (an engine check has
-    nothing to drive there), else None."""
+def not_applicable(ctx: CheckContext) -> Skipped | None:
+    """Skipped where an engine has no whole GPU to drive, else None: a
+    profile that expects no GPUs, or a node with MIG enabled on a GPU.
+
+    A MIG GPU is not a device gpu_burn, nccl-tests or ``dcgmi diag`` can
+    use whole: CUDA sees at most one of its instances per process, NCCL
+    does not run across them, and Slurm's GPU indices there count the
+    instances, so a run would judge a slice, or another job's, against a
+    whole GPU's figures and drain a healthy node.  MIG mode is root's to
+    set (NVML, read here); the NVML checks still watch such GPUs.  Where
+    NVML cannot start, nothing is concluded here: the NVML checks report
+    that, and the engine runs as it would."""
     if ctx.profile.get("gpu_count") == 0:
         return Skipped("not applicable: profile expects no GPUs")
+    from slurm_hooks.detect.checks.gpubase import nvml_session
+
+    try:
+        mig = nvml_session(ctx).mig_enabled()
+    except Exception as exc:  # noqa: BLE001 - NVML's own checks report a failed start
+        log.debug("MIG mode not read: %s", exc)
+        return None
+    if mig:
+        shown = ",".join(map(str, mig))
+        return Skipped(
+            f"not applicable: MIG enabled on GPU {shown}; whole-GPU engines do not run "
+            "on a MIG node (the NVML checks still watch its GPUs)"
+        )
     return None
 
 
@@ -79,7 +104,7 @@ def pick_engine(
     profile expects no GPUs.  Raises RuntimeError when "auto" finds neither
     ``binary`` nor torch: a node configured to run ``what`` cannot, which is
     the check's error, not a pass."""
-    skipped = no_gpus(ctx)
+    skipped = not_applicable(ctx)
     if skipped is not None:
         return skipped
     chosen = choose_engine(engine, binary, binary_engine)

@@ -54,7 +54,7 @@ class DcgmCheck:
 
     def gather(self, ctx: CheckContext) -> DcgmReport | Skipped:
         s = _engine_check.load_settings(DcgmSettings, ctx, self.name)
-        skipped = _engine_check.no_gpus(ctx)
+        skipped = _engine_check.not_applicable(ctx)
         if skipped is not None:
             return skipped
         run_cmd = ctx.services.get("run", commands.run)

@@ -90,7 +90,7 @@ def _engine_spec(
     name: str, cls: str, phases: set[Phase], summary: str, *, timeout_s: float
 ) -> CheckSpec:
     """An engine-driven check (burn-in, NCCL, DCGM): it needs GPUs but has no
-    ``skip_when``; it decides for itself (``_engine_check.no_gpus``, a
+    ``skip_when``; it decides for itself (``_engine_check.not_applicable``, a
     Skipped finding), so the runner imports it and reports its skip."""
     return _spec(name, cls, phases, summary, timeout_s=timeout_s, gpu=True, skip_when=())
 

@@ -55,6 +55,8 @@ ERROR_UNKNOWN = 999
 _ERROR_NAMES = {
     v: k.removeprefix("ERROR_") for k, v in dict(globals()).items() if k.startswith("ERROR_")
 }
+#: ``NVML_DEVICE_MIG_ENABLE`` (nvml.h): a GPU's MIG mode, enabled.
+_MIG_ENABLE = 1
 
 
 def _pynvml(scenario: str | None = None) -> Any:
@@ -214,6 +216,24 @@ class NvmlSession:
             with self._lock:
                 self._identities[index] = comp
         return comp
+
+    def mig_enabled(self) -> tuple[int, ...]:
+        """The GPUs whose current MIG mode is enabled (``nvmlDeviceGetMigMode``),
+        in NVML's numbering.  A GPU without MIG (NotSupported), or one that
+        cannot answer, counts as not: this is read to keep whole-GPU engines
+        off MIG GPUs, and a lost GPU is the other checks' to report.  Raises
+        what ``nvml`` raises when NVML cannot start."""
+        nvml = self.nvml
+        out = []
+        for index in range(self.device_count()):
+            try:
+                current = nvml.nvmlDeviceGetMigMode(self.handle(index))[0]
+            except Exception as exc:  # noqa: BLE001 - NotSupported, a lost GPU: not MIG
+                log.debug("nvml: MIG mode of GPU %d: %s", index, error_name(exc))
+                continue
+            if current == _MIG_ENABLE:
+                out.append(index)
+        return tuple(out)
 
     def _procfs(self) -> list[tuple[str, str | None]]:
         if self._proc is None:
