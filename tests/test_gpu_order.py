@@ -84,6 +84,18 @@ def test_parse_gres_conf_per_node() -> None:
     assert other.links
     # What this does not read for certain reads as nothing at all.
     assert parse_gres_conf("Include /etc/slurm/gres.d/x.conf\n", "gpu01") is None
+    # Include lines are followed where a reader is given (slurmd's conf dir);
+    # what cannot be followed for certain reads as nothing.
+    files = {"gres.d/gpu.conf": "NodeName=gpu01 Name=gpu File=/dev/nvidia[1,0]\n",
+             "auto.conf": "AutoDetect=off\nInclude\tgres.d/gpu.conf  # nested\n",
+             "loop.conf": "Include loop.conf\n"}  # fmt: skip
+    read = files.get
+    got = parse_gres_conf("AutoDetect=nvml\nInclude auto.conf\n", "gpu01", read)
+    assert got is not None and got.autodetect == "off"
+    assert got.files == ("/dev/nvidia1", "/dev/nvidia0")
+    for text in ("Include missing.conf\n", "Include loop.conf\n", "Include gres-%c.conf\n",
+                 "Include gres.d/*.conf\n"):  # fmt: skip
+        assert parse_gres_conf(text, "gpu01", read) is None, text
     assert parse_gres_conf("Name=gpu MultipleFiles=/dev/nvidia[0-1]\n", "gpu01") is None
     assert parse_gres_conf("NodeName=@all Name=gpu File=/dev/nvidia0\n", "gpu01") is None
 
@@ -120,6 +132,11 @@ def test_file_lines_number_by_the_files_minors(tmp_path: Path) -> None:
     text = f"NodeName=n1 Name=gpu File={dev2}/nvidia3,{dev2}/nvidia[0-2]\n"
     order = gpu_order("n1", gres_conf=conf(tmp_path / "b", text), proc_root=proc2)
     assert order.nvml((0,)) == (3,) and order.nvml((1,)) == (0,)
+    # The same lines in a file gres.conf includes, by a name relative to its directory.
+    (tmp_path / "b" / "gres-gpus.conf").write_text(text)
+    order = gpu_order("n1", gres_conf=conf(tmp_path / "b", "Include gres-gpus.conf\n"),
+                      proc_root=proc2)  # fmt: skip
+    assert order.nvml((0,)) == (3,) and order.nvml((1,)) == (0,)
 
 
 def test_autodetect_nvidia_numbers_by_device_minor(tmp_path: Path) -> None:
@@ -146,7 +163,7 @@ def test_where_it_cannot_be_told_nothing_is_guessed(tmp_path: Path) -> None:
         None,  # no gres.conf where slurmd's would be
         "AutoDetect=rsmi\nName=gpu File=/dev/nvidia[0-3]\n",  # another plugin's order
         "AutoDetect=nvidia\nName=gpu Links=-1,0,0,0\n",  # links put before files
-        "Include /etc/slurm/gres-node.conf\n",
+        "Include /nonexistent/gres-node.conf\n",
         f"Name=gpu File={dev}/nvidia[0-1],{tmp_path}/not-a-device\n",
     ):
         path = conf(tmp_path, text) if text is not None else tmp_path / "missing"

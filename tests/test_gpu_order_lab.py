@@ -9,7 +9,9 @@ it builds in the order gres.conf is written (its debug log counts 7, 6, 5,
 4), not the minors of the files.  The prolog took these numbers for minors
 until now.  ``slurm/gpu_order.py`` reads the same gres.conf (found beside
 the ``SLURM_CONF`` slurmd hands the prolog) and maps the indices to the
-files' GPUs.  Run on 22.05, 24.11 and 26.05.
+files' GPUs.  Run on 22.05, 24.11 and 26.05.  The ``File=`` line stands in a
+file gres.conf includes by a relative name, which both read in slurm.conf's
+directory.
 
 With autodetection slurmd merges what it found into that list and sorts it,
 by device file and then by the links NVML gives (``AutoDetect=nvml``).
@@ -69,7 +71,10 @@ def reversed_lab() -> Iterator[Lab]:
             if not path.exists():
                 os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(195, minor))
         files = ",".join(f"{dev}/nvidia{i}" for i in MINORS)
-        (lab.slurm_conf.parent / "gres.conf").write_text(f"NodeName={node} Name=gpu File={files}\n")
+        # Through an Include, named relative to the config directory, as slurmd reads it.
+        etc = lab.slurm_conf.parent
+        (etc / "gres-gpus.conf").write_text(f"NodeName={node} Name=gpu File={files}\n")
+        (etc / "gres.conf").write_text("Include gres-gpus.conf\n")
         restart_with_prolog(lab)
         yield lab
 

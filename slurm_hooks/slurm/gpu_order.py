@@ -24,7 +24,7 @@ the same in 22.05, 24.11, 25.11 and 26.05):
 Where the device minors follow the bus order (the usual case) the two are
 the same and nothing needs reading.  Where they do not and gres.conf cannot
 say which case holds (unreadable, another autodetect plugin, ``Links=``
-beside ``AutoDetect=nvidia``, an ``Include``), the order is *unknown*: a
+beside ``AutoDetect=nvidia``, an ``Include`` it cannot follow), the order is *unknown*: a
 caller must not guess which GPUs a job has (the prolog would burn in another job's GPU, a GPU-scoped drain
 would spare the job on the faulty one).  Everything read is root's: the
 driver's list, slurmd's config, the device nodes.
@@ -36,7 +36,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from slurm_hooks.core import hostlist
@@ -117,20 +117,51 @@ def expand_files(spec: str) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def parse_gres_conf(text: str, node: str) -> NodeGpuConf | None:
-    """The ``AutoDetect`` and GPU files gres.conf gives ``node``; None for a
-    file this cannot read for certain (``Include``, ``MultipleFiles``, a
-    ``File=`` or ``NodeName=`` it cannot expand)."""
-    auto_global: str | None = None
-    auto_node: str | None = None
-    files: list[str] = []
-    links = False
+#: How deep ``Include`` lines are followed (Slurm sets no limit; a loop
+#: would hang slurmd, here it reads as unknown).
+MAX_INCLUDE_DEPTH = 8
+
+
+def _lines(text: str, include: Callable[[str], str | None] | None, depth: int) -> list[str] | None:
+    """gres.conf's lines without comments, ``Include`` lines replaced by the
+    file's (``parse_config.c``: one name after the word, a relative one in
+    slurm.conf's directory, read by ``include``).  None where one cannot
+    be read for certain: no reader, Slurm's ``%c`` or a glob (which Slurm
+    skips), a file that cannot be read, too deep."""
+    out: list[str] = []
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        if line.lower().startswith("include"):
+        words = line.split()
+        if words[0].lower() != "include":
+            out.append(line)
+            continue
+        name = words[1] if len(words) > 1 else ""
+        if include is None or not name or "%" in name or "*" in name or depth >= MAX_INCLUDE_DEPTH:
             return None
+        body = include(name)
+        inner = _lines(body, include, depth + 1) if body is not None else None
+        if inner is None:
+            return None
+        out += inner
+    return out
+
+
+def parse_gres_conf(
+    text: str, node: str, include: Callable[[str], str | None] | None = None
+) -> NodeGpuConf | None:
+    """The ``AutoDetect`` and GPU files gres.conf gives ``node``; None for a
+    file this cannot read for certain (an ``Include`` ``include`` cannot
+    read, ``MultipleFiles``, a ``File=`` or ``NodeName=`` it cannot expand)."""
+    auto_global: str | None = None
+    auto_node: str | None = None
+    files: list[str] = []
+    links = False
+    lines = _lines(text, include, 0)
+    if lines is None:
+        return None
+    for line in lines:
         fields: dict[str, str] = {}
         for word in line.split():
             key, sep, value = word.partition("=")
@@ -199,6 +230,20 @@ def _by_minor(files: tuple[str, ...], places: Mapping[int, int]) -> GpuOrder | N
     return GpuOrder(mapping, True, "AutoDetect=nvidia: Slurm numbers GPUs by device minor")
 
 
+def _reader(conf_dir: Path) -> Callable[[str], str | None]:
+    """Reads an included file as slurmd does: a relative name in the config
+    directory (``get_extra_conf_path``); None where it cannot be read."""
+
+    def read(name: str) -> str | None:
+        try:
+            return (conf_dir / name).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            log.warning("cannot read gres.conf's Include %s: %s", name, exc)
+            return None
+
+    return read
+
+
 def gpu_order(node: str, *, gres_conf: Path | None = None, proc_root: str = PROC_GPUS) -> GpuOrder:
     """How Slurm's GPU indices on ``node`` (this host) map to NVML's."""
     places = minor_positions(proc_root)
@@ -209,7 +254,9 @@ def gpu_order(node: str, *, gres_conf: Path | None = None, proc_root: str = PROC
     conf: NodeGpuConf | None = None
     if path is not None:
         try:
-            conf = parse_gres_conf(path.read_text(encoding="utf-8", errors="replace"), node)
+            conf = parse_gres_conf(
+                path.read_text(encoding="utf-8", errors="replace"), node, _reader(path.parent)
+            )
         except OSError as exc:
             log.warning("cannot read %s: %s", path, exc)
     if conf is not None and conf.autodetect == "nvml":
