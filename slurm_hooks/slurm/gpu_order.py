@@ -24,9 +24,10 @@ the same in 22.05, 24.11, 25.11 and 26.05):
 Where the device minors follow the bus order (the usual case) the two are
 the same and nothing needs reading.  Where they do not and gres.conf cannot
 say which case holds (unreadable, another autodetect plugin, ``Links=``
-beside ``AutoDetect=nvidia``, an ``Include`` it cannot follow), the order is *unknown*: a
-caller must not guess which GPUs a job has (the prolog would burn in another job's GPU, a GPU-scoped drain
-would spare the job on the faulty one).  Everything read is root's: the
+beside ``AutoDetect=nvidia``, an ``Include`` it cannot follow), the order
+is *unknown*: a caller must not guess which GPUs a job has (the prolog
+would burn in another job's GPU, a GPU-scoped drain would spare the job on
+the faulty one).  Everything read is root's: the
 driver's list, slurmd's config, the device nodes.
 """
 
@@ -36,7 +37,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from slurm_hooks.core import hostlist
@@ -213,21 +214,17 @@ def device_minor(path: str) -> int | None:
     return os.minor(st.st_rdev)
 
 
-def _by_minor(files: tuple[str, ...], places: Mapping[int, int]) -> GpuOrder | None:
-    """``AutoDetect=nvidia``'s numbering: the found GPUs (those ``files``
-    name, else all the driver lists) by device file, so by minor.  None
-    where a file is not one of the driver's GPUs."""
-    if files:
-        found = [device_minor(f) for f in files]
-        if any(m is None or m not in places for m in found):
-            return None
-        minors = sorted({m for m in found if m is not None})
-    else:
-        minors = sorted(places)
-    mapping = {k: places[m] for k, m in enumerate(minors)}
+def _by_minors(
+    minors: Sequence[int | None], places: Mapping[int, int], label: str
+) -> GpuOrder | None:
+    """Slurm's index k is the GPU whose device minor is ``minors[k]``; None
+    where one is not a GPU the driver lists."""
+    if any(m is None or m not in places for m in minors):
+        return None
+    mapping = {k: places[m] for k, m in enumerate(minors) if m is not None}
     if mapping == {k: k for k in mapping}:
-        return GpuOrder(None, True, "AutoDetect=nvidia: minor order is PCI bus order")
-    return GpuOrder(mapping, True, "AutoDetect=nvidia: Slurm numbers GPUs by device minor")
+        return GpuOrder(None, True, f"{label} is PCI bus order")
+    return GpuOrder(mapping, True, f"{label}, by device minor")
 
 
 def _reader(conf_dir: Path) -> Callable[[str], str | None]:
@@ -261,17 +258,18 @@ def gpu_order(node: str, *, gres_conf: Path | None = None, proc_root: str = PROC
             log.warning("cannot read %s: %s", path, exc)
     if conf is not None and conf.autodetect == "nvml":
         return GpuOrder(None, True, "AutoDetect=nvml: Slurm numbers GPUs as NVML does")
+    found: GpuOrder | None = None
     if conf is not None and conf.autodetect == "nvidia" and not conf.links:
-        by_file = _by_minor(conf.files, places)
-        if by_file is not None:
-            return by_file
-    if conf is not None and conf.autodetect in (None, "off") and conf.files:
-        minors = [device_minor(f) for f in conf.files]
-        if all(m is not None and m in places for m in minors):
-            mapping = {k: places[m] for k, m in enumerate(minors) if m is not None}
-            if mapping == {k: k for k in mapping}:
-                return GpuOrder(None, True, "gres.conf's File= order is PCI bus order")
-            return GpuOrder(mapping, True, "gres.conf's File= order, by device minor")
+        # The found GPUs (those File= names, else all the driver lists) in
+        # device-file order: by minor.
+        named = [device_minor(f) for f in conf.files] if conf.files else list(places)
+        known = {m for m in named if m is not None}
+        if None not in named:
+            found = _by_minors(sorted(known), places, "AutoDetect=nvidia's device-file order")
+    elif conf is not None and conf.autodetect in (None, "off") and conf.files:
+        found = _by_minors([device_minor(f) for f in conf.files], places, "gres.conf's File= order")
+    if found is not None:
+        return found
     if agree:
         return GpuOrder(None, True, "device minors in PCI bus order")
     why = "device minors not in PCI bus order, and gres.conf " + (
