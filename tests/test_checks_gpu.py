@@ -17,6 +17,7 @@ from slurm_hooks.detect.checks.ecc import EccCheck
 from slurm_hooks.detect.checks.fabric import FabricCheck
 from slurm_hooks.detect.checks.gpu_count import GpuCountCheck
 from slurm_hooks.detect.checks.gpu_lost import GpuLostCheck
+from slurm_hooks.detect.checks.gpu_memory import GpuMemoryCheck
 from slurm_hooks.detect.checks.gpu_temp import GpuTempCheck
 from slurm_hooks.detect.checks.nvlink import STATE_FILE, NvlinkCheck
 from slurm_hooks.detect.checks.pcie import PcieCheck
@@ -71,6 +72,7 @@ ALL_GPU_CHECKS = [
     DriverCheck,
     PersistenceCheck,
     FabricCheck,
+    GpuMemoryCheck,
 ]
 
 
@@ -439,6 +441,63 @@ def test_temperature_thresholds_profile_then_settings(tmp_path: Path) -> None:
         (1, Status.WARN),
         (2, Status.FAIL),
     ]
+
+
+def test_gpu_memory_held_with_no_process_asks_for_a_reset(tmp_path: Path) -> None:
+    """Held: 30 GiB in use and no process, at both looks.  Not held: a
+    process is listed (a user's: whatever they leave running is theirs, not
+    this finding), a MIG GPU (its instances' processes are not listed on
+    it), a little memory, or memory freed by the second look."""
+    gpus = {
+        "0": {"memory_used_mib": 30000},
+        "1": {"memory_used_mib": 30000, "processes": [4242]},
+        "2": {"memory_used_mib": 30000, "mig": True},
+        "3": {"memory_used_mib": 200},
+    }
+    scenario = tmp_path / "held.json"
+    scenario.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": gpus}))
+    slept: list[float] = []
+    ctx = ctx_for(FakeNvml(str(scenario)), load_builtin("h100-sxm5-80gb"))
+    ctx.services["sleep"] = slept.append
+    findings = run(GpuMemoryCheck(), ctx)
+    assert [(f.code, f.component.index, f.action) for f in findings] == [
+        ("GPU_MEMORY_HELD", 0, Action.RESET_GPU)
+    ]
+    assert findings[0].values == {"used_mib": 30000, "processes": 0} and slept == [2.0]
+
+    def freed(seconds: float) -> None:  # the exiting process's memory comes back meanwhile
+        slept.append(seconds)
+        gpus["0"] = {"memory_used_mib": 0}
+        scenario.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": gpus}))
+
+    ctx.services["sleep"] = freed
+    assert [f.status for f in run(GpuMemoryCheck(), ctx)] == [Status.OK]
+    # Nothing suspect: no second look, no wait.
+    slept.clear()
+    assert [f.status for f in run(GpuMemoryCheck(), ctx)] == [Status.OK] and slept == []
+    # In a PID namespace of its own (slurmd in a pod), NVML would not list a
+    # pod's process on the GPU: the memory it holds is not judged at all.
+    gpus["0"] = {"memory_used_mib": 30000}
+    scenario.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": gpus}))
+    ctx.services["host_pid_namespace"] = lambda: False
+    (f,) = run(GpuMemoryCheck(), ctx)
+    assert f.status is Status.OK and "host's PID namespace" in f.message
+
+
+def test_the_host_pid_namespace_is_told_from_a_containers() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from slurm_hooks.detect.checks.gpu_memory import host_pid_namespace
+
+    if os.geteuid() != 0:
+        pytest.skip("a new PID namespace needs root (the test command runs as root)")
+    code = "from slurm_hooks.detect.checks.gpu_memory import host_pid_namespace as h; print(h())"
+    assert host_pid_namespace("/nonexistent") is False  # cannot tell: not the host's
+    out = subprocess.run(["unshare", "--pid", "--fork", "--", sys.executable, "-c", code],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "False"
 
 
 def test_driver_version_rules() -> None:

@@ -748,6 +748,11 @@ class FakeNvml:
         gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)
         return [SimpleNamespace(pid=int(p), usedGpuMemory=0) for p in gpu.get("processes") or []]
 
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+        """None: a data-centre GPU runs no graphics (NVML answers an empty list)."""
+        self._gpu("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        return []
+
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:  # noqa: N802, N803 - pynvml's names
         """The scenario GPU's ``process_utilization`` (``{pid = sm_util}`` or
         ``{pid = {sm = .., mem = ..}}``) as pynvml's own sample structures,

@@ -28,6 +28,7 @@ nvlink             WARN       NVLINK_ERRORS         drain        replay/CRC/reco
 throttle           FAIL       GPU_THROTTLE          drain        hw_slowdown, hw_thermal, hw_power_brake active
 throttle           WARN       GPU_THROTTLE          none         sw_thermal active
 gpu_temp           FAIL/WARN  GPU_TEMP              drain/none   >= gpu_temp_fail_c / gpu_temp_warn_c
+gpu_memory         FAIL       GPU_MEMORY_HELD       reset_gpu    >= held_mib in use, no process, at 2 looks
 driver             FAIL       DRIVER_VERSION        drain        not ``driver_version`` (prefix) or below ``driver_min_version``
 persistence        WARN       PERSISTENCE_MODE      none         persistence mode off
 fabric             FAIL       FABRIC_MANAGER        drain        state not_started, status != SUCCESS, health unhealthy

@@ -154,6 +154,13 @@ CHECKS: dict[str, CheckSpec] = {
             gpu=True,
         ),
         _spec("gpu_temp", "GpuTempCheck", {H, A, W}, "GPU temperature vs thresholds", gpu=True),
+        _spec(
+            "gpu_memory",
+            "GpuMemoryCheck",
+            {H, A},
+            "GPU memory held with no process on the GPU",
+            gpu=True,
+        ),
         _spec("driver", "DriverCheck", {H, A}, "driver version vs profile", gpu=True),
         _spec(
             "persistence",
