@@ -446,8 +446,8 @@ def test_temperature_thresholds_profile_then_settings(tmp_path: Path) -> None:
 def test_gpu_memory_held_with_no_process_asks_for_a_reset(tmp_path: Path) -> None:
     """Held: 30 GiB in use and no process, at both looks.  Not held: a
     process is listed (a user's: whatever they leave running is theirs, not
-    this finding), a MIG GPU (its instances' processes are not listed on
-    it), a little memory, or memory freed by the second look."""
+    this finding), a MIG GPU (its memory is its instances'), a little
+    memory, or memory freed by the second look."""
     gpus = {
         "0": {"memory_used_mib": 30000},
         "1": {"memory_used_mib": 30000, "processes": [4242]},
@@ -475,8 +475,8 @@ def test_gpu_memory_held_with_no_process_asks_for_a_reset(tmp_path: Path) -> Non
     # Nothing suspect: no second look, no wait.
     slept.clear()
     assert [f.status for f in run(GpuMemoryCheck(), ctx)] == [Status.OK] and slept == []
-    # In a PID namespace of its own (slurmd in a pod), NVML would not list a
-    # pod's process on the GPU: the memory it holds is not judged at all.
+    # In a PID namespace of its own (slurmd in a pod), a process NVML does
+    # not list there would look like held memory: it is not judged at all.
     gpus["0"] = {"memory_used_mib": 30000}
     scenario.write_text(json.dumps({"preset": "h100-sxm5-80gb", "gpu_count": 4, "gpu": gpus}))
     ctx.services["host_pid_namespace"] = lambda: False

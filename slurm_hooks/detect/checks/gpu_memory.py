@@ -11,14 +11,18 @@ process holding memory is listed by NVML, so whatever a user runs or
 leaves behind is never this finding.  Memory is freed a moment after its
 process exits, so a GPU found so is looked at again ``settle_s`` later,
 and only memory still held with still no process is reported.  A MIG GPU
-is left out: its instances' processes are not listed on the GPU itself.
+is left out: its memory is split among its instances, and what NVML counts
+as used on the GPU there, with no process, was not measured (no GPU here).
 
-NVML lists only the processes of the caller's PID namespace.  Where this
-runs in a container of its own (slurmd in a pod, Slinky), a Kubernetes
-pod's process on the same GPU (a node lent to inference) would not be
-listed and its memory would look held; a GPU reset would then kill it.  So
-the check runs only in the host's PID namespace (the kernel's fixed inode
-for it, ``PROC_PID_INIT_INO``) and is not applicable elsewhere.
+The finding rests on the absence of a process, so the check runs only
+where that absence can be trusted: in the host's PID namespace (the
+kernel's fixed inode for it, ``PROC_PID_INIT_INO``).  In a container of its
+own (slurmd in a pod, Slinky) what NVML lists is the driver's to say:
+NVIDIA's maintainers say the driver does not know PID namespaces and lists
+host PIDs (NVIDIA/nvidia-docker#1483), which nothing here can confirm (no
+GPU), and a pod's process missed on a node lent to inference would be
+killed by the reset.  There the check is not applicable (a slurmd pod with
+``hostPID`` is in the host's namespace).
 """
 
 from __future__ import annotations
@@ -112,8 +116,8 @@ class GpuMemoryCheck(GpuCheck):
         host: Callable[[], bool] = ctx.services.get("host_pid_namespace", host_pid_namespace)
         if reason is None and not host():
             reason = (
-                "not in the host's PID namespace: NVML would not list other "
-                "containers' processes, so their memory would look held"
+                "not in the host's PID namespace: a process NVML does not list "
+                "here would look like memory held, and the reset would kill it"
             )
         return reason
 
