@@ -71,12 +71,14 @@ def not_applicable(ctx: CheckContext) -> Skipped | None:
     """Skipped where an engine has no whole GPU to drive, else None: a
     profile that expects no GPUs, or a node with MIG enabled on a GPU.
 
-    A MIG GPU is not a device gpu_burn, nccl-tests or ``dcgmi diag`` can
-    use whole: CUDA sees at most one of its instances per process, NCCL
-    does not run across them, and Slurm's GPU indices there count the
-    instances, so a run would judge a slice, or another job's, against a
-    whole GPU's figures and drain a healthy node.  MIG mode is root's to
-    set (NVML, read here); the NVML checks still watch such GPUs.  Where
+    A MIG GPU is not a device the engines can use whole: CUDA shows them
+    its instances, each a fraction of the GPU, with no NVLink or CUDA IPC
+    between them (NVIDIA's MIG guide; RAPIDS' MIG notes), and Slurm's GPU
+    indices there count the instances; so a burn-in or all-reduce would
+    judge a slice, or another job's, against a whole GPU's figures and
+    drain a healthy node.  ``dcgmi diag`` on MIG was not measured here
+    (no GPU) and is left out with them.  MIG mode is root's to set (NVML,
+    read here); the NVML checks still watch such GPUs.  Where
     NVML cannot start, nothing is concluded here: the NVML checks report
     that, and the engine runs as it would."""
     if ctx.profile.get("gpu_count") == 0:
