@@ -352,10 +352,10 @@ def test_bad_gpu_in_burnin_drains_and_requeues(node_files):
 
 def test_a_mig_node_is_not_burned_in_whole_nor_drained_for_it(node_files):
     """MIG on GPUs 2 and 3 (root's setting, read through NVML): whole-GPU
-    engines do not run there (CUDA sees one instance a process, NCCL does
-    not span them; a run would judge a slice against a whole GPU).  The
-    engine here would report GPU 2 failing, as gpu_burn on a 1g slice runs
-    slow: the prolog neither runs it nor drains; the NVML checks still run."""
+    engines do not run there (a run would judge a slice against a whole
+    GPU's figures).  The engine here would report GPU 2 failing, as a
+    burn-in of a 1g slice would run slow: the prolog neither runs it nor
+    drains; the NVML checks still run."""
     (node_files / "engine.toml").write_text("[burnin.gpu.2]\nerrors = 40\n")
     scenario = {"preset": "h100-sxm5-80gb", "gpu_count": 4,
                 "gpu": {"2": {"mig": True}, "3": {"mig": True}}}  # fmt: skip
