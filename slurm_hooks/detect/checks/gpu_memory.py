@@ -35,8 +35,20 @@ from typing import Any, ClassVar
 from slurm_hooks.core.model import Action, Component, Finding, Phase, Status
 from slurm_hooks.core.record import record
 from slurm_hooks.detect.checks.base import CheckContext, Problem
-from slurm_hooks.detect.checks.gpubase import GpuCheck, GpuData, GpuSample, nvml_session
+from slurm_hooks.detect.checks.gpubase import (
+    GpuCheck,
+    GpuData,
+    GpuSample,
+    call_optional,
+    nvml_session,
+)
 from slurm_hooks.detect.engines.burnin.budget import time_left
+from slurm_hooks.detect.probes.nvml import (
+    ERROR_ARGUMENT_VERSION_MISMATCH,
+    ERROR_FUNCTION_NOT_FOUND,
+    is_nvml_error,
+    mig_mode_enabled,
+)
 
 GPU_MEMORY_HELD = Problem("GPU_MEMORY_HELD", Status.FAIL, Action.RESET_GPU)
 MIB = 1024 * 1024
@@ -82,11 +94,8 @@ class Held:
 
 def _processes(nvml: Any, handle: Any) -> int:
     count = len(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-    try:
-        count += len(nvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
-    except Exception:  # noqa: BLE001 - no graphics on a data-centre GPU: NotSupported
-        pass
-    return count
+    graphics = call_optional(nvml.nvmlDeviceGetGraphicsRunningProcesses, handle)
+    return count + len(graphics or ())
 
 
 def _used_mib(nvml: Any, handle: Any) -> float:
@@ -94,16 +103,11 @@ def _used_mib(nvml: Any, handle: Any) -> float:
     if version is not None:
         try:
             return float(nvml.nvmlDeviceGetMemoryInfo(handle, version=version).used) / MIB
-        except Exception:  # noqa: BLE001 - an older driver: version 1, reserved included
-            pass
+        except Exception as exc:
+            # A driver before R510 has only version 1 (the driver's reserve included).
+            if not is_nvml_error(exc, ERROR_FUNCTION_NOT_FOUND, ERROR_ARGUMENT_VERSION_MISMATCH):
+                raise
     return float(nvml.nvmlDeviceGetMemoryInfo(handle).used) / MIB
-
-
-def _mig(nvml: Any, handle: Any) -> bool:
-    try:
-        return bool(nvml.nvmlDeviceGetMigMode(handle)[0] == 1)
-    except Exception:  # noqa: BLE001 - NotSupported before Ampere: no MIG
-        return False
 
 
 class GpuMemoryCheck(GpuCheck):
@@ -122,7 +126,7 @@ class GpuMemoryCheck(GpuCheck):
         return reason
 
     def gather_gpu(self, nvml: Any, handle: Any, ctx: CheckContext) -> Held:
-        if _mig(nvml, handle):
+        if mig_mode_enabled(nvml, handle):
             return Held(0, 0.0, mig=True)
         return Held(_processes(nvml, handle), _used_mib(nvml, handle))
 

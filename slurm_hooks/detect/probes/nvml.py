@@ -227,11 +227,13 @@ class NvmlSession:
         out = []
         for index in range(self.device_count()):
             try:
-                current = nvml.nvmlDeviceGetMigMode(self.handle(index))[0]
-            except Exception as exc:  # noqa: BLE001 - NotSupported, a lost GPU: not MIG
-                log.debug("nvml: MIG mode of GPU %d: %s", index, error_name(exc))
+                handle = self.handle(index)
+            except Exception as exc:
+                if not is_nvml_error(exc):
+                    raise
+                log.debug("nvml: MIG mode of GPU %d: %s", index, error_name(exc))  # lost: not MIG
                 continue
-            if current == _MIG_ENABLE:
+            if mig_mode_enabled(nvml, handle):
                 out.append(index)
         return tuple(out)
 
@@ -307,6 +309,18 @@ def field_results(
         value = getattr(entry.value, _VALUE_MEMBERS[int(entry.valueType)]) if ret == 0 else None
         out.append((ret, value))
     return out
+
+
+def mig_mode_enabled(nvml: Any, handle: Any) -> bool:
+    """Whether a GPU's current MIG mode is enabled (``nvmlDeviceGetMigMode``);
+    False where NVML cannot say (NotSupported before Ampere, a lost GPU)."""
+    try:
+        return bool(nvml.nvmlDeviceGetMigMode(handle)[0] == _MIG_ENABLE)
+    except Exception as exc:
+        if not is_nvml_error(exc):
+            raise
+        log.debug("nvml: no MIG mode: %s", error_name(exc))
+        return False
 
 
 def is_nvml_error(exc: BaseException, *codes: int) -> bool:
