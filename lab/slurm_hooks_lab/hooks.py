@@ -391,8 +391,12 @@ class LabHooks:
                 p.unlink()
 
     def close(self, *, reconfigure: bool = True) -> None:
-        """Stop our watchers and take our lines out of slurm.conf."""
+        """Stop our watchers and grace/repair workers, and take our lines out
+        of slurm.conf.  A worker left running outlives the lab: seen writing
+        an incident lock into the lab's directory after its teardown removed
+        it (an empty ``nodes/n1/state/locks`` left in /tmp)."""
         self.stop_watchers()
+        self._kill_workers()
         if reconfigure and self.extra_conf and self.lab.is_running():
             if self.lab.extra_conf == self.extra_conf:
                 self.lab.reconfigure("")
