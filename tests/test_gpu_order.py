@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,18 @@ from slurm_hooks.slurm.gpu_order import expand_files, gpu_order, parse_gres_conf
 #: report's kind (minor 0 on the GPU nvidia-smi calls 3).
 REVERSED = {"0000:18:00.0": 3, "0000:2a:00.0": 2, "0000:9a:00.0": 1, "0000:ab:00.0": 0}
 USUAL = {"0000:18:00.0": 0, "0000:2a:00.0": 1, "0000:9a:00.0": 2, "0000:ab:00.0": 3}
+
+
+def driver_list(root: Path, minors: Sequence[int]) -> str:
+    """The driver's ``/proc/driver/nvidia/gpus`` under ``root``: one GPU per
+    minor, in PCI bus order as listed (NVML's GPU k has ``minors[k]``)."""
+    proc = root / "proc"
+    for place, minor in enumerate(minors):
+        (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
+        (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
+            f"Device Minor: \t {minor}\n"
+        )
+    return str(proc)
 
 
 def node_files(tmp_path: Path, minors: dict[str, int]) -> tuple[str, Path]:

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 from conftest import own_lab, submit
 from slurm_hooks_lab.lab import Lab
+from test_gpu_order import driver_list
 from test_trust_lab import script
 
 from slurm_hooks.slurm.gpu_order import find_gres_conf, gpu_order
@@ -110,13 +111,8 @@ def test_slurms_gpu_numbers_are_its_list_index_not_the_device_minor(
         assert conf == lab.slurm_conf.parent / "gres.conf"
         # The driver lists the GPUs with minors in bus order here (4 to 7):
         # index 0 (/dev/nvidia7) is NVML's GPU 3, index 1 (/dev/nvidia6) NVML's 2.
-        proc = tmp_path / "proc"
-        for place, minor in enumerate(sorted(MINORS)):
-            (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
-            (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
-                f"Device Minor: \t {minor}\n"
-            )
-        order = gpu_order(node, gres_conf=conf, proc_root=str(proc))
+        proc = driver_list(tmp_path, sorted(MINORS))
+        order = gpu_order(node, gres_conf=conf, proc_root=proc)
         assert order.known and order.nvml((0, 1)) == (2, 3) and order.nvml((0,)) == (3,)
     finally:
         lab.reset()
@@ -179,15 +175,10 @@ def test_found_gpus_are_numbered_by_links_else_by_device_file(
         assert gpus_on(lab.client().job_gpu_detail(job), node) == frozenset({0, 1})
         # gpu_order, told the plugin, names slurmd's index k as the GPU it
         # counted k-th: NVML's GPU at that minor's place in bus order.
-        proc = tmp_path / "proc"
-        for place, minor in enumerate(BUS):
-            (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
-            (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
-                f"Device Minor: \t {minor}\n"
-            )
+        proc = driver_list(tmp_path, BUS)
         gres = tmp_path / "gres.conf"
         gres.write_text(f"NodeName={node} AutoDetect={autodetect}\n")
-        order = gpu_order(node, gres_conf=gres, proc_root=str(proc))
+        order = gpu_order(node, gres_conf=gres, proc_root=proc)
         assert order.known
         for k, minor in enumerate(logged):
             assert order.nvml((k,)) == (BUS.index(minor),), (k, minor)

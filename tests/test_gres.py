@@ -156,22 +156,19 @@ def test_install_says_when_this_nodes_gpu_numbers_cannot_be_matched(tmp_path):
     """A GPU node whose device minors are not in bus order and whose gres.conf
     does not say how slurmd numbers (another autodetect plugin here): its
     prolog would give GPU jobs no GPU work, silently but for this hint."""
+    from test_gpu_order import driver_list
+
     from slurm_hooks.cli.gres_advice import numbering_advice
 
-    proc = tmp_path / "proc"
-    for place, minor in enumerate((1, 0)):
-        (proc / f"0000:{0x18 + place:02x}:00.0").mkdir(parents=True)
-        (proc / f"0000:{0x18 + place:02x}:00.0" / "information").write_text(
-            f"Device Minor: \t {minor}\n"
-        )
+    proc = driver_list(tmp_path, (1, 0))
     etc = tmp_path / "etc"
     etc.mkdir()
     (etc / "gres.conf").write_text("AutoDetect=rsmi\n")
     running = {"SLURM_CONF": str(etc / "slurm.conf")}
-    (tip,) = numbering_advice(running, node="n1", proc_root=str(proc))
+    (tip,) = numbering_advice(running, node="n1", proc_root=proc)
     assert "not in PCI bus order" in tip and "no GPU work" in tip and "AutoDetect=nvml" in tip
     for told in ("AutoDetect=nvml\n", "AutoDetect=nvidia\n"):
         (etc / "gres.conf").write_text(told)
-        assert numbering_advice(running, node="n1", proc_root=str(proc)) == []
+        assert numbering_advice(running, node="n1", proc_root=proc) == []
     # A host without the NVIDIA driver (a head node): nothing to say.
     assert numbering_advice(running, node="n1", proc_root=str(tmp_path / "none")) == []

@@ -148,6 +148,7 @@ class GpuMemoryCheck(GpuCheck):
                 samples[i] = GpuSample(comp, self.gather_gpu(session.nvml, session.handle(i), ctx))
             except Exception as exc:  # noqa: BLE001 - judged as a first look's NVML error is
                 samples[i] = GpuSample(comp, error=exc)
+        # A new GpuData, not dataclasses.replace: that import stays off the hook path.
         return GpuData(tuple(samples), node=data.node, skipped=data.skipped, extra=data.extra)
 
     @staticmethod
