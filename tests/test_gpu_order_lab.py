@@ -57,8 +57,15 @@ def restart_with_prolog(lab: Lab) -> None:
     )
     prolog.chmod(0o755)
     lab.reconfigure(f"Prolog={prolog}\nDebugFlags=Gres\nSlurmdDebug=debug\n")
+    log = lab.log_dir / f"slurmd-{node}.log"
+    before = log.stat().st_size if log.exists() else 0
     lab.stop_slurmd(node)
     lab.start_slurmd(node)
+    # slurmd logs "started on" once its socket listens (slurmd.c, every
+    # release here): a job sent before that never reaches its prolog, as one
+    # CI run on a loaded machine showed (the old slurmd was slow to stop).
+    lab.wait_for(lambda: b"started on" in log.read_bytes()[before:], 60,
+                 what="the new slurmd listening")  # fmt: skip
     lab.wait_idle()
 
 
