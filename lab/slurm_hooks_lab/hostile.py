@@ -68,11 +68,14 @@ def string_bomb() -> bytes:
     )  # fmt: skip
 
 
-def records(job: str, node: str, now: float, *, pid: int = 1) -> str:
-    """Two backdated records of rank 0: a stall of 1,000 s."""
+def records(
+    job: str, node: str, now: float, *, pid: int = 1, ages: tuple[float, float] = (1100.0, 1000.0)
+) -> str:
+    """Two backdated records of rank 0, ``ages`` seconds old (a stall of
+    1,000 s by default)."""
     return "".join(
         f"P1 job={job} restart=0 rank=0 node={node} pid={pid} step={s} time={now - t:.3f}\n"
-        for s, t in ((0, 1100.0), (1, 1000.0))
+        for s, t in enumerate(ages)
     )
 
 
@@ -88,7 +91,11 @@ def write_stalled(base: Path, node: str, count: int, first: int) -> None:
 def write_hostile(base: Path, node: str, job: str, hash_keys: int) -> None:
     d = base / job
     d.mkdir(exist_ok=True)
-    (d / "rank0.log").write_text(records(job, node, time.time()))
+    # A stall of 10 s, not 1,000: the rank's pid is 1 (init), and a first
+    # record older than init's start reads as pid reuse (the rank gone, so
+    # never a stall, and the job's files never read) on a machine booted less
+    # than 1,100 s before (a CI machine, 2026-12-07).  hang_s is a few seconds.
+    (d / "rank0.log").write_text(records(job, node, time.time(), ages=(12.0, 10.0)))
     (d / "rank1.log").write_bytes(nested_json() + b"\n")
     (d / "fr_0.json").write_bytes(nested_json())
     (d / "fr_1").write_bytes(hash_bomb(hash_keys))
