@@ -68,7 +68,6 @@ from slurm_hooks.detect.progress.gather import (
     is_job_dir,
     job_dirs,
     metering,
-    proc_state,
     read_hints,
     read_job,
 )
@@ -85,6 +84,7 @@ from slurm_hooks.detect.progress.judge import (
     judge_stragglers,
     slowest,
 )
+from slurm_hooks.detect.progress.pidns import rank_processes
 from slurm_hooks.detect.progress.records import RankView, rank_views
 from slurm_hooks.detect.progress.settings import ProgressConfig
 
@@ -278,7 +278,7 @@ class ProgressPass:
             if not local or now - max(v.last_time for v in views.values()) > FORGET_S:
                 continue
             stats.judged += 1
-            procs = self._procs(local, None)
+            local, procs = self._procs(job, local, None)
             sign = self._look(job, local, now - max(v.last_time for v in views.values()))
             verdict = self._judge(job, jobs[job], views, local, procs, now, (), sign)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
@@ -380,11 +380,11 @@ class ProgressPass:
             return [t.pid for t in listing[job]]
         return self.step_pids(job, self.node)
 
-    def _procs(self, local: Mapping[int, RankView], uid: int | None) -> dict[int, ProcState]:
-        return {
-            r: proc_state(v.pid, uid=uid, started=v.started, proc=self.proc)
-            for r, v in local.items()
-        }
+    def _procs(
+        self, job: str, local: Mapping[int, RankView], uid: int | None
+    ) -> tuple[dict[int, RankView], dict[int, ProcState]]:
+        """The ranks here as the watcher sees them (``pidns``), and their processes."""
+        return rank_processes(local, uid, lambda: self._job_pids(job), proc=self.proc)
 
     def _suspect(self, job: str, now: float) -> list[Any]:
         """Ask Slurm, re-read trusting only the owner's files, judge again, act."""
@@ -405,7 +405,7 @@ class ProgressPass:
         if not views or next(iter(views.values())).restart != info.restart_count:
             return []  # records of an earlier run (or none of the owner's)
         local = {r: v for r, v in views.items() if v.node == self.node}
-        procs = self._procs(local, uid)
+        local, procs = self._procs(job, local, uid)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
         verdict = self._judge(job, info, views, local, procs, now, hints, self._sign(job),

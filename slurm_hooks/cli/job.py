@@ -56,13 +56,15 @@ def _ago(v: float) -> str:
 
 def judge_job(cfg: Any, job: str, *, use_slurm: bool, now: float | None = None) -> dict[str, Any]:
     """The whole report as a dict (the ``--json`` document)."""
-    from slurm_hooks.detect.progress.gather import proc_state, read_hints, read_job
+    from slurm_hooks.detect.progress.corroborate import step_pids
+    from slurm_hooks.detect.progress.gather import read_hints, read_job
     from slurm_hooks.detect.progress.judge import (
         ProcState,
         Verdict,
         judge_hang,
         judge_stragglers,
     )
+    from slurm_hooks.detect.progress.pidns import rank_processes
     from slurm_hooks.detect.progress.records import rank_views
     from slurm_hooks.detect.progress.settings import ProgressConfig
     from slurm_hooks.detect.progress.summary import rows
@@ -84,10 +86,10 @@ def judge_job(cfg: Any, job: str, *, use_slurm: bool, now: float | None = None) 
     records = read_job(s.dir, job, tail_bytes=s.tail_bytes, uid=uid)
     views = rank_views(records, job)
     here = node_name()
-    procs = {
-        r: proc_state(v.pid, uid=uid, started=v.started) if v.node == here else ProcState.REMOTE
-        for r, v in views.items()
-    }
+    local = {r: v for r, v in views.items() if v.node == here}
+    # A rank in a container of its own: found among the job's processes here.
+    _, procs = rank_processes(local, uid, lambda: step_pids(job, here))
+    procs.update({r: ProcState.REMOTE for r in views if r not in local})
     hints = read_hints(s.ras_path, s.flight_recorder_path, job, uid=uid) if views else []
     hang = judge_hang(job, views, procs, now, s.hang, hints)
     slow = judge_stragglers(job, views, s.slow) if views else []

@@ -6,7 +6,7 @@ other language can follow the same file protocol (docs/progress.md)::
 
     <dir>/<job id>/rank<R>.log      one line appended per step, O_APPEND
 
-    P1 job=<id> restart=<n> rank=<R> node=<name> pid=<pid> step=<S> time=<unix s> busy=<s>
+    P1 job=<id> restart=<n> rank=<R> node=<name> pid=<pid> [pidns=<inode>] step=<S> time=<unix s> busy=<s>
 
 ``<dir>`` is ``$SLURM_HOOKS_PROGRESS_DIR``, else ``/dev/shm/slurm-hooks-progress``
 (node-local tmpfs: a step costs one ``write(2)`` of ~100 bytes, no fsync).
@@ -14,7 +14,10 @@ other language can follow the same file protocol (docs/progress.md)::
 long: no hang is ever judged before a first step completed).  ``busy`` is
 optional: the seconds this rank computed before it entered the step's
 collective (the straggler judge compares it; the interval between two
-records is the same on every rank of a synchronous job).
+records is the same on every rank of a synchronous job).  ``pidns`` is
+written only by a rank in a PID namespace of its own (a container): its
+``pid`` is the container's number, and the watcher finds the process by
+both (``detect/progress/pidns.py``).
 
 Usage::
 
@@ -43,6 +46,9 @@ DEFAULT_DIR = "/dev/shm/slurm-hooks-progress"
 #: never fills tmpfs; the reader reads only the tail anyway.
 MAX_BYTES = 4 << 20
 VERSION = "P1"
+#: The host's first PID namespace (the kernel's ``PROC_PID_INIT_INO``): a
+#: rank there writes no ``pidns``, its pid is the host's.
+INIT_PIDNS = 0xEFFFFFFC
 
 
 def _clean(value: str) -> str:
@@ -77,6 +83,9 @@ class Progress:
             f"{VERSION} job={job} restart={int(restart)} rank={self.rank} "
             f"node={_clean(node or socket.gethostname())} pid={os.getpid()}"
         )
+        ns = _pid_namespace()
+        if ns is not None and ns != INIT_PIDNS:
+            self._head += f" pidns={ns}"
         try:
             _mkdir(directory, 0o1777)  # shared by every user's jobs on the node, like /tmp
             _mkdir(base, 0o755)
@@ -177,6 +186,17 @@ def _mount(fd: int) -> bytes:
     if b"mnt_id:" not in words:
         raise OSError(errno.ENOTSUP, "no mnt_id in /proc/self/fdinfo")
     return words[words.index(b"mnt_id:") + 1]
+
+
+def _pid_namespace() -> int | None:
+    """This process's PID namespace, as ``/proc/self/ns/pid`` names it
+    (``pid:[4026531836]``); None where /proc cannot say."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    inner = link[5:-1] if link.startswith("pid:[") and link.endswith("]") else ""
+    return int(inner) if inner.isdigit() else None
 
 
 def _mkdir(path: str, mode: int) -> None:

@@ -31,6 +31,10 @@ class Record:
     step: int
     time: float
     busy: float | None = None
+    #: The writer's PID namespace (the inode ``/proc/self/ns/pid`` names),
+    #: written only outside the host's first one: ``pid`` is then the pid
+    #: inside it (a container's), not the watcher's (``pidns.py``).
+    pidns: int | None = None
 
 
 def parse_line(line: str) -> Record | None:
@@ -50,10 +54,13 @@ def parse_line(line: str) -> Record | None:
         ints = {k: int(fields[k]) for k in _INT_FIELDS}
         t = float(fields["time"])
         busy = float(fields["busy"]) if "busy" in fields else None
+        pidns = int(fields["pidns"]) if "pidns" in fields else None
         node = fields["node"]
     except (KeyError, ValueError):
         return None
     if not all(0 <= v < 2**63 for v in ints.values()) or ints["pid"] < 1:
+        return None
+    if pidns is not None and not 0 < pidns < 2**63:
         return None
     if (
         not math.isfinite(t)
@@ -62,7 +69,7 @@ def parse_line(line: str) -> Record | None:
     ):
         return None
     return Record(str(ints["job"]), ints["restart"], ints["rank"], node, ints["pid"],
-                  ints["step"], t, busy)  # fmt: skip
+                  ints["step"], t, busy, pidns)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,9 @@ class RankView:
     #: Built from the rank's processes' activity (``activity``), not from
     #: records: "step" and "last_time" are its last active look.
     signals: bool = False
+    #: The PID namespace ``pid`` is in, when the records name one (None:
+    #: the host's, or a writer that does not say).
+    pidns: int | None = None
 
 
 def rank_views(records: Iterable[Record], job: str) -> dict[int, RankView]:
@@ -99,9 +109,10 @@ def rank_views(records: Iterable[Record], job: str) -> dict[int, RankView]:
             by_rank.setdefault(r.rank, []).append(r)
     out: dict[int, RankView] = {}
     for rank, rs in by_rank.items():
-        # The run of the newest process: a rank restarted in place has a new pid.
+        # The run of the newest process: a rank restarted in place has a new
+        # pid (or, in a container of its own, the same pid in a new namespace).
         last = max(rs, key=lambda r: (r.time, r.step))
-        rs = [r for r in rs if r.pid == last.pid]
+        rs = [r for r in rs if (r.pid, r.pidns) == (last.pid, last.pidns)]
         zero = [r.time for r in rs if r.step == 0]
         firsts = [r.time for r in rs if r.step >= 1]
         top = max(rs, key=lambda r: (r.step, r.time))
@@ -120,5 +131,6 @@ def rank_views(records: Iterable[Record], job: str) -> dict[int, RankView]:
             last_time=max(r.time for r in rs),
             first_step_time=min(firsts) if firsts else None,
             busy=tuple((s, busy[s]) for s in steps),
+            pidns=last.pidns,
         )
     return out
