@@ -185,3 +185,55 @@ def test_a_writer_in_a_real_pid_namespace_is_found_by_the_watcher(tmp_path):
     finally:
         child.kill()
         child.wait(10)
+
+
+# -- the watcher's pass ------------------------------------------------------------------------
+
+
+def _pass_on(tmp_path: Path, proc: Path, t0: float, now: float, steps: int):
+    """A pass on n0 over one rank in a container (pid 1 there, 9001 here),
+    its records written ``steps`` steps from ``t0``, one a second."""
+    import pwd
+
+    from test_progress import FakeEngine, FakeSlurm, _job
+
+    from slurm_hooks.agent.progress_pass import ProgressPass
+    from slurm_hooks.detect.progress.settings import ProgressConfig
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    d = tmp_path / "records" / "4242"
+    d.mkdir(parents=True)
+    (d / "rank0.log").write_text("".join(
+        f"P1 job=4242 restart=0 rank=0 node=n0 pid=1 pidns={CONTAINER_NS} step={s} time={t0 + s}\n"
+        for s in range(steps)))  # fmt: skip
+    s = ProgressConfig(dir=str(tmp_path / "records"), hang_s=10.0, first_step_allowance_s=0.0,
+                       zero_touch=False)  # fmt: skip
+    engine = FakeEngine(FakeSlurm(_job(me, nodes="n0", batch="n0")))
+    p = ProgressPass(s, "n0", engine, clock=lambda: now, proc=str(proc))
+    asked: list[str] = []
+    p.step_pids = lambda job, node: asked.append(job) or [9000, 9001]  # type: ignore[method-assign]
+    return p, engine, asked
+
+
+def test_the_pass_judges_a_containers_stopped_rank_by_its_process(tmp_path: Path, proc: Path):
+    t0 = time.time() - 200
+    (proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(t0) - 3600}\n")
+    proc_entry(proc, 9000, HOST_NS, [9000], uid=os.getuid())  # unshare
+    proc_entry(proc, 9001, CONTAINER_NS, [9001, 1], state="T", uid=os.getuid())
+    proc_entry(proc, 1, HOST_NS, [1], uid=os.getuid() + 1)  # init: not the user's
+    p, engine, asked = _pass_on(tmp_path, proc, t0, t0 + 100, steps=10)
+    p.run()
+    [(node, [finding])] = engine.handled
+    assert (node, finding.code) == ("n0", "HANG")
+    assert finding.values["cause"] == "process stopped (state T)"
+    assert asked  # the job's processes, as Slurm lists them
+
+
+def test_a_containers_rank_that_progresses_costs_no_slurm_call(tmp_path: Path, proc: Path):
+    t0 = time.time() - 20
+    (proc / "stat").write_text(f"cpu 0 0 0 0\nbtime {int(t0) - 3600}\n")
+    proc_entry(proc, 9001, CONTAINER_NS, [9001, 1], state="R", uid=os.getuid())
+    p, engine, asked = _pass_on(tmp_path, proc, t0, t0 + 10.5, steps=10)
+    for _ in range(3):
+        p.run()
+    assert not engine.handled and asked == []

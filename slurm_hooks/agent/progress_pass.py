@@ -278,7 +278,7 @@ class ProgressPass:
             if not local or now - max(v.last_time for v in views.values()) > FORGET_S:
                 continue
             stats.judged += 1
-            local, procs = self._procs(job, local, None)
+            local, procs = self._procs(job, local, None, False)
             sign = self._look(job, local, now - max(v.last_time for v in views.values()))
             verdict = self._judge(job, jobs[job], views, local, procs, now, (), sign)
             slow = [x for x in judge_stragglers(job, views, self.s.slow) if x.rank in local]
@@ -372,19 +372,21 @@ class ProgressPass:
             return "nvml", seen, ()
         return None
 
-    def _job_pids(self, job: str) -> list[int]:
+    def _job_pids(self, job: str, ask: bool = True) -> list[int]:
         """The job's processes here as Slurm lists them: from this pass's
-        listing of the node, else asked for this job alone."""
+        listing of the node, else (``ask``) asked for this job alone."""
         listing = self.signals.listing
         if listing is not None and job in listing:
             return [t.pid for t in listing[job]]
-        return self.step_pids(job, self.node)
+        return self.step_pids(job, self.node) if ask else []
 
     def _procs(
-        self, job: str, local: Mapping[int, RankView], uid: int | None
+        self, job: str, local: Mapping[int, RankView], uid: int | None, ask: bool
     ) -> tuple[dict[int, RankView], dict[int, ProcState]]:
-        """The ranks here as the watcher sees them (``pidns``), and their processes."""
-        return rank_processes(local, uid, lambda: self._job_pids(job), proc=self.proc)
+        """The ranks here as the watcher sees them (``pidns``), and their
+        processes.  Only a suspect may cost a Slurm call (``ask``): every
+        job of a pass could name a namespace."""
+        return rank_processes(local, uid, lambda: self._job_pids(job, ask), proc=self.proc)
 
     def _suspect(self, job: str, now: float) -> list[Any]:
         """Ask Slurm, re-read trusting only the owner's files, judge again, act."""
@@ -405,7 +407,7 @@ class ProgressPass:
         if not views or next(iter(views.values())).restart != info.restart_count:
             return []  # records of an earlier run (or none of the owner's)
         local = {r: v for r, v in views.items() if v.node == self.node}
-        local, procs = self._procs(job, local, uid)
+        local, procs = self._procs(job, local, uid, True)
         procs.update({r: ProcState.REMOTE for r in views if r not in local})
         hints = read_hints(self.s.ras_path, self.s.flight_recorder_path, job, uid=uid)
         verdict = self._judge(job, info, views, local, procs, now, hints, self._sign(job),
