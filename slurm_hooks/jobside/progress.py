@@ -190,7 +190,9 @@ def _mount(fd: int) -> bytes:
 
 def _pid_namespace() -> int | None:
     """This process's PID namespace, as ``/proc/self/ns/pid`` names it
-    (``pid:[4026531836]``); None where /proc cannot say."""
+    (``pid:[4026531836]``); None where /proc cannot say.  (The watcher
+    reads the same link with ``detect.progress.pidns.namespace_of``; what
+    training jobs import imports nothing else of ours.)"""
     try:
         link = os.readlink("/proc/self/ns/pid")
     except OSError:
