@@ -91,7 +91,18 @@ def rig(fresh_lab, job_dir):
         for proc, _, _ in procs.values():
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGTERM)
+        for node, (proc, _, log) in procs.items():
+            # The watcher's own bound: the step it is in, then lock_timeout_s
+            # (20 s) for the progress thread's pass.  One took over 15 s once
+            # in a CI root (24.11, its log not kept): say what it was doing.
+            try:
+                proc.wait(45)
+            except subprocess.TimeoutExpired:
+                print(f"{node}'s watcher still running 45 s after SIGTERM:",
+                      log.read_text(errors="replace")[-4000:])  # fmt: skip
+                proc.kill()
                 proc.wait(15)
+                raise
         hooks.finish(reconfigure=False)
 
 
