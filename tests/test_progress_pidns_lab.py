@@ -43,8 +43,6 @@ from slurm_hooks.detect.probes.commands import run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.one_slurm]
 
-MARK = "slurm-hooks-pidns-rank"
-
 #: The rank: the job-side writer, a step every 0.3 s, in a PID namespace.
 RANK = """
 import time
@@ -59,7 +57,7 @@ while True:
 
 BATCH = """
 export SLURM_HOOKS_PROGRESS_DIR={pdir} PYTHONPATH={repo}
-exec unshare --user --map-root-user --pid --fork -- {python} -c '{rank}' {mark}
+exec unshare --user --map-root-user --pid --fork -- {python} -c '{rank}'
 """
 
 
@@ -76,16 +74,15 @@ def _last(path: Path) -> dict[str, str]:
     return dict(tok.split("=", 1) for tok in lines[-1].split()[1:]) if lines else {}
 
 
-def _host_pid(pdir: Path, job: str) -> int | None:
-    """The rank's pid on the host: the user's process running the rank
-    (root's look, for the test only)."""
-    res = run(["pgrep", "-u", TEST_USER, "-f", f"{MARK}$"], timeout=10, check=False)
-    pids = [int(p) for p in res.stdout.split()]
-    # unshare itself (the rank's parent) carries the same command line.
-    inner = [p for p in pids if Path(f"/proc/{p}/status").exists()
-             and "NSpid:" in (s := Path(f"/proc/{p}/status").read_text())
-             and len(next(ln for ln in s.splitlines() if ln.startswith("NSpid:")).split()) > 2]  # fmt: skip
-    return inner[0] if len(inner) == 1 else None
+def _host_pid() -> int | None:
+    """The rank's pid on the host: the one child of the user's ``unshare``
+    (root's look at the process tree, for the test only)."""
+    res = run(["pgrep", "-u", TEST_USER, "-x", "unshare"], timeout=10, check=False)
+    parents = res.stdout.split()
+    if len(parents) != 1:
+        return None
+    kids = Path(f"/proc/{parents[0]}/task/{parents[0]}/children").read_text().split()
+    return int(kids[0]) if len(kids) == 1 else None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -96,7 +93,7 @@ def test_a_rank_in_its_own_pid_namespace_stopped_by_its_owner_is_judged_by_its_p
     with _rigged(fresh_lab, job_dir, PROGRESS) as (lab, hooks, pdir):
         node = lab.node_names[0]
         victims = [victim(lab, job_dir, node)]
-        body = BATCH.format(pdir=pdir, repo=REPO, python=USER_PYTHON, rank=RANK, mark=MARK)
+        body = BATCH.format(pdir=pdir, repo=REPO, python=USER_PYTHON, rank=RANK)
         s = script(job_dir / "pidns.sh", body)
         job = submit(lab, s, "-w", node, "-n1", "--comment", "slurm-hooks:requeue-on-hang",
                      f"--output={job_dir}/pidns.out")  # fmt: skip
@@ -105,7 +102,7 @@ def test_a_rank_in_its_own_pid_namespace_stopped_by_its_owner_is_judged_by_its_p
             rec = pdir / job / "rank0.log"
             lab.wait_for(lambda: int(_last(rec).get("step", 0)) >= 5, 60, what="the rank's steps")
             assert _last(rec)["pid"] == "1", _last(rec)  # its own namespace's pid
-            pid = lab.wait_for(lambda: _host_pid(pdir, job), 10, what="the rank's host pid")
+            pid = lab.wait_for(_host_pid, 10, what="the rank's host pid")
             # The owner stops their own rank: what any user can do.
             run(["runuser", "-u", TEST_USER, "--", "kill", "-STOP", str(pid)], timeout=10)
             try:
