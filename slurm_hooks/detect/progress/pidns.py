@@ -86,16 +86,17 @@ def rank_processes(
     own = pid_namespace("self", proc)
     views = dict(local)
     unknown: set[int] = set()
-    foreign = {r: v for r, v in local.items() if v.pidns is not None and v.pidns != own}
+    # rank -> (namespace, pid there): the ranks whose pid is not the watcher's.
+    foreign = {r: (v.pidns, v.pid) for r, v in local.items() if v.pidns not in (None, own)}
     if foreign:
         index = by_namespace(set(job_pids()), proc)
-        for r, v in foreign.items():
-            hits = index.get((v.pidns, v.pid), []) if v.pidns is not None else []
+        for r, key in foreign.items():
+            hits = index.get(key, [])
             if len(hits) == 1:
-                views[r] = dataclasses.replace(v, pid=hits[0], pidns=own)
+                views[r] = dataclasses.replace(local[r], pid=hits[0], pidns=own)
             else:
                 log.debug("progress: rank %d (pid %d in namespace %s) is %d of the job's "
-                          "processes here", r, v.pid, v.pidns, len(hits))  # fmt: skip
+                          "processes here", r, key[1], key[0], len(hits))  # fmt: skip
                 unknown.add(r)
     states = {
         r: ProcState.UNKNOWN
