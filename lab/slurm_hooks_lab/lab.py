@@ -837,11 +837,19 @@ class Lab:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(pid_alive(p) for p in pids.values()):
             time.sleep(0.05)
+        killed = []
         for name, pid in pids.items():
             if pid_alive(pid):
                 log.warning("lab down: %s (pid %d) ignored SIGTERM, killing", name, pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        # Until the kernel has ended them (a zombie no longer reads as ours):
+        # a daemon started again at once found the old one still "running"
+        # and started nothing (a CI run: the new slurmd never came up).
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(self._ours(p) for p in killed):
+            time.sleep(0.05)
 
     def down(self) -> bool:
         """Stop what ``up`` started; True if anything was running.  Jobs are
